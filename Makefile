@@ -1,0 +1,35 @@
+# The front door. Every target is a line or two that calls Go.
+K8S_VERSION := v1.37.2
+K8S_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,-X $(p).gitVersion=$(K8S_VERSION) -X $(p).gitMajor=1 -X $(p).gitMinor=37 -X $(p).gitTreeState=clean)
+GOFLAGS_BUILD := -ldflags "-s -w $(K8S_LDFLAGS)"
+export CGO_ENABLED := 1
+
+.PHONY: build run test unit e2e conformance bench lint clean
+
+build:
+	go build $(GOFLAGS_BUILD) -o bin/ ./cmd/kcp
+
+bin/kubectl:
+	go build $(GOFLAGS_BUILD) -o bin/kubectl ./test/tools/kubectl
+
+run: build
+	bin/kcp start
+
+test: build bin/kubectl
+	go test -count=1 -timeout 40m ./...
+
+unit:
+	go test -count=1 $$(go list ./... | grep -v /test/)
+
+e2e: build bin/kubectl
+	go test -count=1 -timeout 40m ./test/e2e/...
+
+conformance: build
+	test/conformance/run.sh
+
+lint:
+	go vet ./...
+	test -z "$$(gofmt -l cmd server storage migrations schema syncer test)"
+
+clean:
+	rm -rf bin

@@ -1,0 +1,2 @@
+DROP VIEW IF EXISTS kcp_cluster_footprint;
+DROP VIEW IF EXISTS kcp_objects;

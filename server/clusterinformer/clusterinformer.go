@@ -1,0 +1,119 @@
+// Package clusterinformer watches one resource across all logical clusters
+// (a single list/watch on /clusters/*) and keys its cache by cluster as well
+// as namespace and name, so that equal names in two clusters never collide.
+// It is what shared controllers use instead of one informer per cluster.
+package clusterinformer
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// Key is "<cluster>|<namespace>/<name>" ("<cluster>|<name>" when cluster-scoped).
+func Key(cluster logicalcluster.Name, namespace, name string) string {
+	if namespace == "" {
+		return string(cluster) + "|" + name
+	}
+	return string(cluster) + "|" + namespace + "/" + name
+}
+
+// SplitKey is the inverse of Key.
+func SplitKey(key string) (cluster logicalcluster.Name, namespace, name string, err error) {
+	c, rest, ok := strings.Cut(key, "|")
+	if !ok {
+		return "", "", "", fmt.Errorf("key %q has no cluster", key)
+	}
+	ns, n, found := strings.Cut(rest, "/")
+	if !found {
+		return logicalcluster.Name(c), "", ns, nil
+	}
+	return logicalcluster.Name(c), ns, n, nil
+}
+
+// ClusterOf returns the cluster an object was read from (its annotation).
+func ClusterOf(obj metav1Object) logicalcluster.Name {
+	return logicalcluster.Name(obj.GetAnnotations()[logicalcluster.Annotation])
+}
+
+type metav1Object interface{ GetAnnotations() map[string]string }
+
+// KeyFunc is the cache key function for objects read across clusters.
+func KeyFunc(obj interface{}) (string, error) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return d.Key, nil
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return "", err
+	}
+	c := ClusterOf(m)
+	if c == "" {
+		return "", fmt.Errorf("%s %q carries no %s annotation", obj, m.GetName(), logicalcluster.Annotation)
+	}
+	return Key(c, m.GetNamespace(), m.GetName()), nil
+}
+
+// WildcardConfig returns a copy of a loopback config aimed at all clusters.
+func WildcardConfig(cfg *rest.Config) *rest.Config {
+	return ForCluster(cfg, logicalcluster.Wildcard)
+}
+
+// ForCluster returns a copy of cfg aimed at one logical cluster.
+func ForCluster(cfg *rest.Config, cluster logicalcluster.Name) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Host = strings.TrimSuffix(c.Host, "/") + "/clusters/" + string(cluster)
+	return c
+}
+
+// New returns an informer over lw whose cache uses KeyFunc and which calls
+// handler for every change.
+func New(lw cache.ListerWatcher, objType runtime.Object, handler cache.ResourceEventHandler) (cache.Indexer, cache.Controller) {
+	indexer := cache.NewIndexer(KeyFunc, cache.Indexers{})
+	fifo := cache.NewDeltaFIFOWithOptions(cache.DeltaFIFOOptions{
+		KeyFunction:           KeyFunc,
+		KnownObjects:          indexer,
+		EmitDeltaTypeReplaced: true,
+	})
+	process := func(obj interface{}, isInInitialList bool) error {
+		for _, d := range obj.(cache.Deltas) {
+			switch d.Type {
+			case cache.Deleted:
+				if err := indexer.Delete(d.Object); err != nil {
+					return err
+				}
+				handler.OnDelete(d.Object)
+			default:
+				old, exists, err := indexer.Get(d.Object)
+				if err != nil {
+					return err
+				}
+				if exists {
+					if err := indexer.Update(d.Object); err != nil {
+						return err
+					}
+					handler.OnUpdate(old, d.Object)
+				} else {
+					if err := indexer.Add(d.Object); err != nil {
+						return err
+					}
+					handler.OnAdd(d.Object, isInInitialList)
+				}
+			}
+		}
+		return nil
+	}
+	ctrl := cache.New(&cache.Config{
+		Queue:         fifo,
+		ListerWatcher: lw,
+		ObjectType:    objType,
+		Process:       process,
+	})
+	return indexer, ctrl
+}

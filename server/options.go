@@ -1,0 +1,158 @@
+// Package server assembles kcp: the upstream generic control plane
+// (k8s.io/kubernetes pkg/controlplane/apiserver, unmodified) made
+// cluster-aware through public extension points (handler chain, storage
+// decorator, authorizer), on an embedded kine. It follows upstream's steps:
+// Options -> CompletedOptions -> Config -> Server.
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle"
+	mutatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
+	validatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	"k8s.io/apiserver/pkg/admission/plugin/resourcequota"
+	mutatingwebhook "k8s.io/apiserver/pkg/admission/plugin/webhook/mutating"
+	validatingwebhook "k8s.io/apiserver/pkg/admission/plugin/webhook/validating"
+	cliflag "k8s.io/component-base/cli/flag"
+	cpoptions "k8s.io/kubernetes/pkg/controlplane/apiserver/options"
+	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
+
+	"github.com/kcpsql/kcp/server/pki"
+	"github.com/kcpsql/kcp/storage/datastore"
+	"github.com/kcpsql/kcp/storage/embeddedkine"
+)
+
+// Options are the flags of `kcp start`.
+type Options struct {
+	RootDir   string
+	Datastore string
+	// Upstream holds the generic control plane's options; kcp sets the
+	// storage, serving, authentication and service-account defaults.
+	Upstream *cpoptions.Options
+}
+
+// clusterUnawarePlugins read their configuration through informers of the
+// root logical cluster only. Enabled, they would apply root's webhooks,
+// policies, quotas and namespace state to every tenant, so they are off until
+// they are cluster-aware.
+var clusterUnawarePlugins = []string{
+	lifecycle.PluginName,
+	resourcequota.PluginName,
+	mutatingwebhook.PluginName,
+	validatingwebhook.PluginName,
+	validatingpolicy.PluginName,
+	mutatingpolicy.PluginName,
+}
+
+// NewOptions returns the defaults: SQLite in .kcp, https://127.0.0.1:6443.
+func NewOptions() *Options {
+	up := genericcp.NewOptions()
+	up.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
+	up.SecureServing.BindPort = 6443
+	up.Etcd.EnableWatchCache = false
+	up.Etcd.DefaultStorageMediaType = "application/json"
+	up.Authorization.Modes = []string{"RBAC"}
+	up.Admission.GenericAdmission.DisablePlugins = append(up.Admission.GenericAdmission.DisablePlugins, clusterUnawarePlugins...)
+	return &Options{RootDir: ".kcp", Upstream: up}
+}
+
+// hiddenUpstreamGroups are flag groups kcp owns itself: storage is the
+// embedded kine, selected with --datastore.
+var hiddenUpstreamGroups = sets.New("etcd")
+
+// AddFlags registers kcp's flags and the upstream groups operators need.
+func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
+	fs := fss.FlagSet("kcp")
+	fs.StringVar(&o.RootDir, "root-dir", o.RootDir,
+		"Directory for kcp's state: admin.kubeconfig, the generated CA, serving and admin certificates, service-account key and the SQLite file kcp.db. Existing files are reused.")
+	fs.StringVar(&o.Datastore, "datastore", o.Datastore,
+		"Where objects are stored. Empty: <root-dir>/kcp.db. sqlite:///path/to/file.db for another SQLite file, or postgres://user:password@host:5432/dbname (the database is created if missing).")
+	var up cliflag.NamedFlagSets
+	o.Upstream.AddFlags(&up)
+	for _, name := range up.Order {
+		if hiddenUpstreamGroups.Has(name) {
+			continue
+		}
+		target := fss.FlagSet(name)
+		up.FlagSets[name].VisitAll(func(f *pflag.Flag) { target.AddFlag(f) })
+	}
+}
+
+// CompletedOptions are options with the datastore parsed and the root
+// directory's credentials in place.
+type CompletedOptions struct {
+	RootDir   string
+	Datastore *datastore.Datastore
+	PKI       pki.Files
+	Upstream  cpoptions.CompletedOptions
+	// ServerURL is how local clients reach the server.
+	ServerURL string
+}
+
+// Complete parses the datastore, creates missing credentials and completes
+// the upstream options with them.
+func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
+	root, err := filepath.Abs(o.RootDir)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := datastore.Parse(o.Datastore, root)
+	if err != nil {
+		return nil, err
+	}
+	files := pki.Files{Dir: root}
+	up := o.Upstream
+	host := up.SecureServing.BindAddress.String()
+	if up.SecureServing.BindAddress.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	serverURL := fmt.Sprintf("https://%s", net.JoinHostPort(host, fmt.Sprint(up.SecureServing.BindPort)))
+	hosts := []string{"127.0.0.1", "localhost", "::1"}
+	if !up.SecureServing.BindAddress.IsUnspecified() && !up.SecureServing.BindAddress.IsLoopback() {
+		hosts = append(hosts, host)
+	}
+	if hn, err := os.Hostname(); err == nil && hn != "" {
+		hosts = append(hosts, hn)
+	}
+	if err := pki.Ensure(files, hosts, serverURL); err != nil {
+		return nil, err
+	}
+
+	up.SecureServing.ServerCert.CertDirectory = root
+	if up.SecureServing.ServerCert.CertKey.CertFile == "" {
+		up.SecureServing.ServerCert.CertKey.CertFile = files.ServingCert()
+		up.SecureServing.ServerCert.CertKey.KeyFile = files.ServingKey()
+	}
+	if up.Authentication.ClientCert != nil && up.Authentication.ClientCert.ClientCA == "" {
+		up.Authentication.ClientCert.ClientCA = files.CACert()
+	}
+	if sa := up.Authentication.ServiceAccounts; sa != nil {
+		if len(sa.KeyFiles) == 0 {
+			sa.KeyFiles = []string{files.ServiceAccountKey()}
+		}
+		if len(sa.Issuers) == 0 {
+			sa.Issuers = []string{"https://kcp.default.svc"}
+		}
+	}
+	up.Etcd.StorageConfig.Transport.ServerList = []string{"unix://" + embeddedkine.SocketPath(root)}
+	if up.ServiceAccountSigningKeyFile == "" {
+		up.ServiceAccountSigningKeyFile = files.ServiceAccountKey()
+	}
+	completed, err := up.Complete(ctx, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &CompletedOptions{RootDir: root, Datastore: ds, PKI: files, Upstream: completed, ServerURL: serverURL}, nil
+}
+
+// Validate reports every invalid option.
+func (c *CompletedOptions) Validate() []error {
+	return c.Upstream.Validate()
+}

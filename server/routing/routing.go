@@ -1,0 +1,95 @@
+// Package routing owns the outermost filter of the handler chain: it takes the
+// logical cluster from /clusters/<path>/ (root when there is no prefix),
+// validates it, strips the prefix and puts the cluster into the request
+// context. Nothing else (no header, no query parameter) selects a cluster.
+package routing
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+const prefix = "/clusters"
+
+// Split parses an escaped request path into its logical cluster and the
+// escaped path that follows. The cluster segment is unescaped before it is
+// validated, so an encoded '/' or ':' cannot smuggle another path in.
+func Split(escapedPath string) (logicalcluster.Name, string, error) {
+	rest, ok := strings.CutPrefix(escapedPath, prefix)
+	if !ok || (rest != "" && rest[0] != '/') {
+		return logicalcluster.Root, escapedPath, nil
+	}
+	rest = strings.TrimPrefix(rest, "/")
+	segment, tail, found := strings.Cut(rest, "/")
+	if segment == "" {
+		return "", "", fmt.Errorf("missing logical cluster name after %s/", prefix)
+	}
+	raw, err := url.PathUnescape(segment)
+	if err != nil {
+		return "", "", fmt.Errorf("logical cluster name %q is not a valid path segment", segment)
+	}
+	name, err := logicalcluster.Parse(raw)
+	if err != nil {
+		return "", "", err
+	}
+	if !found {
+		return name, "/", nil
+	}
+	return name, "/" + tail, nil
+}
+
+// WithLogicalCluster is the routing filter.
+func WithLogicalCluster(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		cluster, rest, err := Split(req.URL.EscapedPath())
+		if err != nil {
+			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+			return
+		}
+		if cluster.IsWildcard() {
+			switch req.Method {
+			case http.MethodGet, http.MethodHead:
+			default:
+				writeStatus(w, http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed,
+					fmt.Sprintf("%s is not allowed across all logical clusters (/clusters/*): only get, list and watch are", req.Method))
+				return
+			}
+		}
+		path, err := url.PathUnescape(rest)
+		if err != nil {
+			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf("invalid path %q", rest))
+			return
+		}
+		u := *req.URL
+		u.Path = path
+		u.RawPath = ""
+		if u.EscapedPath() != rest {
+			u.RawPath = rest
+		}
+		r := req.WithContext(logicalcluster.WithCluster(req.Context(), cluster))
+		r.URL = &u
+		r.RequestURI = u.RequestURI()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, msg string) {
+	st := metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusFailure,
+		Message:  msg,
+		Reason:   reason,
+		Code:     int32(code),
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(st)
+}

@@ -1,0 +1,127 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
+
+	"github.com/kcpsql/kcp/migrations"
+	"github.com/kcpsql/kcp/server/clusterauthz"
+	"github.com/kcpsql/kcp/server/controllers/namespacedeletion"
+	"github.com/kcpsql/kcp/server/routing"
+	"github.com/kcpsql/kcp/storage/clusterstore"
+	"github.com/kcpsql/kcp/storage/embeddedkine"
+)
+
+// Run migrates the datastore, starts kine and serves until ctx ends; then it
+// drains requests and closes the database.
+func Run(ctx context.Context, o *CompletedOptions) error {
+	start := time.Now()
+	if err := o.Datastore.Prepare(ctx); err != nil {
+		return err
+	}
+	st, err := migrations.Up(ctx, o.Datastore)
+	if err != nil {
+		return err
+	}
+	klog.InfoS("datastore ready", "datastore", o.Datastore.String(), "schemaVersion", st.Version, "took", time.Since(start).Round(time.Millisecond))
+
+	kine, err := embeddedkine.Start(embeddedkine.NewConfig(o.Datastore, o.RootDir))
+	if err != nil {
+		return err
+	}
+	defer kine.Stop()
+
+	config, err := genericcp.NewConfig(o.Upstream)
+	if err != nil {
+		return err
+	}
+	makeClusterAware(config)
+	completed, err := config.Complete()
+	if err != nil {
+		return err
+	}
+	chain, err := genericcp.CreateServerChain(completed)
+	if err != nil {
+		return err
+	}
+	chain.GenericAPIServer.AddPostStartHookOrDie("kcp-namespace-deletion", func(hc genericapiserver.PostStartHookContext) error {
+		c, err := namespacedeletion.NewController(hc.LoopbackClientConfig)
+		if err != nil {
+			return err
+		}
+		go c.Run(hc.Context, 2)
+		return nil
+	})
+	chain.GenericAPIServer.AddPostStartHookOrDie("kcp-ready-message", func(hc genericapiserver.PostStartHookContext) error {
+		go func() {
+			if waitReady(hc.Context, hc.LoopbackClientConfig) {
+				klog.InfoS("kcp is ready", "server", o.ServerURL, "kubeconfig", o.PKI.AdminKubeconfig(), "datastore", o.Datastore.String(), "took", time.Since(start).Round(time.Millisecond))
+			}
+		}()
+		return nil
+	})
+	prepared, err := chain.PrepareRun()
+	if err != nil {
+		return err
+	}
+	if err := prepared.Run(ctx); err != nil {
+		return fmt.Errorf("serving: %w", err)
+	}
+	klog.InfoS("kcp stopped; closing the datastore")
+	return nil
+}
+
+// makeClusterAware hooks our layers into the upstream configuration: every
+// server's storage goes through clusterstore, every authorizer through
+// clusterauthz, and the outermost handler chain starts with routing.
+func makeClusterAware(c *genericcp.Config) {
+	c.ControlPlane.Generic.RESTOptionsGetter = clusterstore.Wrap(c.ControlPlane.Generic.RESTOptionsGetter)
+	c.APIExtensions.GenericConfig.RESTOptionsGetter = clusterstore.Wrap(c.APIExtensions.GenericConfig.RESTOptionsGetter)
+	c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter = clusterstore.Wrap(c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter)
+	c.Aggregator.GenericConfig.RESTOptionsGetter = clusterstore.Wrap(c.Aggregator.GenericConfig.RESTOptionsGetter)
+
+	for _, authz := range []*genericapiserver.AuthorizationInfo{
+		&c.ControlPlane.Generic.Authorization,
+		&c.APIExtensions.GenericConfig.Authorization,
+		&c.Aggregator.GenericConfig.Authorization,
+	} {
+		if authz.Authorizer != nil {
+			authz.Authorizer = clusterauthz.Authorizer{Delegate: authz.Authorizer}
+		}
+	}
+	if r := c.ControlPlane.Generic.RuleResolver; r != nil {
+		c.ControlPlane.Generic.RuleResolver = clusterauthz.RuleResolver{Delegate: r}
+	}
+
+	inner := c.Aggregator.GenericConfig.BuildHandlerChainFunc
+	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
+		return routing.WithLogicalCluster(inner(h, gc))
+	}
+}
+
+func waitReady(ctx context.Context, cfg *rest.Config) bool {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return false
+	}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			if _, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err == nil {
+				return true
+			}
+		}
+	}
+}

@@ -1,0 +1,179 @@
+// Package clusterstore makes the upstream generic registry cluster-aware
+// without forking it: a RESTOptionsGetter that gives every resource the
+// "/<group>/<resource>" prefix of our key layout, and a storage.Interface
+// decorator that puts the request's logical cluster into every key and the
+// kcp.io/cluster annotation onto every object it writes.
+package clusterstore
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kcpsql/kcp/storage/keys"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// RESTOptionsGetter wraps the upstream getter of a server.
+type RESTOptionsGetter struct {
+	Delegate generic.RESTOptionsGetter
+}
+
+// Wrap returns getter made cluster-aware; wrapping twice is a no-op.
+func Wrap(getter generic.RESTOptionsGetter) generic.RESTOptionsGetter {
+	if getter == nil {
+		return nil
+	}
+	if _, ok := getter.(RESTOptionsGetter); ok {
+		return getter
+	}
+	return RESTOptionsGetter{Delegate: getter}
+}
+
+func (g RESTOptionsGetter) GetRESTOptions(gr schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
+	opts, err := g.Delegate.GetRESTOptions(gr, example)
+	if err != nil {
+		return opts, err
+	}
+	opts.ResourcePrefix = keys.ResourcePrefix(gr)
+	inner := opts.Decorator
+	if inner == nil {
+		inner = generic.UndecoratedStorage
+	}
+	opts.Decorator = func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(runtime.Object) (string, error),
+		newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers,
+	) (storage.Interface, factory.DestroyFunc, error) {
+		s, destroy, err := inner(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrs, triggers, indexers)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &Store{Interface: s, resourcePrefix: resourcePrefix, resource: gr}, destroy, nil
+	}
+	return opts, nil
+}
+
+// Store is a storage.Interface confined to the logical cluster of each call's
+// context. Requests that reach storage without a cluster in their context are
+// the server's own (post-start hooks, internal controllers acting on root):
+// the routing filter gives every external request a cluster, so those calls
+// act on root.
+type Store struct {
+	storage.Interface
+	resourcePrefix string
+	resource       schema.GroupResource
+}
+
+func clusterOf(ctx context.Context) logicalcluster.Name {
+	if n, ok := logicalcluster.From(ctx); ok {
+		return n
+	}
+	return logicalcluster.Root
+}
+
+// key maps a registry key into the cluster of ctx. Wildcard requests may only
+// address the whole resource (all clusters, all namespaces).
+func (s *Store) key(ctx context.Context, key string, wildcardOK bool) (string, logicalcluster.Name, error) {
+	cluster := clusterOf(ctx)
+	if cluster.IsWildcard() {
+		if wildcardOK && key == s.resourcePrefix {
+			return key, cluster, nil
+		}
+		return "", cluster, errors.NewBadRequest(fmt.Sprintf(
+			"requests across all logical clusters (/clusters/*) can only list or watch %s in all namespaces", s.resource))
+	}
+	k, err := keys.WithCluster(s.resourcePrefix, key, cluster)
+	if err != nil {
+		return "", cluster, errors.NewInternalError(err)
+	}
+	return k, cluster, nil
+}
+
+func annotate(obj runtime.Object, cluster logicalcluster.Name) error {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return err
+	}
+	a := m.GetAnnotations()
+	if a[logicalcluster.Annotation] == string(cluster) {
+		return nil
+	}
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[logicalcluster.Annotation] = string(cluster)
+	m.SetAnnotations(a)
+	return nil
+}
+
+func (s *Store) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
+	k, cluster, err := s.key(ctx, key, false)
+	if err != nil {
+		return err
+	}
+	if err := annotate(obj, cluster); err != nil {
+		return err
+	}
+	return s.Interface.Create(ctx, k, obj, out, ttl)
+}
+
+func (s *Store) Delete(ctx context.Context, key string, out runtime.Object, pre *storage.Preconditions,
+	validate storage.ValidateObjectFunc, cached runtime.Object, opts storage.DeleteOptions) error {
+	k, _, err := s.key(ctx, key, false)
+	if err != nil {
+		return err
+	}
+	return s.Interface.Delete(ctx, k, out, pre, validate, cached, opts)
+}
+
+func (s *Store) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	k, _, err := s.key(ctx, key, opts.Recursive)
+	if err != nil {
+		return nil, err
+	}
+	return s.Interface.Watch(ctx, k, opts)
+}
+
+func (s *Store) Get(ctx context.Context, key string, opts storage.GetOptions, out runtime.Object) error {
+	k, _, err := s.key(ctx, key, false)
+	if err != nil {
+		return err
+	}
+	return s.Interface.Get(ctx, k, opts, out)
+}
+
+func (s *Store) GetList(ctx context.Context, key string, opts storage.ListOptions, out runtime.Object) error {
+	k, _, err := s.key(ctx, key, opts.Recursive)
+	if err != nil {
+		return err
+	}
+	return s.Interface.GetList(ctx, k, opts, out)
+}
+
+func (s *Store) GuaranteedUpdate(ctx context.Context, key string, dest runtime.Object, ignoreNotFound bool,
+	pre *storage.Preconditions, tryUpdate storage.UpdateFunc, cached runtime.Object) error {
+	k, cluster, err := s.key(ctx, key, false)
+	if err != nil {
+		return err
+	}
+	annotated := func(in runtime.Object, res storage.ResponseMeta) (runtime.Object, *uint64, error) {
+		out, ttl, err := tryUpdate(in, res)
+		if err != nil {
+			return out, ttl, err
+		}
+		if err := annotate(out, cluster); err != nil {
+			return nil, nil, err
+		}
+		return out, ttl, nil
+	}
+	return s.Interface.GuaranteedUpdate(ctx, k, dest, ignoreNotFound, pre, annotated, cached)
+}

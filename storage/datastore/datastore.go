@@ -1,0 +1,179 @@
+// Package datastore owns the --datastore URL: which SQL dialect it names, how
+// to redact it for messages, and whether the database behind it is reachable
+// (creating the PostgreSQL database when it is missing).
+package datastore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/mattn/go-sqlite3" // the SQLite library kine uses (cgo)
+)
+
+// Dialect is the SQL dialect of a datastore.
+type Dialect string
+
+const (
+	SQLite   Dialect = "sqlite"
+	Postgres Dialect = "postgres"
+)
+
+// sqliteParams are kine's defaults for its SQLite driver (WAL, busy timeout,
+// immediate transactions), used for every SQLite connection we open.
+const sqliteParams = "_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&_txlock=immediate&_stmt_cache_size=20&cache=shared"
+
+// Datastore is a parsed --datastore value.
+type Datastore struct {
+	Dialect Dialect
+	// Path is the SQLite file (absolute).
+	Path string
+	// URL is the PostgreSQL URL as given.
+	URL *url.URL
+}
+
+// Parse understands "" (the SQLite file in rootDir), sqlite:///abs/file.db,
+// sqlite://relative/file.db, a bare file path ending in .db, and
+// postgres:// or postgresql:// URLs.
+func Parse(value, rootDir string) (*Datastore, error) {
+	switch {
+	case value == "":
+		p, err := filepath.Abs(filepath.Join(rootDir, "kcp.db"))
+		if err != nil {
+			return nil, err
+		}
+		return &Datastore{Dialect: SQLite, Path: p}, nil
+	case strings.HasPrefix(value, "sqlite://"):
+		p := strings.TrimPrefix(value, "sqlite://")
+		if i := strings.IndexByte(p, '?'); i >= 0 {
+			return nil, fmt.Errorf("datastore %q: query parameters are not supported for sqlite; kcp sets its own", value)
+		}
+		if p == "" || p == "/" {
+			return nil, fmt.Errorf("datastore %q names no file; use sqlite:///absolute/path/kcp.db", value)
+		}
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return nil, err
+		}
+		return &Datastore{Dialect: SQLite, Path: abs}, nil
+	case strings.HasPrefix(value, "postgres://"), strings.HasPrefix(value, "postgresql://"):
+		u, err := url.Parse(value)
+		if err != nil {
+			return nil, fmt.Errorf("datastore %q is not a valid URL: %v", Redact(value), err)
+		}
+		if u.Host == "" {
+			return nil, fmt.Errorf("datastore %q has no host; expected postgres://user@host:5432/dbname", Redact(value))
+		}
+		db := strings.TrimPrefix(u.Path, "/")
+		if db == "" || strings.Contains(db, "/") {
+			return nil, fmt.Errorf("datastore %q names no database; expected postgres://user@host:5432/dbname", Redact(value))
+		}
+		if db != strings.ToLower(db) {
+			return nil, fmt.Errorf("datastore %q: database name %q must be lower case (kine folds it)", Redact(value), db)
+		}
+		return &Datastore{Dialect: Postgres, URL: u}, nil
+	default:
+		return nil, fmt.Errorf("datastore %q is not understood; use sqlite:///path/kcp.db or postgres://user@host:5432/dbname", Redact(value))
+	}
+}
+
+// String returns the datastore with any password redacted.
+func (d *Datastore) String() string {
+	if d.Dialect == SQLite {
+		return "sqlite://" + d.Path
+	}
+	return d.URL.Redacted()
+}
+
+// Database is the PostgreSQL database name.
+func (d *Datastore) Database() string { return strings.TrimPrefix(d.URL.Path, "/") }
+
+// KineEndpoint is the endpoint kine's driver factory understands.
+func (d *Datastore) KineEndpoint() string {
+	if d.Dialect == SQLite {
+		return "sqlite://" + d.Path + "?" + sqliteParams
+	}
+	return d.URL.String()
+}
+
+// SQLiteDSN is the go-sqlite3 DSN of the file.
+func (d *Datastore) SQLiteDSN() string { return "file:" + d.Path + "?" + sqliteParams }
+
+// Redact hides the password of a URL-looking string.
+func Redact(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return s
+}
+
+// Prepare makes the datastore ready for migrations: for SQLite it creates the
+// file's directory and checks that the file can be opened; for PostgreSQL it
+// connects to the server and creates the database if it is missing.
+func (d *Datastore) Prepare(ctx context.Context) error {
+	if d.Dialect == SQLite {
+		if err := os.MkdirAll(filepath.Dir(d.Path), 0o700); err != nil {
+			return fmt.Errorf("datastore %s: cannot create its directory: %v", d, err)
+		}
+		db, err := sql.Open("sqlite3", d.SQLiteDSN())
+		if err != nil {
+			return fmt.Errorf("datastore %s: %v", d, err)
+		}
+		defer db.Close()
+		if err := db.PingContext(ctx); err != nil {
+			return fmt.Errorf("datastore %s cannot be opened: %v (is the path writable?)", d, err)
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cfg, err := pgx.ParseConfig(d.URL.String())
+	if err != nil {
+		return fmt.Errorf("datastore %s is not a valid PostgreSQL URL: %v", d, err)
+	}
+	cfg.ConnectTimeout = 5 * time.Second
+	target := cfg.Database
+	admin := cfg.Copy()
+	admin.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, admin)
+	if err != nil {
+		// The maintenance database may be closed to us; try the target itself.
+		conn, err = pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("datastore %s unreachable: %v (is PostgreSQL running and does it accept this user?)", d, unwrapPg(err))
+		}
+		return conn.Close(ctx)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", target).Scan(&exists); err != nil {
+		return fmt.Errorf("datastore %s: checking for database %q: %v", d, target, err)
+	}
+	if !exists {
+		if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{target}.Sanitize()); err != nil {
+			var pgErr *pgconn.PgError
+			if !(errors.As(err, &pgErr) && pgErr.Code == "42P04") { // created concurrently by another replica
+				return fmt.Errorf("datastore %s: creating database %q: %v (grant CREATEDB or create it first)", d, target, err)
+			}
+		}
+	}
+	return nil
+}
+
+func unwrapPg(err error) error {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		if u := errors.Unwrap(ce); u != nil {
+			return u
+		}
+	}
+	return err
+}

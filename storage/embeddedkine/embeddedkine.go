@@ -1,0 +1,169 @@
+// Package embeddedkine runs kine inside the kcp process: kine's SQL backend
+// (only the sqlite and pgsql drivers are linked) behind its etcd gRPC bridge,
+// served on a unix socket in the data directory, so no TCP port is opened.
+package embeddedkine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/k3s-io/kine/pkg/drivers"
+	"github.com/k3s-io/kine/pkg/drivers/generic"
+	_ "github.com/k3s-io/kine/pkg/drivers/pgsql"  // registers postgres://
+	_ "github.com/k3s-io/kine/pkg/drivers/sqlite" // registers sqlite://
+	kineserver "github.com/k3s-io/kine/pkg/server"
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
+
+	"github.com/kcpsql/kcp/storage/datastore"
+)
+
+// Config holds kine's settings. NewConfig starts from kine's own defaults: a
+// zero-valued config busy-loops (poll batch size 0).
+type Config struct {
+	Datastore *datastore.Datastore
+	// SocketDir is where the unix socket goes.
+	SocketDir        string
+	PollInterval     time.Duration
+	PollBatchSize    int64
+	CompactInterval  time.Duration
+	CompactMinRetain int64
+	CompactBatchSize int64
+	CompactTimeout   time.Duration
+	NotifyInterval   time.Duration
+	EmulatedVersion  string
+	Pool             generic.ConnectionPoolConfig
+}
+
+// NewConfig returns kine's defaults (kine v0.17's command-line defaults).
+func NewConfig(ds *datastore.Datastore, socketDir string) Config {
+	return Config{
+		Datastore:        ds,
+		SocketDir:        socketDir,
+		PollInterval:     time.Second,
+		PollBatchSize:    500,
+		CompactInterval:  5 * time.Minute,
+		CompactMinRetain: 1000,
+		CompactBatchSize: 1000,
+		CompactTimeout:   5 * time.Second,
+		NotifyInterval:   5 * time.Second,
+		EmulatedVersion:  "3.6.11",
+		Pool:             generic.ConnectionPoolConfig{MaxIdle: 20, MaxIdleTime: 2 * time.Minute},
+	}
+}
+
+// Kine is a running embedded kine.
+type Kine struct {
+	// Endpoint is the etcd client URL (unix://...).
+	Endpoint string
+	grpc     *grpc.Server
+	cancel   context.CancelFunc
+	wg       *sync.WaitGroup
+	socket   string
+}
+
+func init() {
+	// kine logs through logrus; keep its chatter out of the way, but make its
+	// fatal paths loud: they would otherwise exit the server without a word
+	// in kcp's own log.
+	logrus.SetLevel(logrus.WarnLevel)
+	logrus.StandardLogger().ExitFunc = func(code int) {
+		klog.ErrorS(nil, "the embedded kine storage layer hit a fatal error (see the kine message above); kcp stops", "exitCode", code)
+		klog.Flush()
+		os.Exit(code)
+	}
+}
+
+// Start opens the datastore through kine and serves the etcd API on a unix
+// socket. The schema must already be migrated. KINE_SCHEMA_MIGRATION is
+// removed from the environment: kine's own ALTERs break on our generated column.
+func Start(cfg Config) (*Kine, error) {
+	os.Unsetenv("KINE_SCHEMA_MIGRATION")
+	ctx, cancel := context.WithCancel(context.Background())
+	wg := &sync.WaitGroup{}
+	_, backend, err := drivers.New(ctx, wg, &drivers.Config{
+		Endpoint:             cfg.Datastore.KineEndpoint(),
+		ConnectionPoolConfig: cfg.Pool,
+		CompactInterval:      cfg.CompactInterval,
+		CompactTimeout:       cfg.CompactTimeout,
+		CompactMinRetain:     cfg.CompactMinRetain,
+		CompactBatchSize:     cfg.CompactBatchSize,
+		PollBatchSize:        cfg.PollBatchSize,
+		PollInterval:         cfg.PollInterval,
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("opening datastore %s: %v", cfg.Datastore, err)
+	}
+	if err := backend.Start(ctx); err != nil {
+		cancel()
+		return nil, fmt.Errorf("starting kine on datastore %s: %v", cfg.Datastore, err)
+	}
+	socket := SocketPath(cfg.SocketDir)
+	if err := os.Remove(socket); err != nil && !os.IsNotExist(err) {
+		cancel()
+		return nil, fmt.Errorf("removing stale kine socket %s: %v", socket, err)
+	}
+	lis, err := net.Listen("unix", socket)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("listening on kine socket %s: %v", socket, err)
+	}
+	if err := os.Chmod(socket, 0o600); err != nil {
+		lis.Close()
+		cancel()
+		return nil, err
+	}
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(2*1024*1024), grpc.MaxSendMsgSize(1<<31-1))
+	kineserver.New(backend, "unix", cfg.NotifyInterval, cfg.EmulatedVersion).Register(gs)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := gs.Serve(lis); err != nil {
+			klog.ErrorS(err, "kine gRPC server stopped")
+		}
+	}()
+	return &Kine{Endpoint: "unix://" + socket, grpc: gs, cancel: cancel, wg: wg, socket: socket}, nil
+}
+
+// Stop stops serving, closes the database and waits for kine's goroutines.
+func (k *Kine) Stop() {
+	stopped := make(chan struct{})
+	go func() { k.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(2 * time.Second):
+		k.grpc.Stop()
+	}
+	k.cancel()
+	done := make(chan struct{})
+	go func() { k.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		klog.Warning("kine did not stop within 5s")
+	}
+	os.Remove(k.socket)
+}
+
+// SocketPath keeps the socket path within the 107-byte limit of unix sockets:
+// a deep data directory gets a short, stable path in the temp dir instead.
+func SocketPath(dir string) string {
+	p := filepath.Join(dir, "kine.sock")
+	if abs, err := filepath.Abs(p); err == nil {
+		p = abs
+	}
+	if len(p) < 100 {
+		return p
+	}
+	sum := sha256.Sum256([]byte(p))
+	return filepath.Join(os.TempDir(), "kcp-kine-"+hex.EncodeToString(sum[:6])+".sock")
+}
