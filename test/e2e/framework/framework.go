@@ -1,0 +1,321 @@
+// Package framework starts the real kcp binary for end-to-end tests and hands
+// out the real kubectl and client-go clients aimed at its logical clusters.
+package framework
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// RepoRoot is the repository's top directory.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+}
+
+var buildOnce sync.Once
+var buildErr error
+
+// Binaries returns the paths of bin/kcp and bin/kubectl, building them once
+// when they are missing (make test builds them first).
+func Binaries(t testing.TB) (kcp, kubectl string) {
+	t.Helper()
+	root := RepoRoot()
+	kcp, kubectl = filepath.Join(root, "bin", "kcp"), filepath.Join(root, "bin", "kubectl")
+	buildOnce.Do(func() {
+		for bin, pkg := range map[string]string{kcp: "./cmd/kcp", kubectl: "./test/tools/kubectl"} {
+			if _, err := os.Stat(bin); err == nil {
+				continue
+			}
+			cmd := exec.Command("go", "build", "-o", bin, pkg)
+			cmd.Dir = root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("building %s: %v\n%s", pkg, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return kcp, kubectl
+}
+
+// Dialect names a datastore kind under test.
+type Dialect string
+
+const (
+	SQLite   Dialect = "sqlite"
+	Postgres Dialect = "postgres"
+)
+
+// Dialects are the datastores every e2e test runs on.
+var Dialects = []Dialect{SQLite, Postgres}
+
+// PostgresDSN is the server tests use (KCP_TEST_POSTGRES_DSN).
+func PostgresDSN() string {
+	if v := os.Getenv("KCP_TEST_POSTGRES_DSN"); v != "" {
+		return v
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+}
+
+// FreshPostgres creates an empty database for one test and drops it after.
+// Without a reachable server it skips loudly, or fails when
+// KCP_TEST_REQUIRE_POSTGRES=1 (as in CI).
+func FreshPostgres(t testing.TB) string {
+	t.Helper()
+	base := PostgresDSN()
+	db, err := sql.Open("pgx", base)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = db.PingContext(ctx)
+		cancel()
+	}
+	if err != nil {
+		msg := fmt.Sprintf("PostgreSQL at %s is not reachable (%v); set KCP_TEST_POSTGRES_DSN", base, err)
+		if os.Getenv("KCP_TEST_REQUIRE_POSTGRES") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip("SKIPPING POSTGRES TEST: " + msg)
+	}
+	name := "kcp_e2e_" + RandomSuffix()
+	if _, err := db.Exec(`CREATE DATABASE ` + name); err != nil {
+		t.Fatalf("creating database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		defer db.Close()
+		db.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`)
+	})
+	u, _ := url.Parse(base)
+	u.Path = "/" + name
+	return u.String()
+}
+
+// RandomSuffix is a short random lower-case hex string.
+func RandomSuffix() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// DatastoreFor returns a --datastore value for the dialect ("" = SQLite default).
+func DatastoreFor(t testing.TB, d Dialect) string {
+	if d == Postgres {
+		return FreshPostgres(t)
+	}
+	return ""
+}
+
+// Server is a running bin/kcp.
+type Server struct {
+	t          testing.TB
+	RootDir    string
+	Datastore  string
+	Port       int
+	Kubeconfig string
+	LogFile    string
+	Args       []string
+	cmd        *exec.Cmd
+	done       chan error
+}
+
+// FreePort asks the kernel for an unused TCP port.
+func FreePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// StartServer starts kcp with a new root directory on the given datastore
+// ("" = SQLite in the root directory) and waits until it is ready.
+func StartServer(t testing.TB, datastore string, extraArgs ...string) *Server {
+	t.Helper()
+	s := &Server{t: t, RootDir: t.TempDir(), Datastore: datastore, Args: extraArgs}
+	s.Port = FreePort(t)
+	s.Kubeconfig = filepath.Join(s.RootDir, "admin.kubeconfig")
+	s.LogFile = filepath.Join(s.RootDir, "kcp.log")
+	s.Start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Start (re)starts the process on the same root directory and port.
+func (s *Server) Start() {
+	s.t.Helper()
+	kcp, _ := Binaries(s.t)
+	args := []string{"start", "--root-dir", s.RootDir, "--secure-port", fmt.Sprint(s.Port)}
+	if s.Datastore != "" {
+		args = append(args, "--datastore", s.Datastore)
+	}
+	args = append(args, s.Args...)
+	logf, err := os.OpenFile(s.LogFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.cmd = exec.Command(kcp, args...)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.done = make(chan error, 1)
+	go func() { s.done <- s.cmd.Wait(); logf.Close() }()
+	if err := s.waitReady(90 * time.Second); err != nil {
+		s.t.Fatalf("kcp did not become ready: %v\n--- last log lines ---\n%s", err, s.LogTail(40))
+	}
+}
+
+func (s *Server) waitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-s.done:
+			return fmt.Errorf("kcp exited: %v", err)
+		default:
+		}
+		if _, err := os.Stat(s.Kubeconfig); err == nil {
+			cfg, err := s.baseConfig()
+			if err == nil {
+				var c *kubernetes.Clientset
+				if c, err = kubernetes.NewForConfig(cfg); err == nil {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					_, err = c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+					cancel()
+					if err == nil {
+						return nil
+					}
+				}
+			}
+			last = err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("timed out after %s: %v", timeout, last)
+}
+
+// Stop sends SIGTERM and waits for the process to exit.
+func (s *Server) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(60 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.done
+	}
+	s.cmd = nil
+}
+
+// LogTail returns the last n lines of the server log.
+func (s *Server) LogTail(n int) string {
+	b, _ := os.ReadFile(s.LogFile)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// URL is the server's base URL.
+func (s *Server) URL() string { return fmt.Sprintf("https://127.0.0.1:%d", s.Port) }
+
+func (s *Server) baseConfig() (*rest.Config, error) {
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: s.Kubeconfig},
+		&clientcmd.ConfigOverrides{CurrentContext: "base"}).ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	return cfg, nil
+}
+
+// Config returns the admin's client config for one logical cluster
+// ("*" for all clusters).
+func (s *Server) Config(cluster string) *rest.Config {
+	s.t.Helper()
+	cfg, err := s.baseConfig()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	cfg.Host = s.URL() + "/clusters/" + cluster
+	return cfg
+}
+
+// Client returns an admin clientset for one logical cluster.
+func (s *Server) Client(cluster string) *kubernetes.Clientset {
+	s.t.Helper()
+	c, err := kubernetes.NewForConfig(s.Config(cluster))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return c
+}
+
+// Kubectl runs the real kubectl as the admin against one logical cluster and
+// returns its combined output; it fails the test on a non-zero exit.
+func (s *Server) Kubectl(cluster string, args ...string) string {
+	s.t.Helper()
+	out, err := s.KubectlErr(cluster, "", args...)
+	if err != nil {
+		s.t.Fatalf("kubectl %s (cluster %s): %v\n%s", strings.Join(args, " "), cluster, err, out)
+	}
+	return out
+}
+
+// KubectlErr runs kubectl with stdin and returns output and error.
+func (s *Server) KubectlErr(cluster, stdin string, args ...string) (string, error) {
+	_, kubectl := Binaries(s.t)
+	full := append([]string{"--kubeconfig", s.Kubeconfig, "--server", s.URL() + "/clusters/" + cluster}, args...)
+	cmd := exec.Command(kubectl, full...)
+	cmd.Env = append(os.Environ(), "KUBECACHEDIR="+filepath.Join(s.RootDir, "kubecache"))
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err := cmd.Run()
+	return buf.String(), err
+}
+
+// Eventually polls cond until it returns true or the timeout passes.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
+}
