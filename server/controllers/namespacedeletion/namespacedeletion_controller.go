@@ -24,9 +24,9 @@ const name = "kcp-namespace-deletion"
 
 // Controller is the informer and queue plumbing; the work is in reconcile.
 type Controller struct {
-	queue    workqueue.TypedRateLimitingInterface[string]
-	informer cache.Controller
-	indexer  cache.Indexer
+	queue     workqueue.TypedRateLimitingInterface[string]
+	informer  cache.Controller
+	indexer   cache.Indexer
 	reconcile func(ctx context.Context, key string) error
 }
 

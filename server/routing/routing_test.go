@@ -1,0 +1,93 @@
+package routing
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+func TestSplit(t *testing.T) {
+	cases := []struct {
+		path, cluster, rest string
+		err                 bool
+	}{
+		{path: "/api/v1/namespaces", cluster: "root", rest: "/api/v1/namespaces"},
+		{path: "/", cluster: "root", rest: "/"},
+		{path: "/clustersx/root:a/api", cluster: "root", rest: "/clustersx/root:a/api"},
+		{path: "/clusters/root:a/api/v1", cluster: "root:a", rest: "/api/v1"},
+		{path: "/clusters/root:a", cluster: "root:a", rest: "/"},
+		{path: "/clusters/root%3Aa/api", cluster: "root:a", rest: "/api"},
+		{path: "/clusters/*/api/v1/configmaps", cluster: "*", rest: "/api/v1/configmaps"},
+		{path: "/clusters/root:a/clusters/root:b/api", cluster: "root:a", rest: "/clusters/root:b/api"},
+		{path: "/clusters/root%2Fb/api", err: true},
+		{path: "/clusters/root:a%2F..%2Froot:b/api", err: true},
+		{path: "/clusters/", err: true},
+		{path: "/clusters", err: true},
+		{path: "/clusters//api", err: true},
+		{path: "/clusters/Root/api", err: true},
+		{path: "/clusters/acme/api", err: true},
+		{path: "/clusters/root:%zz/api", err: true},
+		{path: "/clusters/root:a%00/api", err: true},
+	}
+	for _, c := range cases {
+		n, rest, err := Split(c.path)
+		if c.err {
+			if err == nil {
+				t.Errorf("Split(%q) = %q %q, want an error", c.path, n, rest)
+			}
+			continue
+		}
+		if err != nil || string(n) != c.cluster || rest != c.rest {
+			t.Errorf("Split(%q) = %q %q %v, want %q %q", c.path, n, rest, err, c.cluster, c.rest)
+		}
+	}
+}
+
+func TestFilter(t *testing.T) {
+	var gotPath string
+	var gotCluster logicalcluster.Name
+	h := WithLogicalCluster(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotPath = r.URL.Path
+		gotCluster, _ = logicalcluster.From(r.Context())
+	}))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/clusters/root:a/api/v1/namespaces/x%2Fy/configmaps", nil))
+	if rec.Code != 200 || gotCluster != "root:a" || gotPath != "/api/v1/namespaces/x/y/configmaps" {
+		t.Errorf("got %d %q %q", rec.Code, gotCluster, gotPath)
+	}
+	for _, m := range []string{"POST", "PUT", "PATCH", "DELETE"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(m, "/clusters/*/api/v1/configmaps", nil))
+		if rec.Code != http.StatusMethodNotAllowed || !strings.Contains(rec.Body.String(), "all logical clusters") {
+			t.Errorf("%s on wildcard: %d %s", m, rec.Code, rec.Body)
+		}
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/clusters/root%2Fa/api", nil))
+	if rec.Code != 400 || !strings.Contains(rec.Body.String(), `"kind":"Status"`) {
+		t.Errorf("invalid cluster: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// FuzzSplit checks that a cluster Split accepts is always valid and that the
+// rest of the path never starts inside the cluster segment.
+func FuzzSplit(f *testing.F) {
+	for _, s := range []string{"/clusters/root:a/api", "/clusters/root%2Fa/x", "/api", "/clusters/*/api", "/clusters/root:a%2f..%2f"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		n, rest, err := Split(p)
+		if err != nil {
+			return
+		}
+		if _, perr := logicalcluster.Parse(string(n)); perr != nil {
+			t.Fatalf("Split(%q) returned invalid cluster %q", p, n)
+		}
+		if strings.HasPrefix(p, "/clusters/") && !strings.HasSuffix(p, rest) && rest != "/" {
+			t.Fatalf("Split(%q) rest %q is not a suffix", p, rest)
+		}
+	})
+}

@@ -1,0 +1,204 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/keyutil"
+
+	"github.com/kcpsql/kcp/test/e2e/framework"
+)
+
+// userClient returns an HTTP client authenticating with a client certificate
+// signed by the server's CA for the given user and groups.
+func userClient(t *testing.T, s *framework.Server, user string, groups ...string) *http.Client {
+	t.Helper()
+	caPEM, err := os.ReadFile(filepath.Join(s.RootDir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(caPEM)
+	ca, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caKey, err := keyutil.PrivateKeyFromFile(filepath.Join(s.RootDir, "ca.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: user, Organization: groups},
+		NotBefore:    time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}}}
+}
+
+func do(t *testing.T, c *http.Client, method, url, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestCrossClusterAttempts is a table of requests that try to reach another
+// logical cluster's data; each must fail and leak nothing.
+func TestCrossClusterAttempts(t *testing.T) {
+	s := framework.StartServer(t, "")
+	ctx := context.Background()
+	secret := "s3cr3t-of-team-b"
+	b := s.Client("root:team-b")
+	if _, err := b.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vault"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CoreV1().Secrets("vault").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "key", Namespace: "vault"},
+		StringData: map[string]string{"k": secret}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	admin := userClient(t, s, "admin-2", "system:masters")
+	alice := userClient(t, s, "alice", "devs")
+	u := s.URL()
+
+	cases := []struct {
+		name   string
+		client *http.Client
+		method string
+		path   string
+		body   string
+		codes  []int
+	}{
+		{"encoded slash in cluster", admin, "GET", "/clusters/root:team-a%2F..%2Froot:team-b/api/v1/namespaces/vault/secrets", "", []int{400}},
+		{"encoded slash joining paths", admin, "GET", "/clusters/root%2Fapi/v1/namespaces/vault/secrets", "", []int{400}},
+		{"dot-dot after cluster", admin, "GET", "/clusters/root:team-a/../root:team-b/api/v1/namespaces/vault/secrets", "", []int{400, 404}},
+		{"encoded dot-dot after cluster", admin, "GET", "/clusters/root:team-a/%2e%2e/root:team-b/api/v1/namespaces/vault/secrets", "", []int{400, 404}},
+		{"doubled prefix", admin, "GET", "/clusters/root:team-a/clusters/root:team-b/api/v1/namespaces/vault/secrets", "", []int{404}},
+		{"upper case cluster", admin, "GET", "/clusters/ROOT:TEAM-B/api/v1/namespaces/vault/secrets", "", []int{400}},
+		{"cluster not under root", admin, "GET", "/clusters/team-b/api/v1/namespaces/vault/secrets", "", []int{400}},
+		{"empty segment", admin, "GET", "/clusters/root::team-b/api/v1/namespaces/vault/secrets", "", []int{400}},
+		{"empty cluster", admin, "GET", "/clusters//api/v1/namespaces/vault/secrets", "", []int{400}},
+		{"slash in name", admin, "GET", "/clusters/root:team-a/api/v1/namespaces/vault/secrets/..%2F..%2F..%2Froot:team-b%2Fvault%2Fkey", "", []int{400, 404}},
+		{"wildcard get of one object", admin, "GET", "/clusters/*/api/v1/namespaces/vault/secrets/key", "", []int{400, 403}},
+		{"wildcard namespaced list", admin, "GET", "/clusters/*/api/v1/namespaces/vault/secrets", "", []int{400}},
+		{"wildcard create", admin, "POST", "/clusters/*/api/v1/namespaces/vault/secrets", `{"metadata":{"name":"x"}}`, []int{405}},
+		{"wildcard delete", admin, "DELETE", "/clusters/*/api/v1/namespaces/vault/secrets/key", "", []int{405}},
+		{"wildcard list without privilege", alice, "GET", "/clusters/*/api/v1/secrets", "", []int{403}},
+		{"wildcard watch without privilege", alice, "GET", "/clusters/*/api/v1/secrets?watch=true", "", []int{403}},
+		{"wildcard discovery without privilege", alice, "GET", "/clusters/*/api/v1", "", []int{403}},
+		{"unprivileged user in another cluster", alice, "GET", "/clusters/root:team-b/api/v1/namespaces/vault/secrets", "", []int{403}},
+		{"unprivileged watch in another cluster", alice, "GET", "/clusters/root:team-b/api/v1/secrets?watch=true", "", []int{403}},
+		{"list in a sibling sees nothing", admin, "GET", "/clusters/root:team-a/api/v1/namespaces/vault/secrets", "", []int{200}},
+		{"get in a prefix-named sibling", admin, "GET", "/clusters/root:team/api/v1/namespaces/vault/secrets/key", "", []int{404}},
+		{"get in a longer-named sibling", admin, "GET", "/clusters/root:team-bb/api/v1/namespaces/vault/secrets/key", "", []int{404}},
+		{"get in the parent", admin, "GET", "/clusters/root/api/v1/namespaces/vault/secrets/key", "", []int{404}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, body := do(t, tc.client, tc.method, u+tc.path, tc.body)
+			ok := false
+			for _, c := range tc.codes {
+				ok = ok || c == code
+			}
+			if !ok {
+				t.Errorf("%s %s: got %d, want one of %v: %s", tc.method, tc.path, code, tc.codes, body)
+			}
+			if strings.Contains(body, "czNjcjN0") || strings.Contains(body, secret) || strings.Contains(body, `"name": "key"`) {
+				t.Errorf("%s %s leaked team-b's secret: %s", tc.method, tc.path, body)
+			}
+		})
+	}
+
+	// Headers never select a cluster.
+	for _, h := range []string{"X-Kubernetes-Cluster", "X-Kcp-Cluster", "Kcp-Cluster"} {
+		req, _ := http.NewRequest("GET", u+"/api/v1/namespaces/vault/secrets/key", nil)
+		req.Header.Set(h, "root:team-b")
+		resp, err := admin.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 404 {
+			t.Errorf("header %s selected a cluster: %d %s", h, resp.StatusCode, body)
+		}
+	}
+
+	// The privileged wildcard list works and names each object's cluster.
+	code, body := do(t, admin, "GET", u+"/clusters/*/api/v1/secrets", "")
+	if code != 200 || !strings.Contains(body, `"kcp.io/cluster":"root:team-b"`) {
+		t.Errorf("privileged wildcard list: %d %s", code, body)
+	}
+	// Wildcard reads of discovery work for the privileged.
+	if code, body := do(t, admin, "GET", u+"/clusters/*/api/v1", ""); code != 200 {
+		t.Errorf("privileged wildcard discovery: %d %s", code, body)
+	}
+}
+
+// TestBadDatastore starts kcp on datastores that cannot work; each fails fast
+// with a message naming the datastore and the fix.
+func TestBadDatastore(t *testing.T) {
+	kcp, _ := framework.Binaries(t)
+	cases := []struct{ datastore, want string }{
+		{"mysql://root@127.0.0.1/kcp", "is not understood"},
+		{"postgres://kcp:hunter2@127.0.0.1:1/kcp", "unreachable"},
+		{"postgres://127.0.0.1:5432/", "names no database"},
+		{"sqlite:///proc/forbidden/kcp.db", "sqlite:///proc/forbidden/kcp.db"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.datastore, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := execCommand(ctx, kcp, "start", "--root-dir", t.TempDir(), "--secure-port", fmt.Sprint(framework.FreePort(t)), "--datastore", tc.datastore)
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("kcp started on %s", tc.datastore)
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("kcp did not fail fast on %s", tc.datastore)
+			}
+			if !strings.Contains(string(out), tc.want) {
+				t.Errorf("error for %s does not say %q:\n%s", tc.datastore, tc.want, out)
+			}
+			if strings.Contains(string(out), "hunter2") {
+				t.Errorf("error leaks the password:\n%s", out)
+			}
+		})
+	}
+}
