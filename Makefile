@@ -24,8 +24,8 @@ unit:
 e2e: build bin/kubectl
 	go test -count=1 -timeout 40m ./test/e2e/...
 
-conformance: build
-	test/conformance/run.sh
+conformance: build bin/kubectl
+	KCP_CONFORMANCE=1 go test -count=1 -v -timeout 90m ./test/conformance/
 
 lint:
 	go vet ./...

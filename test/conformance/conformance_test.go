@@ -1,0 +1,97 @@
+// Package conformance runs the upstream Kubernetes e2e specs listed in
+// ../shared/conformance (and our own lists here) against non-root logical
+// clusters of a real kcp. It runs with `make conformance` (KCP_CONFORMANCE=1):
+// it needs e2e.test, built once by ../shared/conformance/build.sh.
+package conformance
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kcpsql/kcp/test/e2e/framework"
+)
+
+func shared(t *testing.T) string {
+	dir := filepath.Join(framework.RepoRoot(), "..", "shared", "conformance")
+	if _, err := os.Stat(filepath.Join(dir, "run.sh")); err != nil {
+		t.Fatalf("../shared/conformance/run.sh not found next to the repository: %v", err)
+	}
+	return dir
+}
+
+// kubeconfigFor writes a kubeconfig whose server is one logical cluster.
+func kubeconfigFor(t *testing.T, s *framework.Server, cluster string) string {
+	cfg, err := clientcmd.LoadFromFile(s.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = s.URL() + "/clusters/" + cluster
+	}
+	p := filepath.Join(s.RootDir, strings.ReplaceAll(cluster, ":", "_")+".kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// specLists are the lists to run: KCP_CONFORMANCE_SPECS (comma-separated
+// paths) or the shared core list plus ours.
+func specLists(t *testing.T) []string {
+	if v := os.Getenv("KCP_CONFORMANCE_SPECS"); v != "" {
+		return strings.Split(v, ",")
+	}
+	return []string{filepath.Join(shared(t), "specs-core.txt")}
+}
+
+// TestConformance runs each list in two logical clusters at the same time.
+func TestConformance(t *testing.T) {
+	if os.Getenv("KCP_CONFORMANCE") != "1" {
+		t.Skip("conformance runs with `make conformance` (KCP_CONFORMANCE=1)")
+	}
+	dir := shared(t)
+	build := exec.Command(filepath.Join(dir, "build.sh"))
+	build.Dir = framework.RepoRoot()
+	build.Stderr = os.Stderr
+	out, err := build.Output()
+	if err != nil {
+		t.Fatalf("build.sh: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	bin := lines[len(lines)-1]
+
+	s := framework.StartServer(t, "")
+	clusters := []string{"root:conformance-a", "root:conformance-b"}
+	if os.Getenv("KCP_CONFORMANCE_SINGLE") == "1" {
+		clusters = clusters[:1]
+	}
+	for _, specs := range specLists(t) {
+		var wg sync.WaitGroup
+		results := make([]string, len(clusters))
+		errs := make([]error, len(clusters))
+		for i, c := range clusters {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cmd := exec.Command(filepath.Join(dir, "run.sh"), kubeconfigFor(t, s, c), specs)
+				cmd.Env = append(os.Environ(), "BIN="+bin, "OUTDIR="+filepath.Join(s.RootDir, "conformance-"+strings.ReplaceAll(c, ":", "_")+"-"+filepath.Base(specs)))
+				o, err := cmd.CombinedOutput()
+				results[i], errs[i] = string(o), err
+			}()
+		}
+		wg.Wait()
+		for i, c := range clusters {
+			fmt.Printf("=== %s in %s\n%s\n", filepath.Base(specs), c, results[i])
+			if errs[i] != nil {
+				t.Errorf("%s in %s: %v", filepath.Base(specs), c, errs[i])
+			}
+		}
+	}
+}
