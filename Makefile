@@ -4,7 +4,7 @@ K8S_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/ve
 GOFLAGS_BUILD := -ldflags "-s -w $(K8S_LDFLAGS)"
 export CGO_ENABLED := 1
 
-.PHONY: build run test unit e2e conformance bench lint clean
+.PHONY: build run test unit e2e conformance bench bench-quick lint clean
 
 build:
 	go build $(GOFLAGS_BUILD) -o bin/ ./cmd/kcp
@@ -33,3 +33,9 @@ lint:
 
 clean:
 	rm -rf bin
+
+bench: build
+	go run ./test/bench -write docs/performance.md
+
+bench-quick: build
+	go run ./test/bench -creates 500 -clusters 4

@@ -25,6 +25,7 @@ import (
 	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
 
 	"github.com/kcpsql/kcp/server/pki"
+	"github.com/kcpsql/kcp/server/satokens"
 	"github.com/kcpsql/kcp/storage/datastore"
 	"github.com/kcpsql/kcp/storage/embeddedkine"
 )
@@ -36,6 +37,8 @@ type Options struct {
 	// Upstream holds the generic control plane's options; kcp sets the
 	// storage, serving, authentication and service-account defaults.
 	Upstream *cpoptions.Options
+	// TokenGetter resolves service-account tokens in the request's cluster.
+	TokenGetter *satokens.Getter
 }
 
 // clusterUnawarePlugins read their configuration through informers of the
@@ -60,7 +63,15 @@ func NewOptions() *Options {
 	up.Etcd.DefaultStorageMediaType = "application/json"
 	up.Authorization.Modes = []string{"RBAC"}
 	up.Admission.GenericAdmission.DisablePlugins = append(up.Admission.GenericAdmission.DisablePlugins, clusterUnawarePlugins...)
-	return &Options{RootDir: ".kcp", Upstream: up}
+	// Upstream caches token authentication results by token alone and
+	// validates in a context without the request's cluster; a result from
+	// one cluster would then be accepted in another. Service-account tokens
+	// are validated per request, in the request's cluster.
+	up.Authentication.TokenSuccessCacheTTL = 0
+	up.Authentication.TokenFailureCacheTTL = 0
+	tg := satokens.New()
+	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
+	return &Options{RootDir: ".kcp", Upstream: up, TokenGetter: tg}
 }
 
 // hiddenUpstreamGroups are flag groups kcp owns itself: storage is the
@@ -93,7 +104,8 @@ type CompletedOptions struct {
 	PKI       pki.Files
 	Upstream  cpoptions.CompletedOptions
 	// ServerURL is how local clients reach the server.
-	ServerURL string
+	ServerURL   string
+	TokenGetter *satokens.Getter
 }
 
 // Complete parses the datastore, creates missing credentials and completes
@@ -149,7 +161,7 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CompletedOptions{RootDir: root, Datastore: ds, PKI: files, Upstream: completed, ServerURL: serverURL}, nil
+	return &CompletedOptions{RootDir: root, Datastore: ds, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter}, nil
 }
 
 // Validate reports every invalid option.

@@ -48,7 +48,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	if err != nil {
 		return err
 	}
-	chain, err := genericcp.CreateServerChain(completed)
+	chain, err := createServerChain(completed)
 	if err != nil {
 		return err
 	}
@@ -58,6 +58,10 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 			return err
 		}
 		go c.Run(hc.Context, 2)
+		return nil
+	})
+	chain.GenericAPIServer.AddPostStartHookOrDie("kcp-service-account-tokens", func(hc genericapiserver.PostStartHookContext) error {
+		o.TokenGetter.SetLoopback(hc.LoopbackClientConfig)
 		return nil
 	})
 	chain.GenericAPIServer.AddPostStartHookOrDie("kcp-ready-message", func(hc genericapiserver.PostStartHookContext) error {

@@ -202,3 +202,15 @@ func TestBadDatastore(t *testing.T) {
 		})
 	}
 }
+
+// insecureClient trusts the server's CA and presents no client certificate.
+func insecureClient(t *testing.T, s *framework.Server) *http.Client {
+	t.Helper()
+	caPEM, err := os.ReadFile(filepath.Join(s.RootDir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+}

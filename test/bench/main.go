@@ -1,0 +1,310 @@
+// Command bench measures kcp on SQL with the real binary: start-up time (cold
+// and warm), idle RSS, and create throughput and latency with concurrent
+// clients, on SQLite and PostgreSQL. It prints a Markdown table and, with
+// -write, replaces the generated section of docs/performance.md.
+//
+//	make bench                 # full sizes
+//	make bench-quick           # small sizes, a minute or two
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+var (
+	kcpBin   = flag.String("kcp", "bin/kcp", "path to the kcp binary")
+	creates  = flag.Int("creates", 4000, "configmaps to create per datastore")
+	clients  = flag.Int("clients", 16, "concurrent clients")
+	clusters = flag.Int("clusters", 16, "logical clusters the creates are spread over")
+	pgDSN    = flag.String("postgres", envOr("KCP_TEST_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL server for the postgres runs ('' to skip)")
+	write    = flag.String("write", "", "Markdown file whose generated section is replaced with the results")
+)
+
+func envOr(k, d string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return d
+}
+
+type result struct {
+	datastore            string
+	coldStart, warmStart time.Duration
+	idleRSSMiB           float64
+	createsPerSec        float64
+	p50, p99             time.Duration
+	rssAfterMiB          float64
+}
+
+func main() {
+	flag.Parse()
+	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }
+	var results []result
+	dss := []string{"sqlite"}
+	if *pgDSN != "" {
+		dss = append(dss, "postgres")
+	}
+	for _, d := range dss {
+		log("== %s", d)
+		r, err := run(d, log)
+		if err != nil {
+			log("bench on %s failed: %v", d, err)
+			os.Exit(1)
+		}
+		results = append(results, r)
+	}
+	table := render(results)
+	fmt.Print(table)
+	if *write != "" {
+		if err := replaceSection(*write, table); err != nil {
+			log("writing %s: %v", *write, err)
+			os.Exit(1)
+		}
+		log("updated %s", *write)
+	}
+}
+
+type server struct {
+	cmd  *exec.Cmd
+	dir  string
+	port int
+	ds   string
+	done chan struct{}
+}
+
+func freePort() int {
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func (s *server) start() (time.Duration, error) {
+	args := []string{"start", "--root-dir", s.dir, "--secure-port", fmt.Sprint(s.port)}
+	if s.ds != "" {
+		args = append(args, "--datastore", s.ds)
+	}
+	logf, _ := os.OpenFile(filepath.Join(s.dir+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	t0 := time.Now()
+	s.cmd = exec.Command(*kcpBin, args...)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if err := s.cmd.Start(); err != nil {
+		return 0, err
+	}
+	s.done = make(chan struct{})
+	go func() { s.cmd.Wait(); logf.Close(); close(s.done) }()
+	for time.Since(t0) < 2*time.Minute {
+		select {
+		case <-s.done:
+			return 0, fmt.Errorf("kcp exited; see %s.log", s.dir)
+		default:
+		}
+		if c, err := s.client("root"); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err = c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			cancel()
+			if err == nil {
+				return time.Since(t0), nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("not ready after 2 minutes")
+}
+
+func (s *server) stop() {
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	<-s.done
+}
+
+func (s *server) config(cluster string) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(s.dir, "admin.kubeconfig"))
+	if err != nil {
+		return nil, err
+	}
+	cfg.Host = fmt.Sprintf("https://127.0.0.1:%d/clusters/%s", s.port, cluster)
+	cfg.QPS, cfg.Burst = -1, 0
+	return cfg, nil
+}
+
+func (s *server) client(cluster string) (*kubernetes.Clientset, error) {
+	cfg, err := s.config(cluster)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+func rssMiB(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			var kb float64
+			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:")), "%f", &kb)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func freshPostgres() (string, func(), error) {
+	db, err := sql.Open("pgx", *pgDSN)
+	if err != nil {
+		return "", nil, err
+	}
+	name := fmt.Sprintf("kcp_bench_%d", time.Now().UnixNano())
+	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
+		return "", nil, fmt.Errorf("PostgreSQL at %s: %v", *pgDSN, err)
+	}
+	u, _ := url.Parse(*pgDSN)
+	u.Path = "/" + name
+	return u.String(), func() { db.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)"); db.Close() }, nil
+}
+
+func run(kind string, log func(string, ...any)) (result, error) {
+	r := result{datastore: kind}
+	tmp, err := os.MkdirTemp("", "kcp-bench-")
+	if err != nil {
+		return r, err
+	}
+	defer os.RemoveAll(tmp)
+	s := &server{dir: filepath.Join(tmp, "root"), port: freePort()}
+	if kind == "postgres" {
+		dsn, drop, err := freshPostgres()
+		if err != nil {
+			return r, err
+		}
+		defer drop()
+		s.ds = dsn
+	}
+	if r.coldStart, err = s.start(); err != nil {
+		return r, err
+	}
+	log("cold start %s", r.coldStart)
+	time.Sleep(5 * time.Second)
+	r.idleRSSMiB = rssMiB(s.cmd.Process.Pid)
+
+	ctx := context.Background()
+	cs := make([]*kubernetes.Clientset, *clusters)
+	for i := range cs {
+		c, err := s.client(fmt.Sprintf("root:bench-%d", i))
+		if err != nil {
+			return r, err
+		}
+		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
+			return r, err
+		}
+		cs[i] = c
+	}
+	lat := make([]time.Duration, *creates)
+	var wg sync.WaitGroup
+	var firstErr error
+	var mu sync.Mutex
+	next := make(chan int)
+	t0 := time.Now()
+	for w := 0; w < *clients; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				c := cs[i%len(cs)]
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i)}, Data: map[string]string{"k": strings.Repeat("v", 256)}}
+				st := time.Now()
+				_, err := c.CoreV1().ConfigMaps("bench").Create(ctx, cm, metav1.CreateOptions{})
+				lat[i] = time.Since(st)
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := 0; i < *creates; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	elapsed := time.Since(t0)
+	if firstErr != nil {
+		return r, firstErr
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	r.createsPerSec = float64(*creates) / elapsed.Seconds()
+	r.p50, r.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
+	r.rssAfterMiB = rssMiB(s.cmd.Process.Pid)
+	log("creates/s %.0f p50 %s p99 %s", r.createsPerSec, r.p50, r.p99)
+	s.stop()
+	if r.warmStart, err = s.start(); err != nil {
+		return r, err
+	}
+	log("warm start %s", r.warmStart)
+	s.stop()
+	return r, nil
+}
+
+func cpuModel() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "model name") {
+			return strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
+		}
+	}
+	return "unknown CPU"
+}
+
+func render(rs []result) string {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "Measured %s on %d cores (%s), %s, with `go run ./test/bench -creates %d -clients %d -clusters %d`.\n\n",
+		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), cpuModel(), runtime.Version(), *creates, *clients, *clusters)
+	fmt.Fprintf(&b, "| datastore | cold start to /readyz | warm start | idle RSS | creates/s (%d clients) | create p50 | create p99 | RSS after creates |\n", *clients)
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		fmt.Fprintf(&b, "| %s | %s | %s | %.0f MiB | %.0f | %s | %s | %.0f MiB |\n", r.datastore,
+			r.coldStart.Round(10*time.Millisecond), r.warmStart.Round(10*time.Millisecond), r.idleRSSMiB,
+			r.createsPerSec, r.p50.Round(100*time.Microsecond), r.p99.Round(100*time.Microsecond), r.rssAfterMiB)
+	}
+	return b.String()
+}
+
+const startMark, endMark = "<!-- bench:start -->", "<!-- bench:end -->"
+
+func replaceSection(path, table string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(b)
+	i, j := strings.Index(s, startMark), strings.Index(s, endMark)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no %s ... %s section", path, startMark, endMark)
+	}
+	s = s[:i+len(startMark)] + "\n" + table + s[j:]
+	return os.WriteFile(path, []byte(s), 0o644)
+}

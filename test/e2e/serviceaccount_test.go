@@ -1,0 +1,63 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcpsql/kcp/test/e2e/framework"
+)
+
+// TestServiceAccountTokenIsBoundToItsCluster mints a token in one cluster and
+// replays it in another cluster that has a service account of the same name.
+func TestServiceAccountTokenIsBoundToItsCluster(t *testing.T) {
+	s := framework.StartServer(t, "")
+	ctx := context.Background()
+	a, b := "root:sa-a", "root:sa-b"
+	for _, c := range []string{a, b} {
+		s.Kubectl(c, "create", "namespace", "apps")
+		s.Kubectl(c, "-n", "apps", "create", "serviceaccount", "robot")
+	}
+	token := strings.TrimSpace(s.Kubectl(a, "-n", "apps", "create", "token", "robot"))
+	if token == "" {
+		t.Fatal("no token")
+	}
+	review := func(cluster string) *authenticationv1.TokenReview {
+		r, err := s.Client(cluster).AuthenticationV1().TokenReviews().Create(ctx,
+			&authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := review(a); !r.Status.Authenticated || r.Status.User.Username != "system:serviceaccount:apps:robot" {
+		t.Errorf("token review in the issuing cluster: %+v", r.Status)
+	}
+	if r := review(b); r.Status.Authenticated {
+		t.Errorf("token minted in %s authenticated in %s: %+v", a, b, r.Status)
+	}
+	if r := review("root"); r.Status.Authenticated {
+		t.Errorf("token minted in %s authenticated in root: %+v", a, r.Status)
+	}
+	// Presented as a bearer token, it authenticates only where it was issued.
+	bearer := func(cluster string) int {
+		req, _ := http.NewRequest("GET", s.URL()+"/clusters/"+cluster+"/api/v1/namespaces/apps/serviceaccounts", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := insecureClient(t, s).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := bearer(b); code != http.StatusUnauthorized {
+		t.Errorf("bearer token of %s in %s: %d, want 401", a, b, code)
+	}
+	if code := bearer(a); code != http.StatusForbidden {
+		t.Errorf("bearer token of %s in %s: %d, want 403 (authenticated, not authorized)", a, a, code)
+	}
+}
