@@ -153,4 +153,3 @@ func newVersionCommand() *cobra.Command {
 }
 
 var kcpVersion = "v0.1.0-dev"
-
