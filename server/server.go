@@ -7,13 +7,16 @@ import (
 	"time"
 
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
+	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 
 	"github.com/kcpsql/kcp/migrations"
 	"github.com/kcpsql/kcp/server/clusterauthz"
+	"github.com/kcpsql/kcp/server/clusterrbac"
 	"github.com/kcpsql/kcp/server/controllers/namespacedeletion"
 	"github.com/kcpsql/kcp/server/routing"
 	"github.com/kcpsql/kcp/storage/clusterstore"
@@ -43,7 +46,8 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	if err != nil {
 		return err
 	}
-	makeClusterAware(config)
+	rbac := clusterrbac.New()
+	makeClusterAware(config, rbac)
 	completed, err := config.Complete()
 	if err != nil {
 		return err
@@ -58,6 +62,22 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 			return err
 		}
 		go c.Run(hc.Context, 2)
+		return nil
+	})
+	chain.GenericAPIServer.AddPostStartHookOrDie("kcp-cluster-rbac", func(hc genericapiserver.PostStartHookContext) error {
+		return rbac.Start(hc.Context, hc.LoopbackClientConfig)
+	})
+	chain.GenericAPIServer.AddPostStartHookOrDie("kcp-root-clusterrole-aggregation", func(hc genericapiserver.PostStartHookContext) error {
+		// Fills admin, edit and view (and other aggregated ClusterRoles) in
+		// root; every logical cluster shares them through clusterrbac.
+		client, err := kubernetes.NewForConfig(hc.LoopbackClientConfig)
+		if err != nil {
+			return err
+		}
+		factory := informers.NewSharedInformerFactory(client, 0)
+		c := clusterroleaggregation.NewClusterRoleAggregation(factory.Rbac().V1().ClusterRoles(), client.RbacV1())
+		factory.Start(hc.Context.Done())
+		go c.Run(hc.Context, 1)
 		return nil
 	})
 	chain.GenericAPIServer.AddPostStartHookOrDie("kcp-service-account-tokens", func(hc genericapiserver.PostStartHookContext) error {
@@ -86,7 +106,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 // makeClusterAware hooks our layers into the upstream configuration: every
 // server's storage goes through clusterstore, every authorizer through
 // clusterauthz, and the outermost handler chain starts with routing.
-func makeClusterAware(c *genericcp.Config) {
+func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer) {
 	c.ControlPlane.Generic.RESTOptionsGetter = clusterstore.Wrap(c.ControlPlane.Generic.RESTOptionsGetter)
 	c.APIExtensions.GenericConfig.RESTOptionsGetter = clusterstore.Wrap(c.APIExtensions.GenericConfig.RESTOptionsGetter)
 	c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter = clusterstore.Wrap(c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter)
@@ -98,11 +118,11 @@ func makeClusterAware(c *genericcp.Config) {
 		&c.Aggregator.GenericConfig.Authorization,
 	} {
 		if authz.Authorizer != nil {
-			authz.Authorizer = clusterauthz.Authorizer{Delegate: authz.Authorizer}
+			authz.Authorizer = clusterauthz.Authorizer{Delegate: authz.Authorizer, Clusters: rbac}
 		}
 	}
 	if r := c.ControlPlane.Generic.RuleResolver; r != nil {
-		c.ControlPlane.Generic.RuleResolver = clusterauthz.RuleResolver{Delegate: r}
+		c.ControlPlane.Generic.RuleResolver = clusterauthz.RuleResolver{Delegate: r, Clusters: rbac}
 	}
 
 	inner := c.Aggregator.GenericConfig.BuildHandlerChainFunc

@@ -3,8 +3,9 @@
 //   - /clusters/* (all clusters) is for system:masters only, and only for
 //     reads: list and watch of resources, get of discovery and other
 //     non-resource paths;
-//   - outside root, only system:masters are authorized until per-cluster RBAC
-//     exists, so that bindings in root never grant access to another cluster.
+//   - outside root, system:masters are allowed and everyone else is
+//     authorized by the RBAC of that cluster alone (Clusters), so that
+//     bindings in root never grant access to another cluster.
 package clusterauthz
 
 import (
@@ -19,7 +20,10 @@ import (
 
 // Authorizer wraps the upstream authorizer chain.
 type Authorizer struct {
+	// Delegate is the upstream chain, used in root.
 	Delegate authorizer.Authorizer
+	// Clusters authorizes everyone but system:masters outside root.
+	Clusters authorizer.Authorizer
 }
 
 func privileged(u user.Info) bool {
@@ -44,15 +48,23 @@ func precheck(ctx context.Context, attr authorizer.Attributes) (authorizer.Decis
 			return authorizer.DecisionDeny, "only reads are allowed across all logical clusters (/clusters/*)", true
 		}
 		return authorizer.DecisionAllow, "", true
-	case cluster != logicalcluster.Root && !privileged(attr.GetUser()):
-		return authorizer.DecisionDeny, "logical cluster " + string(cluster) + " authorizes system:masters only", true
+	case cluster != logicalcluster.Root && privileged(attr.GetUser()):
+		return authorizer.DecisionAllow, "", true
 	}
 	return authorizer.DecisionNoOpinion, "", false
+}
+
+func outsideRoot(ctx context.Context) bool {
+	c, ok := logicalcluster.From(ctx)
+	return ok && c != logicalcluster.Root
 }
 
 func (a Authorizer) Authorize(ctx context.Context, attr authorizer.Attributes) (authorizer.Decision, string, error) {
 	if d, reason, ok := precheck(ctx, attr); ok {
 		return d, reason, nil
+	}
+	if outsideRoot(ctx) {
+		return a.Clusters.Authorize(ctx, attr)
 	}
 	return a.Delegate.Authorize(ctx, attr)
 }
@@ -60,6 +72,9 @@ func (a Authorizer) Authorize(ctx context.Context, attr authorizer.Attributes) (
 func (a Authorizer) ConditionsAwareAuthorize(ctx context.Context, attr authorizer.Attributes) authorizer.ConditionsAwareDecision {
 	if d, reason, ok := precheck(ctx, attr); ok {
 		return authorizer.ConditionsAwareDecisionFromParts(d, reason, nil)
+	}
+	if outsideRoot(ctx) {
+		return a.Clusters.ConditionsAwareAuthorize(ctx, attr)
 	}
 	return a.Delegate.ConditionsAwareAuthorize(ctx, attr)
 }
@@ -71,12 +86,12 @@ func (a Authorizer) EvaluateConditions(ctx context.Context, d authorizer.Conditi
 // RuleResolver answers SelfSubjectRulesReview under the same rules.
 type RuleResolver struct {
 	Delegate authorizer.RuleResolver
+	Clusters authorizer.RuleResolver
 }
 
 func (r RuleResolver) RulesFor(ctx context.Context, u user.Info, namespace string) ([]authorizer.ResourceRuleInfo, []authorizer.NonResourceRuleInfo, bool, error) {
-	cluster, ok := logicalcluster.From(ctx)
-	if ok && cluster != logicalcluster.Root && !privileged(u) {
-		return nil, nil, true, nil
+	if outsideRoot(ctx) {
+		return r.Clusters.RulesFor(ctx, u, namespace)
 	}
 	return r.Delegate.RulesFor(ctx, u, namespace)
 }

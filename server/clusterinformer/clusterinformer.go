@@ -72,10 +72,41 @@ func ForCluster(cfg *rest.Config, cluster logicalcluster.Name) *rest.Config {
 	return c
 }
 
-// New returns an informer over lw whose cache uses KeyFunc and which calls
-// handler for every change.
-func New(lw cache.ListerWatcher, objType runtime.Object, handler cache.ResourceEventHandler) (cache.Indexer, cache.Controller) {
-	indexer := cache.NewIndexer(KeyFunc, cache.Indexers{})
+// Index names for the indexers below.
+const (
+	ByCluster          = "cluster"
+	ByClusterNamespace = "cluster-namespace"
+)
+
+// ClusterIndexers index objects by cluster and by cluster and namespace
+// ("<cluster>|<namespace>").
+var ClusterIndexers = cache.Indexers{
+	ByCluster: func(obj interface{}) ([]string, error) {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return nil, err
+		}
+		return []string{string(ClusterOf(m))}, nil
+	},
+	ByClusterNamespace: func(obj interface{}) ([]string, error) {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return nil, err
+		}
+		return []string{string(ClusterOf(m)) + "|" + m.GetNamespace()}, nil
+	},
+}
+
+// New returns an informer over lw whose cache uses KeyFunc and the given
+// indexers and which calls handler (if any) for every change.
+func New(lw cache.ListerWatcher, objType runtime.Object, indexers cache.Indexers, handler cache.ResourceEventHandler) (cache.Indexer, cache.Controller) {
+	if indexers == nil {
+		indexers = cache.Indexers{}
+	}
+	if handler == nil {
+		handler = cache.ResourceEventHandlerFuncs{}
+	}
+	indexer := cache.NewIndexer(KeyFunc, indexers)
 	fifo := cache.NewDeltaFIFOWithOptions(cache.DeltaFIFOOptions{
 		KeyFunction:           KeyFunc,
 		KnownObjects:          indexer,

@@ -42,7 +42,7 @@ func NewController(loopback *rest.Config) (*Controller, error) {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: name}),
 	}
 	lw := cache.NewListWatchFromClient(wildcard.CoreV1().RESTClient(), "namespaces", "", fields.Everything())
-	c.indexer, c.informer = clusterinformer.New(lw, &corev1.Namespace{}, cache.ResourceEventHandlerFuncs{
+	c.indexer, c.informer = clusterinformer.New(lw, &corev1.Namespace{}, nil, cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
 		UpdateFunc: func(_, obj interface{}) { c.enqueue(obj) },
 	})
