@@ -7,20 +7,20 @@ import (
 	"time"
 
 	genericapiserver "k8s.io/apiserver/pkg/server"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
-	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 
 	"github.com/kcpsql/kcp/migrations"
 	"github.com/kcpsql/kcp/server/clusterauthz"
 	"github.com/kcpsql/kcp/server/clusterrbac"
-	"github.com/kcpsql/kcp/server/controllers/namespacedeletion"
+	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/routing"
+	"github.com/kcpsql/kcp/storage/clusterdata"
 	"github.com/kcpsql/kcp/storage/clusterstore"
 	"github.com/kcpsql/kcp/storage/embeddedkine"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
 // Run migrates the datastore, starts kine and serves until ctx ends; then it
@@ -46,8 +46,8 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	if err != nil {
 		return err
 	}
-	rbac := clusterrbac.New()
-	makeClusterAware(config, rbac)
+	rbac, clusters := clusterrbac.New(), logicalclusters.New()
+	makeClusterAware(config, rbac, clusters)
 	completed, err := config.Complete()
 	if err != nil {
 		return err
@@ -56,34 +56,15 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	if err != nil {
 		return err
 	}
-	chain.GenericAPIServer.AddPostStartHookOrDie("kcp-namespace-deletion", func(hc genericapiserver.PostStartHookContext) error {
-		c, err := namespacedeletion.NewController(hc.LoopbackClientConfig)
-		if err != nil {
-			return err
-		}
-		go c.Run(hc.Context, 2)
-		return nil
-	})
-	chain.GenericAPIServer.AddPostStartHookOrDie("kcp-cluster-rbac", func(hc genericapiserver.PostStartHookContext) error {
-		return rbac.Start(hc.Context, hc.LoopbackClientConfig)
-	})
-	chain.GenericAPIServer.AddPostStartHookOrDie("kcp-root-clusterrole-aggregation", func(hc genericapiserver.PostStartHookContext) error {
-		// Fills admin, edit and view (and other aggregated ClusterRoles) in
-		// root; every logical cluster shares them through clusterrbac.
-		client, err := kubernetes.NewForConfig(hc.LoopbackClientConfig)
-		if err != nil {
-			return err
-		}
-		factory := informers.NewSharedInformerFactory(client, 0)
-		c := clusterroleaggregation.NewClusterRoleAggregation(factory.Rbac().V1().ClusterRoles(), client.RbacV1())
-		factory.Start(hc.Context.Done())
-		go c.Run(hc.Context, 1)
-		return nil
-	})
-	chain.GenericAPIServer.AddPostStartHookOrDie("kcp-service-account-tokens", func(hc genericapiserver.PostStartHookContext) error {
-		o.TokenGetter.SetLoopback(hc.LoopbackClientConfig)
-		return nil
-	})
+	db, err := o.Datastore.Open()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	deleteClusterData := func(ctx context.Context, c logicalcluster.Name) (int, error) {
+		return clusterdata.DeleteAll(ctx, db, o.Datastore.Dialect, kine, c)
+	}
+	addControllers(chain.GenericAPIServer, o, rbac, clusters, deleteClusterData)
 	chain.GenericAPIServer.AddPostStartHookOrDie("kcp-ready-message", func(hc genericapiserver.PostStartHookContext) error {
 		go func() {
 			if waitReady(hc.Context, hc.LoopbackClientConfig) {
@@ -106,7 +87,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 // makeClusterAware hooks our layers into the upstream configuration: every
 // server's storage goes through clusterstore, every authorizer through
 // clusterauthz, and the outermost handler chain starts with routing.
-func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer) {
+func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry) {
 	c.ControlPlane.Generic.RESTOptionsGetter = clusterstore.Wrap(c.ControlPlane.Generic.RESTOptionsGetter)
 	c.APIExtensions.GenericConfig.RESTOptionsGetter = clusterstore.Wrap(c.APIExtensions.GenericConfig.RESTOptionsGetter)
 	c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter = clusterstore.Wrap(c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter)
@@ -118,7 +99,7 @@ func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer) {
 		&c.Aggregator.GenericConfig.Authorization,
 	} {
 		if authz.Authorizer != nil {
-			authz.Authorizer = clusterauthz.Authorizer{Delegate: authz.Authorizer, Clusters: rbac}
+			authz.Authorizer = clusterauthz.Authorizer{Delegate: authz.Authorizer, Clusters: rbac, Exists: clusters.Exists}
 		}
 	}
 	if r := c.ControlPlane.Generic.RuleResolver; r != nil {

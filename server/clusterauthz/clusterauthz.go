@@ -1,22 +1,35 @@
 // Package clusterauthz owns the authorization rules that depend on the logical
-// cluster of a request and run before the upstream authorizers:
-//   - /clusters/* (all clusters) is for system:masters only, and only for
-//     reads: list and watch of resources, get of discovery and other
-//     non-resource paths;
-//   - outside root, system:masters are allowed and everyone else is
-//     authorized by the RBAC of that cluster alone (Clusters), so that
-//     bindings in root never grant access to another cluster.
+// cluster of a request and run before RBAC:
+//   - /clusters/* (all clusters) is for reading only (list and watch of
+//     resources, get of discovery), by system:masters and by identities that
+//     root's authorizer allows the non-resource URL "/clusters/*";
+//   - a logical cluster other than root must exist; only the server itself
+//     (system:apiserver) may act in one that does not, to bootstrap it;
+//   - system:masters may do anything in every existing cluster;
+//   - everyone else must be allowed the verb "access" on workspaces/content
+//     of the cluster's workspace in its parent (service accounts of the
+//     cluster itself are inside already), and is then authorized by the RBAC
+//     of that cluster alone (Clusters), so bindings in root never grant
+//     anything in another cluster.
 package clusterauthz
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
+	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
+
+// WildcardPath is the non-resource URL that root's RBAC must allow for
+// reads across all logical clusters.
+const WildcardPath = "/clusters/*"
 
 // Authorizer wraps the upstream authorizer chain.
 type Authorizer struct {
@@ -24,34 +37,83 @@ type Authorizer struct {
 	Delegate authorizer.Authorizer
 	// Clusters authorizes everyone but system:masters outside root.
 	Clusters authorizer.Authorizer
+	// Exists reports whether a logical cluster exists.
+	Exists func(logicalcluster.Name) bool
 }
 
 func privileged(u user.Info) bool {
 	return u != nil && slices.Contains(u.GetGroups(), user.SystemPrivilegedGroup)
 }
 
-// precheck decides the requests whose answer depends on the cluster alone.
-func precheck(ctx context.Context, attr authorizer.Attributes) (authorizer.Decision, string, bool) {
+// precheck decides the requests whose answer depends on the cluster; the
+// rest go to Delegate (root) or Clusters (elsewhere).
+func (a Authorizer) precheck(ctx context.Context, attr authorizer.Attributes) (authorizer.Decision, string, bool) {
 	cluster, ok := logicalcluster.From(ctx)
 	if !ok {
 		cluster = logicalcluster.Root
 	}
+	u := attr.GetUser()
 	switch {
 	case cluster.IsWildcard():
-		if !privileged(attr.GetUser()) {
-			return authorizer.DecisionDeny, "requests across all logical clusters (/clusters/*) are reserved to system:masters", true
-		}
 		if attr.IsResourceRequest() && attr.GetVerb() != "list" && attr.GetVerb() != "watch" {
 			return authorizer.DecisionDeny, "only list and watch are allowed across all logical clusters (/clusters/*)", true
 		}
 		if !attr.IsResourceRequest() && attr.GetVerb() != "get" {
 			return authorizer.DecisionDeny, "only reads are allowed across all logical clusters (/clusters/*)", true
 		}
+		if privileged(u) || a.wildcardReader(ctx, u, attr.GetVerb()) {
+			return authorizer.DecisionAllow, "", true
+		}
+		return authorizer.DecisionDeny, "reads across all logical clusters (/clusters/*) need the non-resource URL " + WildcardPath + " granted in root", true
+	case cluster == logicalcluster.Root:
+		return authorizer.DecisionNoOpinion, "", false
+	case a.Exists != nil && !a.Exists(cluster) && (u == nil || u.GetName() != user.APIServerUser):
+		return authorizer.DecisionDeny, fmt.Sprintf("logical cluster %s does not exist", cluster), true
+	case privileged(u):
 		return authorizer.DecisionAllow, "", true
-	case cluster != logicalcluster.Root && privileged(attr.GetUser()):
-		return authorizer.DecisionAllow, "", true
+	case !a.mayAccess(ctx, cluster, u):
+		return authorizer.DecisionDeny, fmt.Sprintf("logical cluster %s does not exist or %q may not access it", cluster, u.GetName()), true
 	}
 	return authorizer.DecisionNoOpinion, "", false
+}
+
+// mayAccess checks the "access" verb on the cluster's workspace in its parent.
+func (a Authorizer) mayAccess(ctx context.Context, cluster logicalcluster.Name, u user.Info) bool {
+	if u == nil {
+		return false
+	}
+	if strings.HasPrefix(u.GetName(), serviceaccount.ServiceAccountUsernamePrefix) {
+		// Service-account tokens only authenticate in their own cluster.
+		return true
+	}
+	parent, ok := cluster.Parent()
+	if !ok {
+		return false
+	}
+	attr := authorizer.AttributesRecord{
+		User: u, Verb: "access", APIGroup: tenancy.Group, APIVersion: "*",
+		Resource: "workspaces", Subresource: "content", Name: cluster.Base(), ResourceRequest: true,
+	}
+	return a.authorizeIn(ctx, parent, attr)
+}
+
+func (a Authorizer) wildcardReader(ctx context.Context, u user.Info, verb string) bool {
+	if u == nil {
+		return false
+	}
+	attr := authorizer.AttributesRecord{User: u, Verb: verb, Path: WildcardPath, ResourceRequest: false}
+	return a.authorizeIn(ctx, logicalcluster.Root, attr)
+}
+
+func (a Authorizer) authorizeIn(ctx context.Context, cluster logicalcluster.Name, attr authorizer.Attributes) bool {
+	ctx = logicalcluster.WithCluster(ctx, cluster)
+	var d authorizer.Decision
+	if cluster == logicalcluster.Root {
+		d, _, _ = a.Delegate.Authorize(ctx, attr)
+	} else if a.Clusters != nil {
+		d, _, _ = a.Clusters.Authorize(ctx, attr)
+	}
+	return d == authorizer.DecisionAllow
 }
 
 func outsideRoot(ctx context.Context) bool {
@@ -60,7 +122,7 @@ func outsideRoot(ctx context.Context) bool {
 }
 
 func (a Authorizer) Authorize(ctx context.Context, attr authorizer.Attributes) (authorizer.Decision, string, error) {
-	if d, reason, ok := precheck(ctx, attr); ok {
+	if d, reason, ok := a.precheck(ctx, attr); ok {
 		return d, reason, nil
 	}
 	if outsideRoot(ctx) {
@@ -70,7 +132,7 @@ func (a Authorizer) Authorize(ctx context.Context, attr authorizer.Attributes) (
 }
 
 func (a Authorizer) ConditionsAwareAuthorize(ctx context.Context, attr authorizer.Attributes) authorizer.ConditionsAwareDecision {
-	if d, reason, ok := precheck(ctx, attr); ok {
+	if d, reason, ok := a.precheck(ctx, attr); ok {
 		return authorizer.ConditionsAwareDecisionFromParts(d, reason, nil)
 	}
 	if outsideRoot(ctx) {

@@ -16,7 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	_ "github.com/mattn/go-sqlite3" // the SQLite library kine uses (cgo)
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	_ "github.com/mattn/go-sqlite3"    // the SQLite library kine uses (cgo)
 )
 
 // Dialect is the SQL dialect of a datastore.
@@ -176,4 +177,13 @@ func unwrapPg(err error) error {
 		}
 	}
 	return err
+}
+
+// Open returns a database/sql handle on the datastore for read queries
+// (auditing, finding a cluster's keys). Writes go through kine only.
+func (d *Datastore) Open() (*sql.DB, error) {
+	if d.Dialect == SQLite {
+		return sql.Open("sqlite3", d.SQLiteDSN())
+	}
+	return sql.Open("pgx", d.URL.String())
 }

@@ -68,6 +68,13 @@ type Kine struct {
 	cancel   context.CancelFunc
 	wg       *sync.WaitGroup
 	socket   string
+	backend  kineserver.Backend
+}
+
+// DeleteKey deletes one key through kine's log, so watchers see it.
+func (k *Kine) DeleteKey(ctx context.Context, key string) error {
+	_, _, _, err := k.backend.Delete(ctx, key, 0)
+	return err
 }
 
 func init() {
@@ -131,7 +138,7 @@ func Start(cfg Config) (*Kine, error) {
 			klog.ErrorS(err, "kine gRPC server stopped")
 		}
 	}()
-	return &Kine{Endpoint: "unix://" + socket, grpc: gs, cancel: cancel, wg: wg, socket: socket}, nil
+	return &Kine{Endpoint: "unix://" + socket, grpc: gs, cancel: cancel, wg: wg, socket: socket, backend: backend}, nil
 }
 
 // Stop stops serving, closes the database and waits for kine's goroutines.

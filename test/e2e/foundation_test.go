@@ -39,6 +39,7 @@ func createNamespace(t *testing.T, s *framework.Server, cluster, name string) {
 func TestSameNamesAreIndependentPerCluster(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, s *framework.Server) {
 		a, b := "root:team-a", "root:team-b"
+		s.CreateWorkspaces(a, b)
 		for _, c := range []string{a, b} {
 			createNamespace(t, s, c, "shop")
 			s.Kubectl(c, "-n", "shop", "create", "configmap", "settings", "--from-literal=owner="+c)
@@ -138,6 +139,7 @@ data:
 func TestWatchIsConfinedToItsCluster(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, s *framework.Server) {
 		a, b := "root:watch-a", "root:watch-b"
+		s.CreateWorkspaces(a, b)
 		for _, c := range []string{a, b} {
 			createNamespace(t, s, c, "w")
 		}
@@ -201,6 +203,7 @@ func TestWatchIsConfinedToItsCluster(t *testing.T) {
 // TestRestartKeepsData stops the server and starts it on the same datastore.
 func TestRestartKeepsData(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, s *framework.Server) {
+		s.CreateWorkspaces("root:keep")
 		createNamespace(t, s, "root:keep", "data")
 		s.Kubectl("root:keep", "-n", "data", "create", "secret", "generic", "token", "--from-literal=v=42")
 		s.Stop()
@@ -217,6 +220,7 @@ func TestRestartKeepsData(t *testing.T) {
 func TestNamespaceDeletion(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, s *framework.Server) {
 		a, b := "root:ns-a", "root:ns-b"
+		s.CreateWorkspaces(a, b)
 		for _, c := range []string{a, b} {
 			createNamespace(t, s, c, "doomed")
 			s.Kubectl(c, "-n", "doomed", "create", "configmap", "x", "--from-literal=a=b")
@@ -241,6 +245,7 @@ func TestNamespaceDeletion(t *testing.T) {
 func TestDiscoveryAndOpenAPIPerCluster(t *testing.T) {
 	s := framework.StartServer(t, "")
 	c := "root:disco"
+	s.CreateWorkspaces(c)
 	out := s.Kubectl(c, "api-resources", "-o", "name")
 	for _, r := range []string{"configmaps", "namespaces", "secrets", "leases.coordination.k8s.io", "roles.rbac.authorization.k8s.io", "customresourcedefinitions.apiextensions.k8s.io"} {
 		if !strings.Contains(out, r) {

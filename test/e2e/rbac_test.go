@@ -14,6 +14,34 @@ import (
 func TestRBACIsPerCluster(t *testing.T) {
 	s := framework.StartServer(t, "")
 	a, b := "root:rbac-a", "root:rbac-b"
+	s.CreateWorkspaces(a, b)
+	// alice may enter both workspaces; what she may do inside is up to each.
+	access := `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: alice-access
+rules:
+- apiGroups: ["tenancy.kcp.io"]
+  resources: ["workspaces/content"]
+  resourceNames: ["rbac-a", "rbac-b"]
+  verbs: ["access"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: alice-access
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: alice-access
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: alice
+`
+	if out, err := s.KubectlErr("root", access, "apply", "-f", "-"); err != nil {
+		t.Fatalf("granting access: %v\n%s", err, out)
+	}
 	for _, c := range []string{a, b} {
 		s.Kubectl(c, "create", "namespace", "work")
 		s.Kubectl(c, "create", "namespace", "other")

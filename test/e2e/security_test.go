@@ -85,6 +85,7 @@ func TestCrossClusterAttempts(t *testing.T) {
 	s := framework.StartServer(t, "")
 	ctx := context.Background()
 	secret := "s3cr3t-of-team-b"
+	s.CreateWorkspaces("root:team-a", "root:team-b")
 	b := s.Client("root:team-b")
 	if _, err := b.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vault"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -125,8 +126,9 @@ func TestCrossClusterAttempts(t *testing.T) {
 		{"unprivileged user in another cluster", alice, "GET", "/clusters/root:team-b/api/v1/namespaces/vault/secrets", "", []int{403}},
 		{"unprivileged watch in another cluster", alice, "GET", "/clusters/root:team-b/api/v1/secrets?watch=true", "", []int{403}},
 		{"list in a sibling sees nothing", admin, "GET", "/clusters/root:team-a/api/v1/namespaces/vault/secrets", "", []int{200}},
-		{"get in a prefix-named sibling", admin, "GET", "/clusters/root:team/api/v1/namespaces/vault/secrets/key", "", []int{404}},
-		{"get in a longer-named sibling", admin, "GET", "/clusters/root:team-bb/api/v1/namespaces/vault/secrets/key", "", []int{404}},
+		{"get in a prefix-named cluster that does not exist", admin, "GET", "/clusters/root:team/api/v1/namespaces/vault/secrets/key", "", []int{403, 404}},
+		{"get in a longer-named cluster that does not exist", admin, "GET", "/clusters/root:team-bb/api/v1/namespaces/vault/secrets/key", "", []int{403, 404}},
+		{"get in a child that does not exist", admin, "GET", "/clusters/root:team-b:x/api/v1/namespaces/vault/secrets/key", "", []int{403, 404}},
 		{"get in the parent", admin, "GET", "/clusters/root/api/v1/namespaces/vault/secrets/key", "", []int{404}},
 	}
 	for _, tc := range cases {

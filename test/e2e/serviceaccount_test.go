@@ -18,6 +18,7 @@ func TestServiceAccountTokenIsBoundToItsCluster(t *testing.T) {
 	s := framework.StartServer(t, "")
 	ctx := context.Background()
 	a, b := "root:sa-a", "root:sa-b"
+	s.CreateWorkspaces(a, b)
 	for _, c := range []string{a, b} {
 		s.Kubectl(c, "create", "namespace", "apps")
 		s.Kubectl(c, "-n", "apps", "create", "serviceaccount", "robot")

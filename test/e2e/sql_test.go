@@ -34,6 +34,7 @@ func openDatastore(t *testing.T, s *framework.Server) *sql.DB {
 // TestSQLShowsObjectsPerCluster runs the README's queries on both dialects.
 func TestSQLShowsObjectsPerCluster(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, s *framework.Server) {
+		s.CreateWorkspaces("root:sql-a", "root:sql-b")
 		for i, c := range []string{"root:sql-a", "root:sql-b"} {
 			s.Kubectl(c, "create", "namespace", "shop")
 			for j := 0; j <= i; j++ {
@@ -59,9 +60,10 @@ func TestSQLShowsObjectsPerCluster(t *testing.T) {
 			got[c] = int(n)
 		}
 		rows.Close()
-		// namespace + configmaps (+ kube-root-ca.crt is not created: no controllers for it)
-		if got["root:sql-a"] != 2 || got["root:sql-b"] != 2 || got["root"] == 0 {
-			t.Errorf("footprint per cluster = %v, want root:sql-a=2 root:sql-b=2 (a deleted object is not live)", got)
+		// A new workspace holds its LogicalCluster, the default namespace and
+		// the owner's binding; then the namespace and live configmaps.
+		if got["root:sql-a"] != 5 || got["root:sql-b"] != 5 || got["root"] == 0 {
+			t.Errorf("footprint per cluster = %v, want root:sql-a=5 root:sql-b=5 (a deleted object is not live)", got)
 		}
 		q := `SELECT namespace, name FROM kcp_objects WHERE cluster = 'root:sql-a' AND resource = 'configmaps'`
 		var ns, name string

@@ -1,0 +1,75 @@
+// Package workspaceowner is the admission plugin that records who created a
+// Workspace (tenancy.kcp.io/owner) and keeps that record from changing. The
+// workspace controller makes the owner admin of the new logical cluster.
+package workspaceowner
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apiserver/pkg/admission"
+
+	"github.com/kcpsql/kcp/schema/tenancy"
+)
+
+// PluginName is the name under which the plugin is registered.
+const PluginName = "kcp.io/WorkspaceOwner"
+
+// Register adds the plugin to a plugin registry.
+func Register(plugins *admission.Plugins) {
+	plugins.Register(PluginName, func(io.Reader) (admission.Interface, error) {
+		return &plugin{Handler: admission.NewHandler(admission.Create, admission.Update)}, nil
+	})
+}
+
+// Owner is the recorded creator.
+type Owner struct {
+	Username string   `json:"username"`
+	UID      string   `json:"uid,omitempty"`
+	Groups   []string `json:"groups,omitempty"`
+}
+
+type plugin struct {
+	*admission.Handler
+}
+
+var _ admission.MutationInterface = &plugin{}
+
+func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	if a.GetResource().GroupResource() != tenancy.WorkspacesResource.GroupResource() || a.GetSubresource() != "" {
+		return nil
+	}
+	obj, err := meta.Accessor(a.GetObject())
+	if err != nil {
+		return err
+	}
+	value := ""
+	switch a.GetOperation() {
+	case admission.Create:
+		u := a.GetUserInfo()
+		raw, err := json.Marshal(Owner{Username: u.GetName(), UID: u.GetUID(), Groups: u.GetGroups()})
+		if err != nil {
+			return err
+		}
+		value = string(raw)
+	case admission.Update:
+		old, err := meta.Accessor(a.GetOldObject())
+		if err != nil {
+			return err
+		}
+		value = old.GetAnnotations()[tenancy.OwnerAnnotation]
+	}
+	ann := obj.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	if value == "" {
+		delete(ann, tenancy.OwnerAnnotation)
+	} else {
+		ann[tenancy.OwnerAnnotation] = value
+	}
+	obj.SetAnnotations(ann)
+	return nil
+}

@@ -1,0 +1,111 @@
+// Package workspace creates and deletes logical clusters for Workspace
+// objects in every logical cluster with one shared controller (see README.md).
+package workspace
+
+import (
+	"context"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/kcpsql/kcp/schema/tenancy"
+	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+const name = "kcp-workspace"
+
+// Controller is the informer and queue plumbing; the work is in reconciler.
+type Controller struct {
+	queue    workqueue.TypedRateLimitingInterface[string]
+	informer cache.Controller
+	indexer  cache.Indexer
+	r        *reconciler
+}
+
+// NewController builds the controller. serverURL goes into status.URL;
+// deleteClusterData removes every object of a logical cluster.
+func NewController(loopback *rest.Config, serverURL string, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) (*Controller, error) {
+	wildcard, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: name}),
+	}
+	ws := wildcard.Resource(tenancy.WorkspacesResource)
+	lw := &cache.ListWatch{
+		ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return ws.List(ctx, o) },
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return ws.Watch(ctx, o) },
+	}
+	enqueue := func(obj interface{}) {
+		if key, err := clusterinformer.KeyFunc(obj); err == nil {
+			c.queue.Add(key)
+		}
+	}
+	c.indexer, c.informer = clusterinformer.New(lw, &unstructured.Unstructured{}, nil, cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj interface{}) { enqueue(obj) },
+	})
+	c.r = &reconciler{
+		clients:           clientsFor(loopback),
+		serverURL:         serverURL,
+		deleteClusterData: deleteClusterData,
+	}
+	return c, nil
+}
+
+// Run processes the queue until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	go c.informer.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
+		return
+	}
+	klog.InfoS("started controller", "controller", name)
+	for i := 0; i < workers; i++ {
+		go wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for c.next(ctx) {
+			}
+		}, time.Second)
+	}
+	<-ctx.Done()
+}
+
+func (c *Controller) next(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	obj, exists, err := c.indexer.GetByKey(key)
+	if err != nil || !exists {
+		c.queue.Forget(key)
+		return true
+	}
+	cluster, _, _, _ := clusterinformer.SplitKey(key)
+	requeue, err := c.r.reconcile(ctx, cluster, obj.(*unstructured.Unstructured).DeepCopy())
+	switch {
+	case err != nil:
+		klog.V(2).InfoS("workspace reconcile will be retried", "key", key, "err", err)
+		c.queue.AddRateLimited(key)
+	case requeue > 0:
+		c.queue.AddAfter(key, requeue)
+	default:
+		c.queue.Forget(key)
+	}
+	return true
+}

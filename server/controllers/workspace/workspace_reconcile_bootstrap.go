@@ -1,0 +1,168 @@
+package workspace
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kcpsql/kcp/schema/tenancy"
+	"github.com/kcpsql/kcp/server/admission/workspaceowner"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// AccessRole is the ClusterRole, in the parent, that lets a workspace's owner
+// enter it.
+func AccessRole(workspace string) string { return "kcp:workspace:" + workspace + ":owner" }
+
+func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster.Name, ws *unstructured.Unstructured) error {
+	pc, err := r.clients(parent)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(ws.GetFinalizers(), tenancy.WorkspaceFinalizer) {
+		ws.SetFinalizers(append(ws.GetFinalizers(), tenancy.WorkspaceFinalizer))
+		updated, err := pc.dynamic.Resource(tenancy.WorkspacesResource).Update(ctx, ws, metav1.UpdateOptions{})
+		if err != nil {
+			return err
+		}
+		ws = updated
+	}
+	phase, _, _ := unstructured.NestedString(ws.Object, "status", "phase")
+	if phase == tenancy.PhaseReady {
+		return nil
+	}
+	if phase == "" {
+		if err := r.setStatus(ctx, parent, ws, tenancy.PhaseInitializing, "", ""); err != nil {
+			return err
+		}
+	}
+	cc, err := r.clients(child)
+	if err != nil {
+		return err
+	}
+	url := r.serverURL + "/clusters/" + string(child)
+	lc := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": tenancy.Group + "/" + tenancy.Version,
+		"kind":       "LogicalCluster",
+		"metadata":   map[string]interface{}{"name": tenancy.LogicalClusterName},
+		"spec": map[string]interface{}{
+			"owner": map[string]interface{}{"cluster": string(parent), "name": ws.GetName(), "uid": string(ws.GetUID())},
+		},
+	}}
+	lcs := cc.dynamic.Resource(tenancy.LogicalClustersResource)
+	created, err := lcs.Create(ctx, lc, metav1.CreateOptions{})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		if created, err = lcs.Get(ctx, tenancy.LogicalClusterName, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		if uid, _, _ := unstructured.NestedString(created.Object, "spec", "owner", "uid"); uid != string(ws.GetUID()) {
+			return r.setStatus(ctx, parent, ws, tenancy.PhaseInitializing, "",
+				fmt.Sprintf("logical cluster %s still belongs to an earlier workspace of this name that is being deleted", child))
+		}
+	case err != nil:
+		return err
+	}
+	if _, err := cc.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: metav1.NamespaceDefault}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	if owner, ok := ownerOf(ws); ok {
+		if err := r.grantOwner(ctx, pc, cc, ws.GetName(), owner); err != nil {
+			return err
+		}
+	}
+	if err := unstructured.SetNestedField(created.Object, map[string]interface{}{"phase": tenancy.PhaseReady, "URL": url}, "status"); err != nil {
+		return err
+	}
+	if _, err := lcs.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	return r.setStatus(ctx, parent, ws, tenancy.PhaseReady, url, "")
+}
+
+func ownerOf(ws *unstructured.Unstructured) (workspaceowner.Owner, bool) {
+	var o workspaceowner.Owner
+	raw := ws.GetAnnotations()[tenancy.OwnerAnnotation]
+	if raw == "" || json.Unmarshal([]byte(raw), &o) != nil || o.Username == "" {
+		return o, false
+	}
+	return o, true
+}
+
+// grantOwner makes the creator cluster-admin inside the child and lets it
+// enter (access) and administer (admin) the workspace from the parent.
+func (r *reconciler) grantOwner(ctx context.Context, pc, cc *clients, workspace string, owner workspaceowner.Owner) error {
+	subject := rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: owner.Username}
+	inside := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "workspace-owner"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{subject},
+	}
+	if _, err := cc.kube.RbacV1().ClusterRoleBindings().Create(ctx, inside, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	name := AccessRole(workspace)
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{tenancy.Group}, Resources: []string{"workspaces/content"},
+			ResourceNames: []string{workspace}, Verbs: []string{"access", "admin"},
+		}, {
+			APIGroups: []string{tenancy.Group}, Resources: []string{"workspaces"},
+			ResourceNames: []string{workspace}, Verbs: []string{"get", "delete"},
+		}},
+	}
+	if _, err := pc.kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{subject},
+	}
+	if _, err := pc.kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// setStatus writes phase, URL and a Ready condition carrying msg.
+func (r *reconciler) setStatus(ctx context.Context, parent logicalcluster.Name, ws *unstructured.Unstructured, phase, url, msg string) error {
+	pc, err := r.clients(parent)
+	if err != nil {
+		return err
+	}
+	status := map[string]interface{}{}
+	if phase != "" {
+		status["phase"] = phase
+	}
+	if url != "" {
+		status["URL"] = url
+		status["cluster"] = string(parent.Join(ws.GetName()))
+	}
+	cond := map[string]interface{}{
+		"type": "Ready", "status": "False", "reason": phase, "message": msg,
+		"lastTransitionTime": metav1.Now().UTC().Format("2006-01-02T15:04:05Z"),
+	}
+	if phase == tenancy.PhaseReady {
+		cond["status"], cond["reason"] = "True", "Ready"
+	}
+	if cond["reason"] == "" {
+		cond["reason"] = "Invalid"
+	}
+	status["conditions"] = []interface{}{cond}
+	ws.Object["status"] = status
+	updated, err := pc.dynamic.Resource(tenancy.WorkspacesResource).UpdateStatus(ctx, ws, metav1.UpdateOptions{})
+	if err != nil {
+		return err
+	}
+	*ws = *updated
+	return nil
+}

@@ -1,0 +1,81 @@
+// Package logicalclusters knows which logical clusters exist: root always,
+// every other one while its LogicalCluster object ("cluster") exists. It is
+// one watch across all clusters, shared by the authorizer.
+package logicalclusters
+
+import (
+	"context"
+	"sync/atomic"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kcpsql/kcp/schema/tenancy"
+	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// Registry answers whether a logical cluster exists. Before Start has synced
+// it knows only root.
+type Registry struct {
+	indexer atomic.Pointer[cache.Indexer]
+}
+
+// New returns an empty registry.
+func New() *Registry { return &Registry{} }
+
+// Start watches LogicalCluster objects in all clusters.
+func (r *Registry) Start(ctx context.Context, loopback *rest.Config) error {
+	client, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
+	if err != nil {
+		return err
+	}
+	res := client.Resource(tenancy.LogicalClustersResource)
+	lw := &cache.ListWatch{
+		ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return res.List(ctx, o) },
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return res.Watch(ctx, o) },
+	}
+	indexer, ctrl := clusterinformer.New(lw, &unstructured.Unstructured{}, nil, nil)
+	go ctrl.RunWithContext(ctx)
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
+			r.indexer.Store(&indexer)
+		}
+	}()
+	return nil
+}
+
+// Exists reports whether the cluster exists and is not being deleted.
+func (r *Registry) Exists(c logicalcluster.Name) bool {
+	if c == logicalcluster.Root {
+		return true
+	}
+	ix := r.indexer.Load()
+	if ix == nil {
+		return false
+	}
+	obj, ok, err := (*ix).GetByKey(clusterinformer.Key(c, "", tenancy.LogicalClusterName))
+	if err != nil || !ok {
+		return false
+	}
+	phase, _, _ := unstructured.NestedString(obj.(*unstructured.Unstructured).Object, "status", "phase")
+	return phase != tenancy.PhaseTerminating
+}
+
+// Names lists the existing clusters (for `ws tree` and tests).
+func (r *Registry) Names() []logicalcluster.Name {
+	out := []logicalcluster.Name{logicalcluster.Root}
+	if ix := r.indexer.Load(); ix != nil {
+		for _, k := range (*ix).ListKeys() {
+			if c, _, _, err := clusterinformer.SplitKey(k); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}

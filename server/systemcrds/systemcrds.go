@@ -1,0 +1,78 @@
+// Package systemcrds installs kcp's own CRDs (tenancy.kcp.io) in root at
+// start-up and waits until they are established. Custom resources are served
+// from root's definitions in every logical cluster, so these APIs exist in
+// all of them while each cluster keeps its own objects.
+package systemcrds
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kcpsql/kcp/schema/tenancy"
+)
+
+// Install creates or updates the CRDs and waits for them to be established.
+func Install(ctx context.Context, cfg *rest.Config) error {
+	client, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	files, err := fs.Glob(tenancy.CRDs, "crds/*.yaml")
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		raw, err := fs.ReadFile(tenancy.CRDs, f)
+		if err != nil {
+			return err
+		}
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := yaml.UnmarshalStrict(raw, &crd); err != nil {
+			return fmt.Errorf("%s: %v", f, err)
+		}
+		if err := apply(ctx, client, &crd); err != nil {
+			return fmt.Errorf("installing %s: %v", crd.Name, err)
+		}
+	}
+	return nil
+}
+
+func apply(ctx context.Context, client apiextensionsclient.Interface, crd *apiextensionsv1.CustomResourceDefinition) error {
+	crds := client.ApiextensionsV1().CustomResourceDefinitions()
+	existing, err := crds.Get(ctx, crd.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		if _, err := crds.Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	default:
+		existing.Spec = crd.Spec
+		if _, err := crds.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+	}
+	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err := crds.Get(ctx, crd.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+}
