@@ -88,6 +88,9 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 // server's storage goes through clusterstore, every authorizer through
 // clusterauthz, and the outermost handler chain starts with routing.
 func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry) {
+	// One process serves; upstream's sample assumes three API servers and
+	// then waits five seconds before establishing each CRD.
+	c.APIExtensions.ExtraConfig.MasterCount = 1
 	c.ControlPlane.Generic.RESTOptionsGetter = clusterstore.Wrap(c.ControlPlane.Generic.RESTOptionsGetter)
 	c.APIExtensions.GenericConfig.RESTOptionsGetter = clusterstore.Wrap(c.APIExtensions.GenericConfig.RESTOptionsGetter)
 	c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter = clusterstore.Wrap(c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter)

@@ -16,23 +16,29 @@ import (
 // liveKeys selects the keys of a cluster whose newest revision is not a
 // deletion. One statement per dialect: only the placeholder differs.
 var liveKeys = map[datastore.Dialect]string{
-	datastore.SQLite: `SELECT k.name FROM kine AS k
+	datastore.SQLite: `SELECT k.name, k.id FROM kine AS k
 		WHERE k.cluster = ? AND k.deleted = 0
 		AND k.id = (SELECT MAX(l.id) FROM kine AS l WHERE l.cluster = k.cluster AND l.name = k.name)
 		ORDER BY k.name`,
-	datastore.Postgres: `SELECT k.name FROM kine AS k
+	datastore.Postgres: `SELECT k.name, k.id FROM kine AS k
 		WHERE k.cluster = $1 AND k.deleted = 0
 		AND k.id = (SELECT MAX(l.id) FROM kine AS l WHERE l.cluster = k.cluster AND l.name = k.name)
 		ORDER BY k.name`,
 }
 
-// Deleter removes a key through kine (unconditionally).
+// Deleter removes a key through kine if it is still at revision.
 type Deleter interface {
-	DeleteKey(ctx context.Context, key string) error
+	DeleteKey(ctx context.Context, key string, revision int64) (bool, error)
+}
+
+// Key is a live key and its current revision.
+type Key struct {
+	Name     string
+	Revision int64
 }
 
 // Keys returns the live keys of a cluster.
-func Keys(ctx context.Context, db *sql.DB, dialect datastore.Dialect, cluster logicalcluster.Name) ([]string, error) {
+func Keys(ctx context.Context, db *sql.DB, dialect datastore.Dialect, cluster logicalcluster.Name) ([]Key, error) {
 	if cluster == "" || cluster.IsWildcard() {
 		return nil, fmt.Errorf("invalid logical cluster %q", cluster)
 	}
@@ -41,10 +47,10 @@ func Keys(ctx context.Context, db *sql.DB, dialect datastore.Dialect, cluster lo
 		return nil, err
 	}
 	defer rows.Close()
-	var keys []string
+	var keys []Key
 	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
+		var k Key
+		if err := rows.Scan(&k.Name, &k.Revision); err != nil {
 			return nil, err
 		}
 		keys = append(keys, k)
@@ -52,16 +58,27 @@ func Keys(ctx context.Context, db *sql.DB, dialect datastore.Dialect, cluster lo
 	return keys, rows.Err()
 }
 
-// DeleteAll deletes every live key of a cluster and returns how many.
+// DeleteAll deletes every live key of a cluster and returns how many. A key
+// written concurrently is read again and deleted at its new revision.
 func DeleteAll(ctx context.Context, db *sql.DB, dialect datastore.Dialect, kine Deleter, cluster logicalcluster.Name) (int, error) {
-	keys, err := Keys(ctx, db, dialect, cluster)
-	if err != nil {
-		return 0, fmt.Errorf("listing the keys of %s: %v", cluster, err)
-	}
-	for _, k := range keys {
-		if err := kine.DeleteKey(ctx, k); err != nil {
-			return 0, fmt.Errorf("deleting %s: %v", k, err)
+	total := 0
+	for attempt := 0; attempt < 10; attempt++ {
+		keys, err := Keys(ctx, db, dialect, cluster)
+		if err != nil {
+			return total, fmt.Errorf("listing the keys of %s: %v", cluster, err)
+		}
+		if len(keys) == 0 {
+			return total, nil
+		}
+		for _, k := range keys {
+			deleted, err := kine.DeleteKey(ctx, k.Name, k.Revision)
+			if err != nil {
+				return total, fmt.Errorf("deleting %s: %v", k.Name, err)
+			}
+			if deleted {
+				total++
+			}
 		}
 	}
-	return len(keys), nil
+	return total, fmt.Errorf("logical cluster %s kept changing while it was deleted", cluster)
 }

@@ -71,10 +71,11 @@ type Kine struct {
 	backend  kineserver.Backend
 }
 
-// DeleteKey deletes one key through kine's log, so watchers see it.
-func (k *Kine) DeleteKey(ctx context.Context, key string) error {
-	_, _, _, err := k.backend.Delete(ctx, key, 0)
-	return err
+// DeleteKey deletes one key through kine's log, so watchers see it, if its
+// current revision is still revision. It reports whether it deleted.
+func (k *Kine) DeleteKey(ctx context.Context, key string, revision int64) (bool, error) {
+	_, _, deleted, err := k.backend.Delete(ctx, key, revision)
+	return deleted, err
 }
 
 func init() {
