@@ -7,7 +7,8 @@ export CGO_ENABLED := 1
 .PHONY: build run test unit e2e conformance bench bench-quick lint clean
 
 build:
-	go build $(GOFLAGS_BUILD) -o bin/ ./cmd/kcp
+	go build $(GOFLAGS_BUILD) -o bin/ ./cmd/kcp ./cmd/kubectl-kcp
+	ln -sf kubectl-kcp bin/kubectl-ws
 
 bin/kubectl:
 	go build $(GOFLAGS_BUILD) -o bin/kubectl ./test/tools/kubectl

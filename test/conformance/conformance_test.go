@@ -72,6 +72,7 @@ func TestConformance(t *testing.T) {
 	if os.Getenv("KCP_CONFORMANCE_SINGLE") == "1" {
 		clusters = clusters[:1]
 	}
+	s.CreateWorkspaces(clusters...)
 	for _, specs := range specLists(t) {
 		var wg sync.WaitGroup
 		results := make([]string, len(clusters))

@@ -48,7 +48,7 @@ func Binaries(t testing.TB) (kcp, kubectl string) {
 	root := RepoRoot()
 	kcp, kubectl = filepath.Join(root, "bin", "kcp"), filepath.Join(root, "bin", "kubectl")
 	buildOnce.Do(func() {
-		for bin, pkg := range map[string]string{kcp: "./cmd/kcp", kubectl: "./test/tools/kubectl"} {
+		for bin, pkg := range map[string]string{kcp: "./cmd/kcp", kubectl: "./test/tools/kubectl", filepath.Join(root, "bin", "kubectl-kcp"): "./cmd/kubectl-kcp"} {
 			if _, err := os.Stat(bin); err == nil {
 				continue
 			}
@@ -292,6 +292,17 @@ func (s *Server) Kubectl(cluster string, args ...string) string {
 		s.t.Fatalf("kubectl %s (cluster %s): %v\n%s", strings.Join(args, " "), cluster, err, out)
 	}
 	return out
+}
+
+// KubectlPlugin runs kubectl with a kubeconfig of the caller's (which the
+// plugin may edit) and bin/ first on PATH, so `kubectl kcp` finds the plugin.
+func (s *Server) KubectlPlugin(kubeconfig string, args ...string) (string, error) {
+	_, kubectl := Binaries(s.t)
+	cmd := exec.Command(kubectl, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "PATH="+filepath.Dir(kubectl)+":"+os.Getenv("PATH"),
+		"KUBECACHEDIR="+filepath.Join(s.RootDir, "kubecache"))
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 // KubectlErr runs kubectl with stdin and returns output and error.

@@ -1,0 +1,35 @@
+// Command kubectl-kcp is the kubectl plugin for kcp on SQL: `kubectl kcp ws`
+// creates, enters, lists and deletes workspaces by editing the server URL of
+// the kubeconfig's current cluster. Installed also as kubectl-ws, it is
+// `kubectl ws`.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "kubectl kcp",
+		Short:         "Work with kcp on SQL logical clusters",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	ws := newWorkspaceCommand()
+	cmd := root
+	if strings.HasPrefix(filepath.Base(os.Args[0]), "kubectl-ws") {
+		ws.Use = "kubectl ws"
+		cmd = ws
+	} else {
+		root.AddCommand(ws)
+	}
+	if err := cmd.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}

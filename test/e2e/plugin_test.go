@@ -1,0 +1,73 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kcpsql/kcp/test/e2e/framework"
+)
+
+// TestWorkspacePlugin drives `kubectl kcp ws` through a user's day.
+func TestWorkspacePlugin(t *testing.T) {
+	s := framework.StartServer(t, "")
+	kc := filepath.Join(t.TempDir(), "config")
+	raw, err := os.ReadFile(s.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kc, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := s.KubectlPlugin(kc, args...)
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	expect := func(out, want string) {
+		t.Helper()
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// admin.kubeconfig's current context points at root:
+	expect(run("kcp", "ws", "current"), `Current workspace is "root".`)
+	expect(run("kcp", "ws", "create", "acme", "--type", "organization", "--enter"), `Current workspace is "root:acme".`)
+	expect(run("kcp", "ws", "create", "web"), `Workspace "root:acme:web" is ready.`)
+	run("kcp", "ws", "create", "db")
+	expect(run("kcp", "ws", "use", "web"), `Current workspace is "root:acme:web".`)
+	// kubectl itself now talks to root:acme:web.
+	run("create", "configmap", "hello", "-n", "default")
+	expect(run("get", "configmap", "hello", "-n", "default", "-o", "jsonpath={.metadata.annotations.kcp\\.io/cluster}"), "root:acme:web")
+	expect(run("kcp", "ws", "use", ".."), `Current workspace is "root:acme".`)
+	expect(run("kcp", "ws", "use", "-"), `Current workspace is "root:acme:web".`)
+	expect(run("kcp", "ws", "use", "root"), `Current workspace is "root".`)
+	expect(run("ws", "tree"), "root\n└── acme\n    ├── db\n    └── web\n")
+	expect(run("get", "workspaces"), "organization")
+	// The short form.
+	expect(run("ws", "use", "root:acme"), `Current workspace is "root:acme".`)
+
+	// Errors are clear and leave the kubeconfig alone.
+	for args, want := range map[string]string{
+		"kcp ws use nope":        `workspace "root:acme:nope" does not exist or you may not access it`,
+		"kcp ws use root:x:y":    `workspace "root:x:y" does not exist or you may not access it`,
+		"kcp ws use Bad":         `is neither an absolute path`,
+		"kcp ws create Bad_Name": `invalid workspace name`,
+		"kcp ws create web":      `already exists`,
+	} {
+		out, err := s.KubectlPlugin(kc, strings.Fields(args)...)
+		if err == nil || !strings.Contains(out, want) {
+			t.Errorf("kubectl %s: %v\n%s\nwant %q", args, err, out, want)
+		}
+	}
+	expect(run("kcp", "ws", "current"), `Current workspace is "root:acme".`)
+	expect(run("kcp", "ws", "delete", "db"), `"root:acme:db" is being deleted`)
+	framework.Eventually(t, 30e9, "db to be gone", func() (bool, string) {
+		out := run("ws", "tree")
+		return !strings.Contains(out, "db"), out
+	})
+}
