@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 
+	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	"github.com/kcpsql/kcp/server/clusterrbac"
 	"github.com/kcpsql/kcp/server/controllers/namespacedeletion"
 	"github.com/kcpsql/kcp/server/controllers/workspace"
@@ -25,6 +26,9 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 	s.AddPostStartHookOrDie("kcp-service-account-tokens", func(hc genericapiserver.PostStartHookContext) error {
 		o.TokenGetter.SetLoopback(hc.LoopbackClientConfig)
 		return nil
+	})
+	s.AddPostStartHookOrDie("kcp-namespace-lifecycle", func(hc genericapiserver.PostStartHookContext) error {
+		return namespacelifecycle.Start(hc.Context, hc.LoopbackClientConfig)
 	})
 	s.AddPostStartHookOrDie("kcp-cluster-rbac", func(hc genericapiserver.PostStartHookContext) error {
 		return rbac.Start(hc.Context, hc.LoopbackClientConfig)
@@ -61,7 +65,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 		if err != nil {
 			return err
 		}
-		go c.Run(hc.Context, 4)
+		go c.Run(hc.Context, 8)
 		return nil
 	})
 }

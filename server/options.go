@@ -24,6 +24,7 @@ import (
 	cpoptions "k8s.io/kubernetes/pkg/controlplane/apiserver/options"
 	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
 
+	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	"github.com/kcpsql/kcp/server/admission/workspaceowner"
 	"github.com/kcpsql/kcp/server/pki"
 	"github.com/kcpsql/kcp/server/satokens"
@@ -65,7 +66,10 @@ func NewOptions() *Options {
 	up.Authorization.Modes = []string{"RBAC"}
 	up.Admission.GenericAdmission.DisablePlugins = append(up.Admission.GenericAdmission.DisablePlugins, clusterUnawarePlugins...)
 	workspaceowner.Register(up.Admission.GenericAdmission.Plugins)
-	up.Admission.GenericAdmission.RecommendedPluginOrder = append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName)
+	namespacelifecycle.Register(up.Admission.GenericAdmission.Plugins)
+	// Namespace lifecycle first, as upstream orders its own plugin.
+	up.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{namespacelifecycle.PluginName},
+		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName)...)
 	// Upstream caches token authentication results by token alone and
 	// validates in a context without the request's cluster; a result from
 	// one cluster would then be accepted in another. Service-account tokens

@@ -60,6 +60,16 @@ func KeyFunc(obj interface{}) (string, error) {
 	return Key(c, m.GetNamespace(), m.GetName()), nil
 }
 
+// dropManagedFields keeps shared caches small: with objects of every
+// cluster in memory, managed fields would be most of their size, and no
+// controller here reads them.
+func dropManagedFields(obj interface{}) (interface{}, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
 // WildcardConfig returns a copy of a loopback config aimed at all clusters.
 func WildcardConfig(cfg *rest.Config) *rest.Config {
 	return ForCluster(cfg, logicalcluster.Wildcard)
@@ -111,6 +121,7 @@ func New(lw cache.ListerWatcher, objType runtime.Object, indexers cache.Indexers
 		KeyFunction:           KeyFunc,
 		KnownObjects:          indexer,
 		EmitDeltaTypeReplaced: true,
+		Transformer:           dropManagedFields,
 	})
 	process := func(obj interface{}, isInInitialList bool) error {
 		for _, d := range obj.(cache.Deltas) {

@@ -40,6 +40,7 @@ var (
 	clusters = flag.Int("clusters", 16, "logical clusters the creates are spread over")
 	pgDSN    = flag.String("postgres", envOr("KCP_TEST_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL server for the postgres runs ('' to skip)")
 	write    = flag.String("write", "", "Markdown file whose generated section is replaced with the results")
+	wsCount  = flag.Int("workspaces", 1000, "empty workspaces to create (flat, then as a tree) per datastore; 0 skips")
 )
 
 func envOr(k, d string) string {
@@ -62,20 +63,22 @@ func main() {
 	flag.Parse()
 	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }
 	var results []result
+	var wsResults []wsResult
 	dss := []string{"sqlite"}
 	if *pgDSN != "" {
 		dss = append(dss, "postgres")
 	}
 	for _, d := range dss {
 		log("== %s", d)
-		r, err := run(d, log)
+		r, ws, err := run(d, log)
 		if err != nil {
 			log("bench on %s failed: %v", d, err)
 			os.Exit(1)
 		}
 		results = append(results, r)
+		wsResults = append(wsResults, ws...)
 	}
-	table := render(results)
+	table := render(results) + renderWorkspaces(wsResults)
 	fmt.Print(table)
 	if *write != "" {
 		if err := replaceSection(*write, table); err != nil {
@@ -185,38 +188,45 @@ func freshPostgres() (string, func(), error) {
 	return u.String(), func() { db.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)"); db.Close() }, nil
 }
 
-func run(kind string, log func(string, ...any)) (result, error) {
+func run(kind string, log func(string, ...any)) (result, []wsResult, error) {
 	r := result{datastore: kind}
 	tmp, err := os.MkdirTemp("", "kcp-bench-")
 	if err != nil {
-		return r, err
+		return r, nil, err
 	}
 	defer os.RemoveAll(tmp)
 	s := &server{dir: filepath.Join(tmp, "root"), port: freePort()}
 	if kind == "postgres" {
 		dsn, drop, err := freshPostgres()
 		if err != nil {
-			return r, err
+			return r, nil, err
 		}
 		defer drop()
 		s.ds = dsn
 	}
 	if r.coldStart, err = s.start(); err != nil {
-		return r, err
+		return r, nil, err
 	}
 	log("cold start %s", r.coldStart)
 	time.Sleep(5 * time.Second)
 	r.idleRSSMiB = rssMiB(s.cmd.Process.Pid)
 
 	ctx := context.Background()
+	var benchWS [][2]string
+	for i := 0; i < *clusters; i++ {
+		benchWS = append(benchWS, [2]string{"root", fmt.Sprintf("bench-%d", i)})
+	}
+	if err := s.createWorkspaces(benchWS); err != nil {
+		return r, nil, err
+	}
 	cs := make([]*kubernetes.Clientset, *clusters)
 	for i := range cs {
 		c, err := s.client(fmt.Sprintf("root:bench-%d", i))
 		if err != nil {
-			return r, err
+			return r, nil, err
 		}
 		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
-			return r, err
+			return r, nil, err
 		}
 		cs[i] = c
 	}
@@ -253,7 +263,7 @@ func run(kind string, log func(string, ...any)) (result, error) {
 	wg.Wait()
 	elapsed := time.Since(t0)
 	if firstErr != nil {
-		return r, firstErr
+		return r, nil, firstErr
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	r.createsPerSec = float64(*creates) / elapsed.Seconds()
@@ -262,11 +272,17 @@ func run(kind string, log func(string, ...any)) (result, error) {
 	log("creates/s %.0f p50 %s p99 %s", r.createsPerSec, r.p50, r.p99)
 	s.stop()
 	if r.warmStart, err = s.start(); err != nil {
-		return r, err
+		return r, nil, err
 	}
 	log("warm start %s", r.warmStart)
+	var ws []wsResult
+	if *wsCount > 0 {
+		if ws, err = benchWorkspaces(s, kind, *wsCount, log); err != nil {
+			return r, nil, err
+		}
+	}
 	s.stop()
-	return r, nil
+	return r, ws, nil
 }
 
 func cpuModel() string {
@@ -281,14 +297,34 @@ func cpuModel() string {
 
 func render(rs []result) string {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "Measured %s on %d cores (%s), %s, with `go run ./test/bench -creates %d -clients %d -clusters %d`.\n\n",
-		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), cpuModel(), runtime.Version(), *creates, *clients, *clusters)
+	fmt.Fprintf(&b, "Measured %s on %d cores (%s), %s, with `go run ./test/bench -creates %d -clients %d -clusters %d -workspaces %d`.\n\n",
+		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), cpuModel(), runtime.Version(), *creates, *clients, *clusters, *wsCount)
 	fmt.Fprintf(&b, "| datastore | cold start to /readyz | warm start | idle RSS | creates/s (%d clients) | create p50 | create p99 | RSS after creates |\n", *clients)
 	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		fmt.Fprintf(&b, "| %s | %s | %s | %.0f MiB | %.0f | %s | %s | %.0f MiB |\n", r.datastore,
 			r.coldStart.Round(10*time.Millisecond), r.warmStart.Round(10*time.Millisecond), r.idleRSSMiB,
 			r.createsPerSec, r.p50.Round(100*time.Microsecond), r.p99.Round(100*time.Microsecond), r.rssAfterMiB)
+	}
+	return b.String()
+}
+
+func renderWorkspaces(rs []wsResult) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "\nWorkspace creation (%d concurrent clients; a workspace counts when its status is Ready):\n\n", *clients)
+	fmt.Fprintf(&b, "| datastore | shape | workspaces | ready workspaces/s | RSS before -> after | per workspace | goroutines before -> after |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		per, rss, gor := "", "", ""
+		if r.rssAfter > 0 {
+			per = fmt.Sprintf("%.1f KiB", (r.rssAfter-r.rssBefore)*1024/float64(r.count))
+			rss = fmt.Sprintf("%.0f -> %.0f MiB", r.rssBefore, r.rssAfter)
+			gor = fmt.Sprintf("%d -> %d", r.gorBefore, r.gorAfter)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %.0f | %s | %s | %s |\n", r.datastore, r.shape, r.count, r.perSec, rss, per, gor)
 	}
 	return b.String()
 }

@@ -38,11 +38,6 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 	if phase == tenancy.PhaseReady {
 		return nil
 	}
-	if phase == "" {
-		if err := r.setStatus(ctx, parent, ws, tenancy.PhaseInitializing, "", ""); err != nil {
-			return err
-		}
-	}
 	cc, err := r.clients(child)
 	if err != nil {
 		return err

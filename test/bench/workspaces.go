@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+)
+
+var workspacesGVR = schema.GroupVersionResource{Group: "tenancy.kcp.io", Version: "v1alpha1", Resource: "workspaces"}
+
+// wsResult is one workspace-creation run.
+type wsResult struct {
+	datastore           string
+	shape               string
+	count               int
+	perSec              float64
+	rssBefore, rssAfter float64
+	gorBefore, gorAfter int
+}
+
+func (s *server) goroutines() int {
+	c, err := s.client("root")
+	if err != nil {
+		return 0
+	}
+	raw, err := c.Discovery().RESTClient().Get().AbsPath("/debug/pprof/goroutine").Param("debug", "1").DoRaw(context.Background())
+	if err != nil {
+		return 0
+	}
+	var n int
+	fmt.Sscanf(strings.SplitN(string(raw), "\n", 2)[0], "goroutine profile: total %d", &n)
+	return n
+}
+
+// createWorkspaces creates the given (parent, name) pairs with `clients`
+// concurrent clients and waits until every workspace reports Ready.
+func (s *server) createWorkspaces(pairs [][2]string) error {
+	ctx := context.Background()
+	dyns := map[string]dynamic.ResourceInterface{}
+	for _, p := range pairs {
+		if _, ok := dyns[p[0]]; ok {
+			continue
+		}
+		cfg, err := s.config(p[0])
+		if err != nil {
+			return err
+		}
+		d, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		dyns[p[0]] = d.Resource(workspacesGVR)
+	}
+	work := make(chan [2]string)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for w := 0; w < *clients; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				ws := &unstructured.Unstructured{Object: map[string]interface{}{
+					"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+					"metadata": map[string]interface{}{"name": p[1]},
+				}}
+				if _, err := dyns[p[0]].Create(ctx, ws, metav1.CreateOptions{}); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, p := range pairs {
+		work <- p
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	// Wait until every workspace is Ready.
+	deadline := time.Now().Add(30 * time.Minute)
+	for parent, d := range dyns {
+		for {
+			list, err := d.List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			wanted := map[string]bool{}
+			for _, p := range pairs {
+				if p[0] == parent {
+					wanted[p[1]] = true
+				}
+			}
+			want, ready := len(wanted), 0
+			for _, i := range list.Items {
+				if phase, _, _ := unstructured.NestedString(i.Object, "status", "phase"); phase == "Ready" && wanted[i.GetName()] {
+					ready++
+				}
+			}
+			if ready >= want {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("only %d of %d workspaces in %s are ready", ready, want, parent)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// benchWorkspaces measures creation rate and marginal cost of empty workspaces.
+func benchWorkspaces(s *server, kind string, n int, log func(string, ...any)) ([]wsResult, error) {
+	var out []wsResult
+	time.Sleep(3 * time.Second)
+	r := wsResult{datastore: kind, shape: "flat", count: n, rssBefore: rssMiB(s.cmd.Process.Pid), gorBefore: s.goroutines()}
+	var pairs [][2]string
+	for i := 0; i < n; i++ {
+		pairs = append(pairs, [2]string{"root", fmt.Sprintf("flat-%d", i)})
+	}
+	t0 := time.Now()
+	if err := s.createWorkspaces(pairs); err != nil {
+		return nil, err
+	}
+	r.perSec = float64(n) / time.Since(t0).Seconds()
+	time.Sleep(3 * time.Second)
+	r.rssAfter, r.gorAfter = rssMiB(s.cmd.Process.Pid), s.goroutines()
+	log("%d flat workspaces: %.0f/s, RSS %.0f -> %.0f MiB, goroutines %d -> %d", n, r.perSec, r.rssBefore, r.rssAfter, r.gorBefore, r.gorAfter)
+	out = append(out, r)
+
+	// A tree: orgs, then teams inside them.
+	orgs := 10
+	if n < 100 {
+		orgs = 2
+	}
+	var orgPairs, teamPairs [][2]string
+	for o := 0; o < orgs; o++ {
+		orgPairs = append(orgPairs, [2]string{"root", fmt.Sprintf("org-%d", o)})
+		for t := 0; t < n/orgs-1; t++ {
+			teamPairs = append(teamPairs, [2]string{fmt.Sprintf("root:org-%d", o), fmt.Sprintf("team-%d", t)})
+		}
+	}
+	t0 = time.Now()
+	if err := s.createWorkspaces(orgPairs); err != nil {
+		return nil, err
+	}
+	if err := s.createWorkspaces(teamPairs); err != nil {
+		return nil, err
+	}
+	total := len(orgPairs) + len(teamPairs)
+	tr := wsResult{datastore: kind, shape: fmt.Sprintf("tree (%d orgs)", orgs), count: total, perSec: float64(total) / time.Since(t0).Seconds()}
+	log("%d tree workspaces: %.0f/s", total, tr.perSec)
+	out = append(out, tr)
+	return out, nil
+}
