@@ -11,6 +11,7 @@ import (
 
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	"github.com/kcpsql/kcp/server/clusterrbac"
+	"github.com/kcpsql/kcp/server/controllers/garbagecollector"
 	"github.com/kcpsql/kcp/server/controllers/namespacedeletion"
 	"github.com/kcpsql/kcp/server/controllers/workspace"
 	"github.com/kcpsql/kcp/server/logicalclusters"
@@ -39,6 +40,14 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			return err
 		}
 		go c.Run(hc.Context, 2)
+		return nil
+	})
+	s.AddPostStartHookOrDie("kcp-garbage-collector", func(hc genericapiserver.PostStartHookContext) error {
+		c, err := garbagecollector.NewController(hc.LoopbackClientConfig)
+		if err != nil {
+			return err
+		}
+		go c.Run(hc.Context, 4)
 		return nil
 	})
 	s.AddPostStartHookOrDie("kcp-root-clusterrole-aggregation", func(hc genericapiserver.PostStartHookContext) error {

@@ -1,0 +1,315 @@
+// Package garbagecollector collects dependents by ownerReference in every
+// logical cluster with one shared controller (see README.md).
+package garbagecollector
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+const (
+	name    = "kcp-garbage-collector"
+	byOwner = "owner"
+)
+
+// skipped resources churn a lot and are never owners worth watching.
+var skipped = sets.New(
+	schema.GroupResource{Resource: "events"},
+	schema.GroupResource{Group: "events.k8s.io", Resource: "events"},
+)
+
+// resourceInfo is one watched resource.
+type resourceInfo struct {
+	gvr        schema.GroupVersionResource
+	namespaced bool
+	indexer    cache.Indexer
+	synced     cache.InformerSynced
+}
+
+// Controller is the informer and queue plumbing; the work is in reconciler.
+type Controller struct {
+	queue     workqueue.TypedRateLimitingInterface[item]
+	discovery discovery.DiscoveryInterface
+	wildcard  metadata.Interface
+
+	mu        sync.RWMutex
+	resources map[schema.GroupVersionResource]*resourceInfo
+	kinds     map[schema.GroupVersionKind]*resourceInfo
+
+	r *reconciler
+}
+
+// item is a unit of work: one object of one resource in one cluster, checked
+// either as a dependent (are its owners gone?) or as an owner (does it wait
+// for its dependents?).
+type item struct {
+	owner     bool
+	cluster   logicalcluster.Name
+	gvr       schema.GroupVersionResource
+	namespace string
+	name      string
+}
+
+// NewController builds the controller on the server's loopback config.
+func NewController(loopback *rest.Config) (*Controller, error) {
+	wildcard, err := metadata.NewForConfig(clusterinformer.WildcardConfig(loopback))
+	if err != nil {
+		return nil, err
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(loopback)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
+			workqueue.TypedRateLimitingQueueConfig[item]{Name: name}),
+		discovery: disc,
+		wildcard:  wildcard,
+		resources: map[schema.GroupVersionResource]*resourceInfo{},
+		kinds:     map[schema.GroupVersionKind]*resourceInfo{},
+	}
+	c.r = &reconciler{
+		clientFor: func(cluster logicalcluster.Name) (metadata.Interface, error) {
+			return metadata.NewForConfig(clusterinformer.ForCluster(loopback, cluster))
+		},
+		resourceFor: c.resourceForKind,
+		dependents:  c.dependents,
+		get:         c.get,
+	}
+	return c, nil
+}
+
+// Run discovers resources (again every 30 s, to pick up new ones) and
+// processes the queue until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	go wait.UntilWithContext(ctx, c.discover, 30*time.Second)
+	klog.InfoS("started controller", "controller", name)
+	for i := 0; i < workers; i++ {
+		go wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for c.next(ctx) {
+			}
+		}, time.Second)
+	}
+	<-ctx.Done()
+}
+
+func (c *Controller) discover(ctx context.Context) {
+	lists, err := c.discovery.ServerPreferredResources()
+	if err != nil && len(lists) == 0 {
+		klog.V(2).InfoS("garbage collector discovery failed", "err", err)
+		return
+	}
+	for _, list := range lists {
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range list.APIResources {
+			if strings.Contains(r.Name, "/") || skipped.Has(gv.WithResource(r.Name).GroupResource()) {
+				continue
+			}
+			verbs := sets.New(r.Verbs...)
+			if !verbs.HasAll("list", "watch", "delete", "patch") {
+				continue
+			}
+			c.watch(ctx, gv.WithResource(r.Name), gv.WithKind(r.Kind), r.Namespaced)
+		}
+	}
+}
+
+func (c *Controller) watch(ctx context.Context, gvr schema.GroupVersionResource, gvk schema.GroupVersionKind, namespaced bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.resources[gvr]; ok {
+		return
+	}
+	res := c.wildcard.Resource(gvr)
+	lw := &cache.ListWatch{
+		ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return res.List(ctx, o) },
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return res.Watch(ctx, o) },
+	}
+	info := &resourceInfo{gvr: gvr, namespaced: namespaced}
+	indexers := cache.Indexers{byOwner: func(obj interface{}) ([]string, error) {
+		m := obj.(*metav1.PartialObjectMetadata)
+		cl := clusterinformer.ClusterOf(m)
+		keys := make([]string, 0, len(m.OwnerReferences))
+		for _, o := range m.OwnerReferences {
+			keys = append(keys, string(cl)+"|"+string(o.UID))
+		}
+		return keys, nil
+	}}
+	var ctrl cache.Controller
+	info.indexer, ctrl = clusterinformer.New(lw, &metav1.PartialObjectMetadata{}, indexers, cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { c.changed(info, nil, obj) },
+		UpdateFunc: func(old, obj interface{}) { c.changed(info, old, obj) },
+		DeleteFunc: func(obj interface{}) { c.deleted(info, obj) },
+	})
+	info.synced = ctrl.HasSynced
+	c.resources[gvr] = info
+	c.kinds[gvk] = info
+	go ctrl.RunWithContext(ctx)
+}
+
+func itemFor(info *resourceInfo, m *metav1.PartialObjectMetadata, owner bool) item {
+	return item{owner: owner, cluster: clusterinformer.ClusterOf(m), gvr: info.gvr, namespace: m.Namespace, name: m.Name}
+}
+
+// changed: an owner being deleted with a finalizer of ours is worked on; an
+// object whose owners are not all in the cache is checked as a dependent.
+func (c *Controller) changed(info *resourceInfo, _, obj interface{}) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return
+	}
+	if m.DeletionTimestamp != nil && hasGCFinalizer(m) {
+		c.queue.Add(itemFor(info, m, true))
+	}
+	if len(m.OwnerReferences) == 0 {
+		return
+	}
+	for _, o := range m.OwnerReferences {
+		if !c.cached(clusterinformer.ClusterOf(m), m.Namespace, o) {
+			// Give the owner's watch a moment; a direct read decides anyway.
+			c.queue.AddAfter(itemFor(info, m, false), time.Second)
+			return
+		}
+	}
+}
+
+// deleted: the dependents of a deleted owner are checked; an owner waiting
+// in foreground for this dependent is looked at again.
+func (c *Controller) deleted(info *resourceInfo, obj interface{}) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return
+	}
+	cl := clusterinformer.ClusterOf(m)
+	for _, d := range c.dependents(cl, m.UID) {
+		c.queue.Add(d)
+	}
+	for _, o := range m.OwnerReferences {
+		if ri := c.resourceForKind(schema.FromAPIVersionAndKind(o.APIVersion, o.Kind)); ri != nil {
+			ns := m.Namespace
+			if !ri.namespaced {
+				ns = ""
+			}
+			c.queue.Add(item{owner: true, cluster: cl, gvr: ri.gvr, namespace: ns, name: o.Name})
+		}
+	}
+}
+
+func (c *Controller) resourceForKind(gvk schema.GroupVersionKind) *resourceInfo {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if ri, ok := c.kinds[gvk]; ok {
+		return ri
+	}
+	// Another version of the same group and kind is the same objects.
+	for k, ri := range c.kinds {
+		if k.Group == gvk.Group && k.Kind == gvk.Kind {
+			return ri
+		}
+	}
+	return nil
+}
+
+// get returns the cached object of an item.
+func (c *Controller) get(it item) *metav1.PartialObjectMetadata {
+	c.mu.RLock()
+	ri := c.resources[it.gvr]
+	c.mu.RUnlock()
+	if ri == nil {
+		return nil
+	}
+	obj, ok, _ := ri.indexer.GetByKey(clusterinformer.Key(it.cluster, it.namespace, it.name))
+	if !ok {
+		return nil
+	}
+	return obj.(*metav1.PartialObjectMetadata)
+}
+
+// dependents returns work items for every cached dependent of uid in cluster.
+func (c *Controller) dependents(cluster logicalcluster.Name, uid types.UID) []item {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []item
+	for _, ri := range c.resources {
+		objs, _ := ri.indexer.ByIndex(byOwner, string(cluster)+"|"+string(uid))
+		for _, o := range objs {
+			out = append(out, itemFor(ri, o.(*metav1.PartialObjectMetadata), false))
+		}
+	}
+	return out
+}
+
+// cached reports whether the owner of a reference is in the cache with the
+// referenced UID (an owner of a namespaced dependent is looked up in the
+// dependent's namespace, or cluster-wide when its kind is cluster-scoped).
+func (c *Controller) cached(cluster logicalcluster.Name, namespace string, ref metav1.OwnerReference) bool {
+	ri := c.resourceForKind(schema.FromAPIVersionAndKind(ref.APIVersion, ref.Kind))
+	if ri == nil {
+		return false
+	}
+	if !ri.namespaced {
+		namespace = ""
+	}
+	obj, ok, _ := ri.indexer.GetByKey(clusterinformer.Key(cluster, namespace, ref.Name))
+	return ok && obj.(*metav1.PartialObjectMetadata).UID == ref.UID
+}
+
+func (c *Controller) next(ctx context.Context) bool {
+	it, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(it)
+	c.mu.RLock()
+	ri := c.resources[it.gvr]
+	c.mu.RUnlock()
+	if ri == nil {
+		c.queue.Forget(it)
+		return true
+	}
+	var requeue time.Duration
+	var err error
+	if it.owner {
+		requeue, err = c.r.processOwner(ctx, ri, it)
+	} else {
+		err = c.r.processDependent(ctx, ri, it)
+	}
+	switch {
+	case err != nil:
+		klog.V(2).InfoS("garbage collection will be retried", "item", it, "err", err)
+		c.queue.AddRateLimited(it)
+	case requeue > 0:
+		c.queue.AddAfter(it, requeue)
+	default:
+		c.queue.Forget(it)
+	}
+	return true
+}
