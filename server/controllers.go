@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"os"
 
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/informers"
@@ -12,6 +13,7 @@ import (
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	"github.com/kcpsql/kcp/server/clusterrbac"
 	"github.com/kcpsql/kcp/server/controllers/garbagecollector"
+	"github.com/kcpsql/kcp/server/controllers/namespacedefaults"
 	"github.com/kcpsql/kcp/server/controllers/namespacedeletion"
 	"github.com/kcpsql/kcp/server/controllers/workspace"
 	"github.com/kcpsql/kcp/server/logicalclusters"
@@ -36,6 +38,18 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 	})
 	s.AddPostStartHookOrDie("kcp-namespace-deletion", func(hc genericapiserver.PostStartHookContext) error {
 		c, err := namespacedeletion.NewController(hc.LoopbackClientConfig)
+		if err != nil {
+			return err
+		}
+		go c.Run(hc.Context, 2)
+		return nil
+	})
+	s.AddPostStartHookOrDie("kcp-namespace-defaults", func(hc genericapiserver.PostStartHookContext) error {
+		ca, err := os.ReadFile(o.PKI.CACert())
+		if err != nil {
+			return err
+		}
+		c, err := namespacedefaults.NewController(hc.LoopbackClientConfig, string(ca), clusters.Exists)
 		if err != nil {
 			return err
 		}

@@ -102,7 +102,7 @@ func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, cluster
 		&c.Aggregator.GenericConfig.Authorization,
 	} {
 		if authz.Authorizer != nil {
-			authz.Authorizer = clusterauthz.Authorizer{Delegate: authz.Authorizer, Clusters: rbac, Exists: clusters.Exists}
+			authz.Authorizer = clusterauthz.Authorizer{Delegate: authz.Authorizer, Clusters: rbac, State: clusters.State}
 		}
 	}
 	if r := c.ControlPlane.Generic.RuleResolver; r != nil {

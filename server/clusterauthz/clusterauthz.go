@@ -37,8 +37,8 @@ type Authorizer struct {
 	Delegate authorizer.Authorizer
 	// Clusters authorizes everyone but system:masters outside root.
 	Clusters authorizer.Authorizer
-	// Exists reports whether a logical cluster exists.
-	Exists func(logicalcluster.Name) bool
+	// State reports whether a logical cluster exists and is being deleted.
+	State func(logicalcluster.Name) (exists, terminating bool)
 }
 
 func privileged(u user.Info) bool {
@@ -67,8 +67,19 @@ func (a Authorizer) precheck(ctx context.Context, attr authorizer.Attributes) (a
 		return authorizer.DecisionDeny, "reads across all logical clusters (/clusters/*) need the non-resource URL " + WildcardPath + " granted in root", true
 	case cluster == logicalcluster.Root:
 		return authorizer.DecisionNoOpinion, "", false
-	case a.Exists != nil && !a.Exists(cluster) && (u == nil || u.GetName() != user.APIServerUser):
+	}
+	exists, terminating := true, false
+	if a.State != nil {
+		exists, terminating = a.State(cluster)
+	}
+	loopback := u != nil && u.GetName() == user.APIServerUser
+	switch {
+	case !exists && !loopback, terminating && !loopback:
 		return authorizer.DecisionDeny, fmt.Sprintf("logical cluster %s does not exist", cluster), true
+	case terminating && attr.GetVerb() == "create":
+		// Nothing new goes into a cluster whose data is being deleted, not
+		// even from the server's own controllers.
+		return authorizer.DecisionDeny, fmt.Sprintf("logical cluster %s is being deleted", cluster), true
 	case privileged(u):
 		return authorizer.DecisionAllow, "", true
 	case !a.mayAccess(ctx, cluster, u):

@@ -50,21 +50,27 @@ func (r *Registry) Start(ctx context.Context, loopback *rest.Config) error {
 	return nil
 }
 
-// Exists reports whether the cluster exists and is not being deleted.
-func (r *Registry) Exists(c logicalcluster.Name) bool {
+// State reports whether the cluster exists and whether it is being deleted.
+func (r *Registry) State(c logicalcluster.Name) (exists, terminating bool) {
 	if c == logicalcluster.Root {
-		return true
+		return true, false
 	}
 	ix := r.indexer.Load()
 	if ix == nil {
-		return false
+		return false, false
 	}
 	obj, ok, err := (*ix).GetByKey(clusterinformer.Key(c, "", tenancy.LogicalClusterName))
 	if err != nil || !ok {
-		return false
+		return false, false
 	}
 	phase, _, _ := unstructured.NestedString(obj.(*unstructured.Unstructured).Object, "status", "phase")
-	return phase != tenancy.PhaseTerminating
+	return true, phase == tenancy.PhaseTerminating
+}
+
+// Exists reports whether the cluster exists and is not being deleted.
+func (r *Registry) Exists(c logicalcluster.Name) bool {
+	exists, terminating := r.State(c)
+	return exists && !terminating
 }
 
 // Names lists the existing clusters (for `ws tree` and tests).

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,11 @@ func TestNamespaceLifecyclePerCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The default namespaces stay.
+	// The default namespaces stay (root's is created just after start-up).
+	framework.Eventually(t, 20*time.Second, "root's default namespace", func() (bool, string) {
+		_, err := s.Client("root").CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
 	for _, c := range []string{"root", a} {
 		out, err := s.KubectlErr(c, "", "delete", "namespace", "default")
 		if err == nil || !strings.Contains(out, "may not be deleted") {

@@ -61,11 +61,12 @@ func TestSQLShowsObjectsPerCluster(t *testing.T) {
 		}
 		rows.Close()
 		// A new workspace holds its LogicalCluster, the default namespace and
-		// the owner's binding; then the namespace and live configmaps.
-		if got["root:sql-a"] != 5 || got["root:sql-b"] != 5 || got["root"] == 0 {
-			t.Errorf("footprint per cluster = %v, want root:sql-a=5 root:sql-b=5 (a deleted object is not live)", got)
+		// the owner's binding; each namespace its default service account and
+		// kube-root-ca.crt; then the shop namespace and the live configmaps.
+		if got["root:sql-a"] != 9 || got["root:sql-b"] != 9 || got["root"] == 0 {
+			t.Errorf("footprint per cluster = %v, want root:sql-a=9 root:sql-b=9 (a deleted object is not live)", got)
 		}
-		q := `SELECT namespace, name FROM kcp_objects WHERE cluster = 'root:sql-a' AND resource = 'configmaps'`
+		q := `SELECT namespace, name FROM kcp_objects WHERE cluster = 'root:sql-a' AND resource = 'configmaps' AND name LIKE 'cm-%'`
 		var ns, name string
 		if err := db.QueryRow(q).Scan(&ns, &name); err != nil || ns != "shop" || name != "cm-0" {
 			t.Errorf("kcp_objects: %s/%s %v", ns, name, err)

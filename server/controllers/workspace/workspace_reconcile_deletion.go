@@ -29,6 +29,9 @@ func (r *reconciler) delete(ctx context.Context, parent, child logicalcluster.Na
 	if err != nil {
 		return 0, err
 	}
+	if err := markTerminating(ctx, cc); err != nil {
+		return 0, err
+	}
 	children, err := cc.dynamic.Resource(tenancy.WorkspacesResource).List(ctx, metav1.ListOptions{})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
 		return 0, err
@@ -70,4 +73,25 @@ func (r *reconciler) delete(ctx context.Context, parent, child logicalcluster.Na
 	latest.SetFinalizers(slices.DeleteFunc(latest.GetFinalizers(), func(f string) bool { return f == tenancy.WorkspaceFinalizer }))
 	_, err = pc.dynamic.Resource(tenancy.WorkspacesResource).Update(ctx, latest, metav1.UpdateOptions{})
 	return 0, err
+}
+
+// markTerminating sets the child's LogicalCluster to Terminating, which
+// closes the cluster to everyone but the server and to any create.
+func markTerminating(ctx context.Context, cc *clients) error {
+	lcs := cc.dynamic.Resource(tenancy.LogicalClustersResource)
+	lc, err := lcs.Get(ctx, tenancy.LogicalClusterName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if phase, _, _ := unstructured.NestedString(lc.Object, "status", "phase"); phase == tenancy.PhaseTerminating {
+		return nil
+	}
+	if err := unstructured.SetNestedField(lc.Object, tenancy.PhaseTerminating, "status", "phase"); err != nil {
+		return err
+	}
+	_, err = lcs.UpdateStatus(ctx, lc, metav1.UpdateOptions{})
+	return err
 }

@@ -1,0 +1,141 @@
+// Package namespacedefaults gives every namespace of every logical cluster
+// its default service account and kube-root-ca.crt config map (see README.md).
+package namespacedefaults
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+const (
+	name = "kcp-namespace-defaults"
+	// RootCAConfigMap is the config map every namespace gets.
+	RootCAConfigMap = "kube-root-ca.crt"
+	// DefaultServiceAccount is the service account every namespace gets.
+	DefaultServiceAccount = "default"
+)
+
+// Controller is the informer and queue plumbing; the work is in reconciler.
+type Controller struct {
+	queue     workqueue.TypedRateLimitingInterface[string]
+	informers []cache.Controller
+	r         *reconciler
+}
+
+// NewController builds the controller; caPEM is published as ca.crt.
+func NewController(loopback *rest.Config, caPEM string, exists func(logicalcluster.Name) bool) (*Controller, error) {
+	wildcard, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: name})}
+	rc := wildcard.CoreV1().RESTClient()
+	// Every event names a namespace to look at: the namespace itself, or the
+	// namespace of a default object.
+	nsKey := func(obj interface{}) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		switch o := obj.(type) {
+		case *corev1.Namespace:
+			c.queue.Add(clusterinformer.Key(clusterinformer.ClusterOf(o), "", o.Name))
+		case *corev1.ServiceAccount:
+			c.queue.Add(clusterinformer.Key(clusterinformer.ClusterOf(o), "", o.Namespace))
+		case *corev1.ConfigMap:
+			c.queue.Add(clusterinformer.Key(clusterinformer.ClusterOf(o), "", o.Namespace))
+		}
+	}
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: nsKey, UpdateFunc: func(_, o interface{}) { nsKey(o) }, DeleteFunc: nsKey}
+	run := func(resource string, selector fields.Selector, obj runtime.Object) cache.Indexer {
+		lw := cache.NewListWatchFromClient(rc, resource, "", selector)
+		indexer, ctrl := clusterinformer.New(lw, obj, nil, handler)
+		c.informers = append(c.informers, ctrl)
+		return indexer
+	}
+	namespaces := run("namespaces", fields.Everything(), &corev1.Namespace{})
+	sas := run("serviceaccounts", fields.OneTermEqualSelector("metadata.name", DefaultServiceAccount), &corev1.ServiceAccount{})
+	cms := run("configmaps", fields.OneTermEqualSelector("metadata.name", RootCAConfigMap), &corev1.ConfigMap{})
+	get := func(ix cache.Indexer, key string) interface{} {
+		obj, ok, _ := ix.GetByKey(key)
+		if !ok {
+			return nil
+		}
+		return obj
+	}
+	c.r = &reconciler{
+		caPEM:  caPEM,
+		exists: exists,
+		getNamespace: func(cl logicalcluster.Name, ns string) *corev1.Namespace {
+			o, _ := get(namespaces, clusterinformer.Key(cl, "", ns)).(*corev1.Namespace)
+			return o
+		},
+		getServiceAccount: func(cl logicalcluster.Name, ns string) *corev1.ServiceAccount {
+			o, _ := get(sas, clusterinformer.Key(cl, ns, DefaultServiceAccount)).(*corev1.ServiceAccount)
+			return o
+		},
+		getConfigMap: func(cl logicalcluster.Name, ns string) *corev1.ConfigMap {
+			o, _ := get(cms, clusterinformer.Key(cl, ns, RootCAConfigMap)).(*corev1.ConfigMap)
+			return o
+		},
+		clientFor: func(cl logicalcluster.Name) (kubernetes.Interface, error) {
+			return kubernetes.NewForConfig(clusterinformer.ForCluster(loopback, cl))
+		},
+	}
+	return c, nil
+}
+
+// Run processes the queue until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	synced := make([]cache.InformerSynced, 0, len(c.informers))
+	for _, i := range c.informers {
+		go i.RunWithContext(ctx)
+		synced = append(synced, i.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return
+	}
+	klog.InfoS("started controller", "controller", name)
+	for i := 0; i < workers; i++ {
+		go wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for c.next(ctx) {
+			}
+		}, time.Second)
+	}
+	<-ctx.Done()
+}
+
+func (c *Controller) next(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	cl, _, ns, err := clusterinformer.SplitKey(key)
+	if err == nil {
+		err = c.r.reconcile(ctx, cl, ns)
+	}
+	if err != nil {
+		klog.V(2).InfoS("namespace defaults will be retried", "key", key, "err", err)
+		c.queue.AddRateLimited(key)
+		return true
+	}
+	c.queue.Forget(key)
+	return true
+}

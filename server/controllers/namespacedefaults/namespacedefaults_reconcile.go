@@ -1,0 +1,71 @@
+package namespacedefaults
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+type reconciler struct {
+	caPEM             string
+	exists            func(logicalcluster.Name) bool
+	getNamespace      func(logicalcluster.Name, string) *corev1.Namespace
+	getServiceAccount func(logicalcluster.Name, string) *corev1.ServiceAccount
+	getConfigMap      func(logicalcluster.Name, string) *corev1.ConfigMap
+	clientFor         func(logicalcluster.Name) (kubernetes.Interface, error)
+}
+
+func (r *reconciler) reconcile(ctx context.Context, cluster logicalcluster.Name, namespace string) error {
+	ns := r.getNamespace(cluster, namespace)
+	if !r.exists(cluster) || ns == nil || ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
+		return nil
+	}
+	var client kubernetes.Interface
+	lazyClient := func() (kubernetes.Interface, error) {
+		if client != nil {
+			return client, nil
+		}
+		c, err := r.clientFor(cluster)
+		client = c
+		return c, err
+	}
+	if r.getServiceAccount(cluster, namespace) == nil {
+		c, err := lazyClient()
+		if err != nil {
+			return err
+		}
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: DefaultServiceAccount, Namespace: namespace}}
+		if _, err := c.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
+			return err
+		}
+	}
+	cm := r.getConfigMap(cluster, namespace)
+	switch {
+	case cm == nil:
+		c, err := lazyClient()
+		if err != nil {
+			return err
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: RootCAConfigMap, Namespace: namespace}, Data: map[string]string{"ca.crt": r.caPEM}}
+		if _, err := c.CoreV1().ConfigMaps(namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
+			return err
+		}
+	case cm.Data["ca.crt"] != r.caPEM || len(cm.Data) != 1:
+		c, err := lazyClient()
+		if err != nil {
+			return err
+		}
+		fixed := cm.DeepCopy()
+		fixed.Data = map[string]string{"ca.crt": r.caPEM}
+		fixed.BinaryData = nil
+		if _, err := c.CoreV1().ConfigMaps(namespace).Update(ctx, fixed, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
