@@ -88,6 +88,10 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 // server's storage goes through clusterstore, every authorizer through
 // clusterauthz, and the outermost handler chain starts with routing.
 func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry) {
+	// Upstream's system-namespaces controller waits for the shared namespace
+	// informer, which is started only if it was requested before the
+	// informers start; request it now so root gets its default namespace.
+	c.ControlPlane.VersionedInformers.Core().V1().Namespaces().Informer()
 	// One process serves; upstream's sample assumes three API servers and
 	// then waits five seconds before establishing each CRD.
 	c.APIExtensions.ExtraConfig.MasterCount = 1
