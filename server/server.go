@@ -106,7 +106,7 @@ func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, cluster
 		&c.Aggregator.GenericConfig.Authorization,
 	} {
 		if authz.Authorizer != nil {
-			authz.Authorizer = clusterauthz.Authorizer{Delegate: authz.Authorizer, Clusters: rbac, State: clusters.State}
+			authz.Authorizer = clusterauthz.Authorizer{Delegate: authz.Authorizer, Clusters: rbac, State: clusters.State, Owner: clusters.Owner}
 		}
 	}
 	if r := c.ControlPlane.Generic.RuleResolver; r != nil {

@@ -6,11 +6,13 @@
 //   - a logical cluster other than root must exist; only the server itself
 //     (system:apiserver) may act in one that does not, to bootstrap it;
 //   - system:masters may do anything in every existing cluster;
-//   - everyone else must be allowed the verb "access" on workspaces/content
-//     of the cluster's workspace in its parent (service accounts of the
-//     cluster itself are inside already), and is then authorized by the RBAC
-//     of that cluster alone (Clusters), so bindings in root never grant
-//     anything in another cluster.
+//   - everyone else must have created the cluster's workspace or be allowed
+//     the verb "access" on workspaces/content of it in its parent (service
+//     accounts of the cluster itself are inside already), and is then
+//     authorized by the RBAC of that cluster alone (Clusters), so bindings in
+//     root never grant anything in another cluster;
+//   - the creator of a workspace may get, update, patch and delete its
+//     Workspace object in the parent.
 package clusterauthz
 
 import (
@@ -39,6 +41,8 @@ type Authorizer struct {
 	Clusters authorizer.Authorizer
 	// State reports whether a logical cluster exists and is being deleted.
 	State func(logicalcluster.Name) (exists, terminating bool)
+	// Owner returns the username that created a cluster's workspace.
+	Owner func(logicalcluster.Name) string
 }
 
 func privileged(u user.Info) bool {
@@ -65,6 +69,8 @@ func (a Authorizer) precheck(ctx context.Context, attr authorizer.Attributes) (a
 			return authorizer.DecisionAllow, "", true
 		}
 		return authorizer.DecisionDeny, "reads across all logical clusters (/clusters/*) need the non-resource URL " + WildcardPath + " granted in root", true
+	case a.ownsWorkspace(cluster, attr):
+		return authorizer.DecisionAllow, "", true
 	case cluster == logicalcluster.Root:
 		return authorizer.DecisionNoOpinion, "", false
 	}
@@ -88,10 +94,33 @@ func (a Authorizer) precheck(ctx context.Context, attr authorizer.Attributes) (a
 	return authorizer.DecisionNoOpinion, "", false
 }
 
-// mayAccess checks the "access" verb on the cluster's workspace in its parent.
+// ownerVerbs are what the owner of a workspace may do to its Workspace
+// object in the parent without any RBAC object.
+var ownerVerbs = map[string]bool{"get": true, "delete": true, "update": true, "patch": true}
+
+// ownsWorkspace: the request addresses, by name, the Workspace object in
+// cluster whose child the user created.
+func (a Authorizer) ownsWorkspace(cluster logicalcluster.Name, attr authorizer.Attributes) bool {
+	if a.Owner == nil || !attr.IsResourceRequest() || attr.GetAPIGroup() != tenancy.Group ||
+		attr.GetResource() != "workspaces" || attr.GetName() == "" || !ownerVerbs[attr.GetVerb()] ||
+		attr.GetSubresource() != "" || attr.GetUser() == nil {
+		return false
+	}
+	child, err := logicalcluster.Parse(string(cluster.Join(attr.GetName())))
+	if err != nil {
+		return false
+	}
+	return a.Owner(child) == attr.GetUser().GetName() && attr.GetUser().GetName() != ""
+}
+
+// mayAccess checks that the user created the cluster's workspace or is
+// allowed the "access" verb on it in its parent.
 func (a Authorizer) mayAccess(ctx context.Context, cluster logicalcluster.Name, u user.Info) bool {
 	if u == nil {
 		return false
+	}
+	if a.Owner != nil && u.GetName() != "" && a.Owner(cluster) == u.GetName() {
+		return true
 	}
 	if strings.HasPrefix(u.GetName(), serviceaccount.ServiceAccountUsernamePrefix) {
 		// Service-account tokens only authenticate in their own cluster.

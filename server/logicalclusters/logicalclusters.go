@@ -5,6 +5,7 @@ package logicalclusters
 
 import (
 	"context"
+	"encoding/json"
 	"sync/atomic"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,6 +66,26 @@ func (r *Registry) State(c logicalcluster.Name) (exists, terminating bool) {
 	}
 	phase, _, _ := unstructured.NestedString(obj.(*unstructured.Unstructured).Object, "status", "phase")
 	return true, phase == tenancy.PhaseTerminating
+}
+
+// Owner returns the username recorded as the owner of a cluster's
+// workspace ("" when unknown).
+func (r *Registry) Owner(c logicalcluster.Name) string {
+	ix := r.indexer.Load()
+	if ix == nil || c == logicalcluster.Root {
+		return ""
+	}
+	obj, ok, err := (*ix).GetByKey(clusterinformer.Key(c, "", tenancy.LogicalClusterName))
+	if err != nil || !ok {
+		return ""
+	}
+	var o struct {
+		Username string `json:"username"`
+	}
+	if json.Unmarshal([]byte(obj.(*unstructured.Unstructured).GetAnnotations()[tenancy.OwnerAnnotation]), &o) != nil {
+		return ""
+	}
+	return o.Username
 }
 
 // Exists reports whether the cluster exists and is not being deleted.

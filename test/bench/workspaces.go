@@ -115,7 +115,7 @@ func (s *server) createWorkspaces(pairs [][2]string) error {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("only %d of %d workspaces in %s are ready", ready, want, parent)
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond)
 		}
 	}
 	return nil

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
@@ -24,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/controllers/worker"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -81,8 +81,7 @@ func NewController(loopback *rest.Config) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
-			workqueue.TypedRateLimitingQueueConfig[item]{Name: name}),
+		queue:     worker.NewQueue[item](name),
 		discovery: disc,
 		wildcard:  wildcard,
 		resources: map[schema.GroupVersionResource]*resourceInfo{},
@@ -102,17 +101,8 @@ func NewController(loopback *rest.Config) (*Controller, error) {
 // Run discovers resources (again every 30 s, to pick up new ones) and
 // processes the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
 	go wait.UntilWithContext(ctx, c.discover, 30*time.Second)
-	klog.InfoS("started controller", "controller", name)
-	for i := 0; i < workers; i++ {
-		go wait.UntilWithContext(ctx, func(ctx context.Context) {
-			for c.next(ctx) {
-			}
-		}, time.Second)
-	}
-	<-ctx.Done()
+	worker.Run(ctx, name, c.queue, workers, nil, c.process)
 }
 
 func (c *Controller) discover(ctx context.Context) {
@@ -282,34 +272,15 @@ func (c *Controller) cached(cluster logicalcluster.Name, namespace string, ref m
 	return ok && obj.(*metav1.PartialObjectMetadata).UID == ref.UID
 }
 
-func (c *Controller) next(ctx context.Context) bool {
-	it, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(it)
+func (c *Controller) process(ctx context.Context, it item) (time.Duration, error) {
 	c.mu.RLock()
 	ri := c.resources[it.gvr]
 	c.mu.RUnlock()
 	if ri == nil {
-		c.queue.Forget(it)
-		return true
+		return 0, nil
 	}
-	var requeue time.Duration
-	var err error
 	if it.owner {
-		requeue, err = c.r.processOwner(ctx, ri, it)
-	} else {
-		err = c.r.processDependent(ctx, ri, it)
+		return c.r.processOwner(ctx, ri, it)
 	}
-	switch {
-	case err != nil:
-		klog.V(2).InfoS("garbage collection will be retried", "item", it, "err", err)
-		c.queue.AddRateLimited(it)
-	case requeue > 0:
-		c.queue.AddAfter(it, requeue)
-	default:
-		c.queue.Forget(it)
-	}
-	return true
+	return 0, c.r.processDependent(ctx, ri, it)
 }

@@ -9,15 +9,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/controllers/worker"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -42,8 +40,7 @@ func NewController(loopback *rest.Config, caPEM string, exists func(logicalclust
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: name})}
+	c := &Controller{queue: worker.NewQueue[string](name)}
 	rc := wildcard.CoreV1().RESTClient()
 	// Every event names a namespace to look at: the namespace itself, or the
 	// namespace of a default object.
@@ -101,41 +98,11 @@ func NewController(loopback *rest.Config, caPEM string, exists func(logicalclust
 
 // Run processes the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
-	synced := make([]cache.InformerSynced, 0, len(c.informers))
-	for _, i := range c.informers {
-		go i.RunWithContext(ctx)
-		synced = append(synced, i.HasSynced)
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return
-	}
-	klog.InfoS("started controller", "controller", name)
-	for i := 0; i < workers; i++ {
-		go wait.UntilWithContext(ctx, func(ctx context.Context) {
-			for c.next(ctx) {
-			}
-		}, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (c *Controller) next(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	cl, _, ns, err := clusterinformer.SplitKey(key)
-	if err == nil {
-		err = c.r.reconcile(ctx, cl, ns)
-	}
-	if err != nil {
-		klog.V(2).InfoS("namespace defaults will be retried", "key", key, "err", err)
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
+	worker.Run(ctx, name, c.queue, workers, c.informers, func(ctx context.Context, key string) (time.Duration, error) {
+		cl, _, ns, err := clusterinformer.SplitKey(key)
+		if err != nil {
+			return 0, nil
+		}
+		return 0, c.r.reconcile(ctx, cl, ns)
+	})
 }

@@ -10,14 +10,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/controllers/worker"
 )
 
 const name = "kcp-namespace-deletion"
@@ -37,9 +36,7 @@ func NewController(loopback *rest.Config) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: name}),
+		queue: worker.NewQueue[string](name),
 	}
 	lw := cache.NewListWatchFromClient(wildcard.CoreV1().RESTClient(), "namespaces", "", fields.Everything())
 	c.indexer, c.informer = clusterinformer.New(lw, &corev1.Namespace{}, nil, cache.ResourceEventHandlerFuncs{
@@ -66,40 +63,12 @@ func (c *Controller) enqueue(obj interface{}) {
 
 // Run processes the queue with the given number of workers until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
-	go c.informer.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
-		return
-	}
-	klog.InfoS("started controller", "controller", name)
-	for i := 0; i < workers; i++ {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for c.next(ctx) {
-	}
-}
-
-func (c *Controller) next(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	err := c.reconcile(ctx, key)
-	var remaining *requeueAfter
-	switch {
-	case err == nil:
-		c.queue.Forget(key)
-	case errors.As(err, &remaining):
-		c.queue.AddAfter(key, remaining.after)
-	default:
-		klog.V(2).InfoS("namespace deletion will be retried", "key", key, "err", err)
-		c.queue.AddRateLimited(key)
-	}
-	return true
+	worker.Run(ctx, name, c.queue, workers, []cache.Controller{c.informer}, func(ctx context.Context, key string) (time.Duration, error) {
+		err := c.reconcile(ctx, key)
+		var remaining *requeueAfter
+		if errors.As(err, &remaining) {
+			return remaining.after, nil
+		}
+		return 0, err
+	})
 }

@@ -9,17 +9,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/controllers/worker"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -41,9 +39,7 @@ func NewController(loopback *rest.Config, serverURL string, deleteClusterData fu
 		return nil, err
 	}
 	c := &Controller{
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: name}),
+		queue: worker.NewQueue[string](name),
 	}
 	ws := wildcard.Resource(tenancy.WorkspacesResource)
 	lw := &cache.ListWatch{
@@ -69,43 +65,12 @@ func NewController(loopback *rest.Config, serverURL string, deleteClusterData fu
 
 // Run processes the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
-	go c.informer.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
-		return
-	}
-	klog.InfoS("started controller", "controller", name)
-	for i := 0; i < workers; i++ {
-		go wait.UntilWithContext(ctx, func(ctx context.Context) {
-			for c.next(ctx) {
-			}
-		}, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (c *Controller) next(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	obj, exists, err := c.indexer.GetByKey(key)
-	if err != nil || !exists {
-		c.queue.Forget(key)
-		return true
-	}
-	cluster, _, _, _ := clusterinformer.SplitKey(key)
-	requeue, err := c.r.reconcile(ctx, cluster, obj.(*unstructured.Unstructured).DeepCopy())
-	switch {
-	case err != nil:
-		klog.V(2).InfoS("workspace reconcile will be retried", "key", key, "err", err)
-		c.queue.AddRateLimited(key)
-	case requeue > 0:
-		c.queue.AddAfter(key, requeue)
-	default:
-		c.queue.Forget(key)
-	}
-	return true
+	worker.Run(ctx, name, c.queue, workers, []cache.Controller{c.informer}, func(ctx context.Context, key string) (time.Duration, error) {
+		obj, exists, err := c.indexer.GetByKey(key)
+		if err != nil || !exists {
+			return 0, nil
+		}
+		cluster, _, _, _ := clusterinformer.SplitKey(key)
+		return c.r.reconcile(ctx, cluster, obj.(*unstructured.Unstructured).DeepCopy())
+	})
 }

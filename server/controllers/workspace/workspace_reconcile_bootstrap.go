@@ -17,10 +17,6 @@ import (
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
-// AccessRole is the ClusterRole, in the parent, that lets a workspace's owner
-// enter it.
-func AccessRole(workspace string) string { return "kcp:workspace:" + workspace + ":owner" }
-
 func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster.Name, ws *unstructured.Unstructured) error {
 	pc, err := r.clients(parent)
 	if err != nil {
@@ -46,7 +42,7 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 	lc := &unstructured.Unstructured{Object: map[string]interface{}{
 		"apiVersion": tenancy.Group + "/" + tenancy.Version,
 		"kind":       "LogicalCluster",
-		"metadata":   map[string]interface{}{"name": tenancy.LogicalClusterName},
+		"metadata":   map[string]interface{}{"name": tenancy.LogicalClusterName, "annotations": ownerAnnotation(ws)},
 		"spec": map[string]interface{}{
 			"owner": map[string]interface{}{"cluster": string(parent), "name": ws.GetName(), "uid": string(ws.GetUID())},
 		},
@@ -69,7 +65,7 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 		return err
 	}
 	if owner, ok := ownerOf(ws); ok {
-		if err := r.grantOwner(ctx, pc, cc, ws.GetName(), owner); err != nil {
+		if err := r.grantOwner(ctx, cc, owner); err != nil {
 			return err
 		}
 	}
@@ -82,6 +78,15 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 	return r.setStatus(ctx, parent, ws, tenancy.PhaseReady, url, "")
 }
 
+// ownerAnnotation carries the recorded owner over to the LogicalCluster,
+// where the authorizer finds it.
+func ownerAnnotation(ws *unstructured.Unstructured) map[string]interface{} {
+	if raw, ok := ws.GetAnnotations()[tenancy.OwnerAnnotation]; ok {
+		return map[string]interface{}{tenancy.OwnerAnnotation: raw}
+	}
+	return map[string]interface{}{}
+}
+
 func ownerOf(ws *unstructured.Unstructured) (workspaceowner.Owner, bool) {
 	var o workspaceowner.Owner
 	raw := ws.GetAnnotations()[tenancy.OwnerAnnotation]
@@ -91,38 +96,17 @@ func ownerOf(ws *unstructured.Unstructured) (workspaceowner.Owner, bool) {
 	return o, true
 }
 
-// grantOwner makes the creator cluster-admin inside the child and lets it
-// enter (access) and administer (admin) the workspace from the parent.
-func (r *reconciler) grantOwner(ctx context.Context, pc, cc *clients, workspace string, owner workspaceowner.Owner) error {
-	subject := rbacv1.Subject{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: owner.Username}
+// grantOwner makes the creator cluster-admin inside the child. Entering the
+// workspace and managing its Workspace object in the parent need no RBAC
+// object per workspace: the authorizer reads the owner from the
+// LogicalCluster, so a parent with many workspaces keeps its bindings few.
+func (r *reconciler) grantOwner(ctx context.Context, cc *clients, owner workspaceowner.Owner) error {
 	inside := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "workspace-owner"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects:   []rbacv1.Subject{subject},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: owner.Username}},
 	}
 	if _, err := cc.kube.RbacV1().ClusterRoleBindings().Create(ctx, inside, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	name := AccessRole(workspace)
-	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules: []rbacv1.PolicyRule{{
-			APIGroups: []string{tenancy.Group}, Resources: []string{"workspaces/content"},
-			ResourceNames: []string{workspace}, Verbs: []string{"access", "admin"},
-		}, {
-			APIGroups: []string{tenancy.Group}, Resources: []string{"workspaces"},
-			ResourceNames: []string{workspace}, Verbs: []string{"get", "delete"},
-		}},
-	}
-	if _, err := pc.kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects:   []rbacv1.Subject{subject},
-	}
-	if _, err := pc.kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	return nil

@@ -15,7 +15,7 @@ import (
 )
 
 // delete removes the child workspaces, then all data of the child cluster,
-// then the parent's access role, then the finalizer.
+// then the finalizer.
 func (r *reconciler) delete(ctx context.Context, parent, child logicalcluster.Name, ws *unstructured.Unstructured) (time.Duration, error) {
 	if !slices.Contains(ws.GetFinalizers(), tenancy.WorkspaceFinalizer) {
 		return 0, nil
@@ -54,13 +54,6 @@ func (r *reconciler) delete(ctx context.Context, parent, child logicalcluster.Na
 
 	pc, err := r.clients(parent)
 	if err != nil {
-		return 0, err
-	}
-	role := AccessRole(ws.GetName())
-	if err := pc.kube.RbacV1().ClusterRoleBindings().Delete(ctx, role, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return 0, err
-	}
-	if err := pc.kube.RbacV1().ClusterRoles().Delete(ctx, role, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return 0, err
 	}
 	latest, err := pc.dynamic.Resource(tenancy.WorkspacesResource).Get(ctx, ws.GetName(), metav1.GetOptions{})

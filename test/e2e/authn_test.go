@@ -1,0 +1,74 @@
+package e2e
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kcpsql/kcp/test/e2e/framework"
+)
+
+// TestStaticTokensAndRulesReview: a user from --token-auth-file is subject to
+// the same per-workspace rules, and SelfSubjectRulesReview answers per
+// workspace.
+func TestStaticTokensAndRulesReview(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(tokens, []byte("s3cret-dev-token,dev,1001,devs\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := framework.StartServer(t, "", "--token-auth-file", tokens)
+	s.CreateWorkspaces("root:tok-a", "root:tok-b")
+	applyYAML(t, s, "root", `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: dev-access}
+rules:
+- apiGroups: ["tenancy.kcp.io"]
+  resources: ["workspaces/content"]
+  resourceNames: ["tok-a", "tok-b"]
+  verbs: ["access"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: dev-access}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: dev-access}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: Group, name: devs}
+`)
+	s.Kubectl("root:tok-a", "create", "rolebinding", "dev-edit", "-n", "default", "--clusterrole=edit", "--user=dev")
+
+	client := insecureClient(t, s)
+	call := func(cluster, method, path, body string) (int, string) {
+		req, _ := http.NewRequest(method, s.URL()+"/clusters/"+cluster+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer s3cret-dev-token")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b := new(strings.Builder)
+		_, _ = readBody(b, resp)
+		return resp.StatusCode, b.String()
+	}
+	if code, body := call("root:tok-a", "POST", "/api/v1/namespaces/default/configmaps", `{"metadata":{"name":"by-dev"}}`); code != http.StatusCreated {
+		t.Errorf("static-token user with edit in tok-a: %d %s", code, body)
+	}
+	if code, _ := call("root:tok-b", "POST", "/api/v1/namespaces/default/configmaps", `{"metadata":{"name":"by-dev"}}`); code != http.StatusForbidden {
+		t.Errorf("static-token user in tok-b: %d", code)
+	}
+	review := `{"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectRulesReview","spec":{"namespace":"default"}}`
+	_, inA := call("root:tok-a", "POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", review)
+	_, inB := call("root:tok-b", "POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", review)
+	if !strings.Contains(inA, `"configmaps"`) {
+		t.Errorf("rules in tok-a lack configmaps: %s", inA)
+	}
+	if strings.Contains(inB, `"configmaps"`) {
+		t.Errorf("rules in tok-b include tok-a's grant: %s", inB)
+	}
+	if code, _ := call("root:tok-a", "GET", "/api/v1/namespaces", ""); code != http.StatusForbidden {
+		t.Errorf("a wrong-scope request: %d", code)
+	}
+}
