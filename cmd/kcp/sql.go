@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kcpsql/kcp/storage/datastore"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+	"github.com/kcpsql/kcp/storage/sqlreports"
+)
+
+func newSQLCommand() *cobra.Command {
+	rootDir, ds, report, cluster, output := ".kcp", "", "", "", "table"
+	timeout := 60 * time.Second
+	var reportHelp []string
+	for _, n := range sqlreports.Names() {
+		reportHelp = append(reportHelp, fmt.Sprintf("  %-10s %s", n, sqlreports.Reports[n].Help))
+	}
+	cmd := &cobra.Command{
+		Use:   "sql [QUERY]",
+		Short: "Run a read-only SQL query or a named report against the datastore",
+		Long: `Run a read-only SQL query, or a named report, against the configured
+datastore (SQLite file or PostgreSQL) and print the result. The query runs in
+a read-only transaction (SQLite: a read-only connection): it cannot change
+anything, also while a server runs on the same datastore. The views
+kcp_objects and kcp_cluster_footprint are described in docs/sql-auditing.md.
+
+Reports:
+` + strings.Join(reportHelp, "\n"),
+		Example: `  kcp sql --report tenants
+  kcp sql --report footprint --cluster root:team-a -o json
+  kcp sql "SELECT cluster, COUNT(*) FROM kine GROUP BY cluster"
+  kcp sql --datastore postgres://postgres@127.0.0.1/kcp --report tenants -o csv`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if (len(args) == 1) == (report != "") {
+				return fmt.Errorf("give either a QUERY or --report NAME (one of %s)", strings.Join(sqlreports.Names(), ", "))
+			}
+			if output != "table" && output != "json" && output != "csv" {
+				return fmt.Errorf("unknown output %q: use table, json or csv", output)
+			}
+			abs, err := filepath.Abs(rootDir)
+			if err != nil {
+				return err
+			}
+			d, err := datastore.Parse(ds, abs)
+			if err != nil {
+				return err
+			}
+			query, qargs := "", []any{}
+			if report != "" {
+				r, ok := sqlreports.Reports[report]
+				if !ok {
+					return fmt.Errorf("unknown report %q: use one of %s", report, strings.Join(sqlreports.Names(), ", "))
+				}
+				if r.NeedsCluster {
+					if cluster == "" {
+						return fmt.Errorf("report %q needs --cluster PATH", report)
+					}
+					if _, err := logicalcluster.Parse(cluster); err != nil {
+						return err
+					}
+					qargs = append(qargs, cluster)
+				}
+				query = r.SQL[d.Dialect]
+			} else {
+				query = args[0]
+			}
+			db, err := sqlreports.OpenReadOnly(d)
+			if err != nil {
+				return fmt.Errorf("datastore %s: %v", d, err)
+			}
+			defer db.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			res, err := sqlreports.Query(ctx, db, d, query, qargs...)
+			if err != nil {
+				return fmt.Errorf("datastore %s: %v", d, err)
+			}
+			return printResult(cmd.OutOrStdout(), res, output)
+		},
+	}
+	cmd.Flags().StringVar(&rootDir, "root-dir", rootDir, "kcp's state directory; the default SQLite file is <root-dir>/kcp.db")
+	cmd.Flags().StringVar(&ds, "datastore", ds, "sqlite:///path/file.db or postgres://user@host:5432/dbname (default: <root-dir>/kcp.db)")
+	cmd.Flags().StringVar(&report, "report", report, "named report: "+strings.Join(sqlreports.Names(), ", "))
+	cmd.Flags().StringVar(&cluster, "cluster", cluster, "logical cluster for reports that need one, e.g. root:team-a")
+	cmd.Flags().StringVarP(&output, "output", "o", output, "table, json or csv")
+	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "give up after this long")
+	return cmd
+}
+
+func printResult(w io.Writer, res *sqlreports.Result, output string) error {
+	switch output {
+	case "json":
+		rows := make([]map[string]string, 0, len(res.Rows))
+		for _, r := range res.Rows {
+			m := make(map[string]string, len(r))
+			for i, c := range res.Columns {
+				m[c] = r[i]
+			}
+			rows = append(rows, m)
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	case "csv":
+		cw := csv.NewWriter(w)
+		if err := cw.Write(res.Columns); err != nil {
+			return err
+		}
+		if err := cw.WriteAll(res.Rows); err != nil {
+			return err
+		}
+		cw.Flush()
+		return cw.Error()
+	default:
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, strings.ToUpper(strings.Join(res.Columns, "\t")))
+		for _, r := range res.Rows {
+			fmt.Fprintln(tw, strings.Join(r, "\t"))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "(%d rows)\n", len(res.Rows))
+		return nil
+	}
+}
