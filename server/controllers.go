@@ -8,6 +8,8 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
@@ -16,6 +18,7 @@ import (
 	"github.com/kcpsql/kcp/server/controllers/namespacedefaults"
 	"github.com/kcpsql/kcp/server/controllers/namespacedeletion"
 	"github.com/kcpsql/kcp/server/controllers/workspace"
+	"github.com/kcpsql/kcp/server/leaderelection"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/systemcrds"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
@@ -36,47 +39,6 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 	s.AddPostStartHookOrDie("kcp-cluster-rbac", func(hc genericapiserver.PostStartHookContext) error {
 		return rbac.Start(hc.Context, hc.LoopbackClientConfig)
 	})
-	s.AddPostStartHookOrDie("kcp-namespace-deletion", func(hc genericapiserver.PostStartHookContext) error {
-		c, err := namespacedeletion.NewController(hc.LoopbackClientConfig)
-		if err != nil {
-			return err
-		}
-		go c.Run(hc.Context, 2)
-		return nil
-	})
-	s.AddPostStartHookOrDie("kcp-namespace-defaults", func(hc genericapiserver.PostStartHookContext) error {
-		ca, err := os.ReadFile(o.PKI.CACert())
-		if err != nil {
-			return err
-		}
-		c, err := namespacedefaults.NewController(hc.LoopbackClientConfig, string(ca), clusters.Exists)
-		if err != nil {
-			return err
-		}
-		go c.Run(hc.Context, 2)
-		return nil
-	})
-	s.AddPostStartHookOrDie("kcp-garbage-collector", func(hc genericapiserver.PostStartHookContext) error {
-		c, err := garbagecollector.NewController(hc.LoopbackClientConfig)
-		if err != nil {
-			return err
-		}
-		go c.Run(hc.Context, 4)
-		return nil
-	})
-	s.AddPostStartHookOrDie("kcp-root-clusterrole-aggregation", func(hc genericapiserver.PostStartHookContext) error {
-		// Fills admin, edit and view (and other aggregated ClusterRoles) in
-		// root; every logical cluster shares them through clusterrbac.
-		client, err := kubernetes.NewForConfig(hc.LoopbackClientConfig)
-		if err != nil {
-			return err
-		}
-		factory := informers.NewSharedInformerFactory(client, 0)
-		c := clusterroleaggregation.NewClusterRoleAggregation(factory.Rbac().V1().ClusterRoles(), client.RbacV1())
-		factory.Start(hc.Context.Done())
-		go c.Run(hc.Context, 1)
-		return nil
-	})
 	s.AddPostStartHookOrDie("kcp-tenancy", func(hc genericapiserver.PostStartHookContext) error {
 		if err := systemcrds.Install(hc.Context, hc.LoopbackClientConfig); err != nil {
 			return fmt.Errorf("installing the tenancy.kcp.io CRDs: %v", err)
@@ -84,11 +46,48 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 		if err := clusters.Start(hc.Context, hc.LoopbackClientConfig); err != nil {
 			return err
 		}
-		c, err := workspace.NewController(hc.LoopbackClientConfig, o.ServerURL, deleteClusterData)
+		ca, err := os.ReadFile(o.PKI.CACert())
 		if err != nil {
 			return err
 		}
-		go c.Run(hc.Context, 8)
+		// Controllers that write run on one replica at a time.
+		go leaderelection.Run(hc.Context, hc.LoopbackClientConfig, "kcp-controllers", func(ctx context.Context) {
+			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), clusters, deleteClusterData)
+		})
 		return nil
 	})
+}
+
+// startWriters starts the controllers that write; they stop with ctx (when
+// this replica loses the lease).
+func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM string,
+	clusters *logicalclusters.Registry, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) {
+	if c, err := namespacedeletion.NewController(loopback); err == nil {
+		go c.Run(ctx, 2)
+	} else {
+		klog.ErrorS(err, "namespace deletion controller")
+	}
+	if c, err := workspace.NewController(loopback, serverURL, deleteClusterData); err == nil {
+		go c.Run(ctx, 8)
+	} else {
+		klog.ErrorS(err, "workspace controller")
+	}
+	if c, err := namespacedefaults.NewController(loopback, caPEM, clusters.Exists); err == nil {
+		go c.Run(ctx, 2)
+	} else {
+		klog.ErrorS(err, "namespace defaults controller")
+	}
+	if c, err := garbagecollector.NewController(loopback); err == nil {
+		go c.Run(ctx, 4)
+	} else {
+		klog.ErrorS(err, "garbage collector")
+	}
+	// Fills admin, edit and view (and other aggregated ClusterRoles) in
+	// root; every logical cluster shares them through clusterrbac.
+	if client, err := kubernetes.NewForConfig(loopback); err == nil {
+		factory := informers.NewSharedInformerFactory(client, 0)
+		c := clusterroleaggregation.NewClusterRoleAggregation(factory.Rbac().V1().ClusterRoles(), client.RbacV1())
+		factory.Start(ctx.Done())
+		go c.Run(ctx, 1)
+	}
 }

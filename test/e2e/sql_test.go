@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -43,29 +44,34 @@ func TestSQLShowsObjectsPerCluster(t *testing.T) {
 		}
 		s.Kubectl("root:sql-b", "-n", "shop", "delete", "configmap", "cm-0")
 		db := openDatastore(t, s)
-		rows, err := db.QueryContext(context.Background(), `SELECT cluster, objects, bytes FROM kcp_cluster_footprint ORDER BY cluster`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]int{}
-		for rows.Next() {
-			var c string
-			var n, b int64
-			if err := rows.Scan(&c, &n, &b); err != nil {
+		footprint := func() map[string]int {
+			rows, err := db.QueryContext(context.Background(), `SELECT cluster, objects, bytes FROM kcp_cluster_footprint ORDER BY cluster`)
+			if err != nil {
 				t.Fatal(err)
 			}
-			if b <= 0 {
-				t.Errorf("cluster %s has %d bytes", c, b)
+			defer rows.Close()
+			got := map[string]int{}
+			for rows.Next() {
+				var c string
+				var n, b int64
+				if err := rows.Scan(&c, &n, &b); err != nil {
+					t.Fatal(err)
+				}
+				if b <= 0 {
+					t.Errorf("cluster %s has %d bytes", c, b)
+				}
+				got[c] = int(n)
 			}
-			got[c] = int(n)
+			return got
 		}
-		rows.Close()
 		// A new workspace holds its LogicalCluster, the default namespace and
-		// the owner's binding; each namespace its default service account and
-		// kube-root-ca.crt; then the shop namespace and the live configmaps.
-		if got["root:sql-a"] != 9 || got["root:sql-b"] != 9 || got["root"] == 0 {
-			t.Errorf("footprint per cluster = %v, want root:sql-a=9 root:sql-b=9 (a deleted object is not live)", got)
-		}
+		// the owner's binding; each namespace gets its default service account
+		// and kube-root-ca.crt (from a controller, so wait for them); then the
+		// shop namespace and the live configmaps (a deleted one is not live).
+		framework.Eventually(t, 20*time.Second, "footprint root:sql-a=9 root:sql-b=9", func() (bool, string) {
+			got := footprint()
+			return got["root:sql-a"] == 9 && got["root:sql-b"] == 9 && got["root"] > 0, fmt.Sprint(got)
+		})
 		q := `SELECT namespace, name FROM kcp_objects WHERE cluster = 'root:sql-a' AND resource = 'configmaps' AND name LIKE 'cm-%'`
 		var ns, name string
 		if err := db.QueryRow(q).Scan(&ns, &name); err != nil || ns != "shop" || name != "cm-0" {
