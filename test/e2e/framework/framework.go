@@ -376,3 +376,36 @@ func (s *Server) createWorkspace(parent, name string) {
 		return phase == "Ready", "phase " + phase
 	})
 }
+
+// StartReplica starts a second kcp on the same datastore, sharing the CA,
+// admin credentials and service-account key of s (as hosted replicas must),
+// with its own root directory, port and serving certificate.
+func StartReplica(t testing.TB, s *Server) *Server {
+	t.Helper()
+	r := &Server{t: t, RootDir: t.TempDir(), Datastore: s.Datastore, Args: s.Args}
+	for _, f := range []string{"ca.crt", "ca.key", "admin.crt", "admin.key", "service-account.key"} {
+		b, err := os.ReadFile(filepath.Join(s.RootDir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(r.RootDir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.Port = FreePort(t)
+	r.Kubeconfig = filepath.Join(r.RootDir, "admin.kubeconfig")
+	r.LogFile = filepath.Join(r.RootDir, "kcp.log")
+	r.Start()
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// Kill stops the process at once (SIGKILL), as a crash would.
+func (s *Server) Kill() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	s.cmd.Process.Kill()
+	<-s.done
+	s.cmd = nil
+}

@@ -1,0 +1,89 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcpsql/kcp/test/e2e/framework"
+)
+
+// TestTwoReplicasOnPostgres: two kcp processes on one PostgreSQL database
+// serve the same data; a write through A is seen by a watch through B; when
+// A dies, B keeps serving, nothing acknowledged is lost, and B takes over
+// the controllers (a new workspace becomes ready).
+func TestTwoReplicasOnPostgres(t *testing.T) {
+	a := framework.StartServer(t, framework.FreshPostgres(t))
+	b := framework.StartReplica(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	a.CreateWorkspaces("root:shared")
+	// B sees A's writes once kine's poller on B has read them (about a second).
+	framework.Eventually(t, 20*time.Second, "B to see the workspace created through A", func() (bool, string) {
+		_, err := b.Client("root:shared").CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	w, err := b.Client("root:shared").CoreV1().ConfigMaps("default").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for i := 0; i < 5; i++ {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "from-a-" + string(rune('0'+i))}}
+		if _, err := a.Client("root:shared").CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	for len(seen) < 5 {
+		select {
+		case ev := <-w.ResultChan():
+			if cm, ok := ev.Object.(*corev1.ConfigMap); ok && len(cm.Name) > 7 && cm.Name[:7] == "from-a-" {
+				seen[cm.Name] = true
+			}
+		case <-ctx.Done():
+			t.Fatalf("watch through B saw %v", seen)
+		}
+	}
+
+	holder := func() string {
+		l, err := b.Client("root").CoordinationV1().Leases("kube-system").Get(ctx, "kcp-controllers", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	before := holder()
+	if before == "" {
+		t.Fatal("no replica holds the controllers' lease")
+	}
+	a.Kill()
+	list, err := b.Client("root:shared").CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, cm := range list.Items {
+		if len(cm.Name) > 7 && cm.Name[:7] == "from-a-" {
+			n++
+		}
+	}
+	if n != 5 {
+		t.Fatalf("after A died, B lists %d of the 5 objects written through A", n)
+	}
+	// The controllers run on B once A's lease expires (if A held it).
+	b.CreateWorkspaces("root:after-failover")
+	if after := holder(); after == "" || (after == before && a.LogTail(1000) != "" && containsLeader(a.LogTail(1000))) {
+		t.Errorf("lease holder before %q, after %q", before, after)
+	}
+}
+
+func containsLeader(log string) bool {
+	return strings.Contains(log, "this replica runs the controllers")
+}
