@@ -36,7 +36,9 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	}
 	klog.InfoS("datastore ready", "datastore", o.Datastore.String(), "schemaVersion", st.Version, "took", time.Since(start).Round(time.Millisecond))
 
-	kine, err := embeddedkine.Start(embeddedkine.NewConfig(o.Datastore, o.RootDir))
+	kcfg := embeddedkine.NewConfig(o.Datastore, o.RootDir)
+	kcfg.Notify = o.DatastoreNotify
+	kine, err := embeddedkine.Start(kcfg)
 	if err != nil {
 		return err
 	}

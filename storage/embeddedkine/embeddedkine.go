@@ -41,6 +41,9 @@ type Config struct {
 	NotifyInterval   time.Duration
 	EmulatedVersion  string
 	Pool             generic.ConnectionPoolConfig
+	// Notify wakes the poller on PostgreSQL notifications of other
+	// replicas' writes instead of waiting for PollInterval.
+	Notify bool
 }
 
 // NewConfig returns kine's defaults (kine v0.17's command-line defaults).
@@ -57,6 +60,7 @@ func NewConfig(ds *datastore.Datastore, socketDir string) Config {
 		NotifyInterval:   5 * time.Second,
 		EmulatedVersion:  "3.6.11",
 		Pool:             generic.ConnectionPoolConfig{MaxIdle: 20, MaxIdleTime: 2 * time.Minute},
+		Notify:           true,
 	}
 }
 
@@ -139,7 +143,12 @@ func Start(cfg Config) (*Kine, error) {
 			klog.ErrorS(err, "kine gRPC server stopped")
 		}
 	}()
-	return &Kine{Endpoint: "unix://" + socket, grpc: gs, cancel: cancel, wg: wg, socket: socket, backend: backend}, nil
+	k := &Kine{Endpoint: "unix://" + socket, grpc: gs, cancel: cancel, wg: wg, socket: socket, backend: backend}
+	if cfg.Notify && cfg.Datastore.Dialect == datastore.Postgres {
+		wg.Add(1)
+		go func() { defer wg.Done(); k.listen(ctx, cfg.Datastore.URL.String()) }()
+	}
+	return k, nil
 }
 
 // Stop stops serving, closes the database and waits for kine's goroutines.

@@ -34,13 +34,14 @@ import (
 )
 
 var (
-	kcpBin   = flag.String("kcp", "bin/kcp", "path to the kcp binary")
-	creates  = flag.Int("creates", 4000, "configmaps to create per datastore")
-	clients  = flag.Int("clients", 16, "concurrent clients")
-	clusters = flag.Int("clusters", 16, "logical clusters the creates are spread over")
-	pgDSN    = flag.String("postgres", envOr("KCP_TEST_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL server for the postgres runs ('' to skip)")
-	write    = flag.String("write", "", "Markdown file whose generated section is replaced with the results")
-	wsCount  = flag.Int("workspaces", 1000, "empty workspaces to create (flat, then as a tree) per datastore; 0 skips")
+	kcpBin         = flag.String("kcp", "bin/kcp", "path to the kcp binary")
+	creates        = flag.Int("creates", 4000, "configmaps to create per datastore")
+	clients        = flag.Int("clients", 16, "concurrent clients")
+	clusters       = flag.Int("clusters", 16, "logical clusters the creates are spread over")
+	pgDSN          = flag.String("postgres", envOr("KCP_TEST_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL server for the postgres runs ('' to skip)")
+	write          = flag.String("write", "", "Markdown file whose generated section is replaced with the results")
+	wsCount        = flag.Int("workspaces", 1000, "empty workspaces to create (flat, then as a tree) per datastore; 0 skips")
+	latencySamples = flag.Int("latency-samples", 200, "writes per watch-latency measurement (PostgreSQL, one and two replicas); 0 skips")
 )
 
 func envOr(k, d string) string {
@@ -78,7 +79,16 @@ func main() {
 		results = append(results, r)
 		wsResults = append(wsResults, ws...)
 	}
-	table := render(results) + renderWorkspaces(wsResults)
+	var lat []latencyResult
+	if *pgDSN != "" && *latencySamples > 0 {
+		log("== watch latency")
+		var err error
+		if lat, err = runLatency(log); err != nil {
+			log("watch latency failed: %v", err)
+			os.Exit(1)
+		}
+	}
+	table := render(results) + renderWorkspaces(wsResults) + renderLatency(lat)
 	fmt.Print(table)
 	if *write != "" {
 		if err := replaceSection(*write, table); err != nil {
@@ -90,11 +100,12 @@ func main() {
 }
 
 type server struct {
-	cmd  *exec.Cmd
-	dir  string
-	port int
-	ds   string
-	done chan struct{}
+	cmd   *exec.Cmd
+	dir   string
+	port  int
+	ds    string
+	extra []string
+	done  chan struct{}
 }
 
 func freePort() int {
@@ -108,6 +119,7 @@ func (s *server) start() (time.Duration, error) {
 	if s.ds != "" {
 		args = append(args, "--datastore", s.ds)
 	}
+	args = append(args, s.extra...)
 	logf, _ := os.OpenFile(filepath.Join(s.dir+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	t0 := time.Now()
 	s.cmd = exec.Command(*kcpBin, args...)
@@ -325,6 +337,19 @@ func renderWorkspaces(rs []wsResult) string {
 			gor = fmt.Sprintf("%d -> %d", r.gorBefore, r.gorAfter)
 		}
 		fmt.Fprintf(&b, "| %s | %s | %d | %.0f | %s | %s | %s |\n", r.datastore, r.shape, r.count, r.perSec, rss, per, gor)
+	}
+	return b.String()
+}
+
+func renderLatency(rs []latencyResult) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "\nWatch latency, from a create returning to the event on a watch (%d sequential writes):\n\n", rs[0].samples)
+	fmt.Fprintf(&b, "| setup | p50 | p99 |\n|---|---|---|\n")
+	for _, r := range rs {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", r.setup, r.p50.Round(100*time.Microsecond), r.p99.Round(100*time.Microsecond))
 	}
 	return b.String()
 }
