@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -38,6 +39,9 @@ type Options struct {
 	Datastore string
 	// DatastoreNotify wakes kine on PostgreSQL notifications.
 	DatastoreNotify bool
+	// ChangeHistory records every object change in kcp_changes.
+	ChangeHistory          bool
+	ChangeHistoryRetention time.Duration
 	// Upstream holds the generic control plane's options; kcp sets the
 	// storage, serving, authentication and service-account defaults.
 	Upstream *cpoptions.Options
@@ -80,7 +84,7 @@ func NewOptions() *Options {
 	up.Authentication.TokenFailureCacheTTL = 0
 	tg := satokens.New()
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
-	return &Options{RootDir: ".kcp", DatastoreNotify: true, Upstream: up, TokenGetter: tg}
+	return &Options{RootDir: ".kcp", DatastoreNotify: true, ChangeHistoryRetention: 30 * 24 * time.Hour, Upstream: up, TokenGetter: tg}
 }
 
 // hiddenUpstreamGroups are flag groups kcp owns itself: storage is the
@@ -96,6 +100,10 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"Where objects are stored. Empty: <root-dir>/kcp.db. sqlite:///path/to/file.db for another SQLite file, or postgres://user:password@host:5432/dbname (the database is created if missing).")
 	fs.BoolVar(&o.DatastoreNotify, "datastore-notify", o.DatastoreNotify,
 		"PostgreSQL only: wake up on LISTEN/NOTIFY when another replica writes, instead of polling every second. Turn off only to measure the difference.")
+	fs.BoolVar(&o.ChangeHistory, "change-history", o.ChangeHistory,
+		"Record every create, update and delete of every object, per logical cluster, in the SQL table kcp_changes (kept past kine's compaction; see docs/sql-auditing.md). Applies to the whole datastore, for all replicas.")
+	fs.DurationVar(&o.ChangeHistoryRetention, "change-history-retention", o.ChangeHistoryRetention,
+		"How long the change history keeps a change; 0 keeps everything.")
 	var up cliflag.NamedFlagSets
 	o.Upstream.AddFlags(&up)
 	for _, name := range up.Order {
@@ -113,6 +121,8 @@ type CompletedOptions struct {
 	RootDir         string
 	Datastore       *datastore.Datastore
 	DatastoreNotify bool
+	ChangeHistory   bool
+	Retention       time.Duration
 	PKI             pki.Files
 	Upstream        cpoptions.CompletedOptions
 	// ServerURL is how local clients reach the server.
@@ -173,7 +183,7 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter}, nil
+	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter}, nil
 }
 
 // Validate reports every invalid option.

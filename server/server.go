@@ -17,6 +17,7 @@ import (
 	"github.com/kcpsql/kcp/server/clusterrbac"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/routing"
+	"github.com/kcpsql/kcp/storage/changehistory"
 	"github.com/kcpsql/kcp/storage/clusterdata"
 	"github.com/kcpsql/kcp/storage/clusterstore"
 	"github.com/kcpsql/kcp/storage/embeddedkine"
@@ -33,6 +34,17 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	st, err := migrations.Up(ctx, o.Datastore)
 	if err != nil {
 		return err
+	}
+	db, err := o.Datastore.Open()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := changehistory.Configure(ctx, db, o.Datastore.Dialect, o.ChangeHistory); err != nil {
+		return fmt.Errorf("datastore %s: configuring the change history: %v", o.Datastore, err)
+	}
+	if o.ChangeHistory && o.Retention > 0 {
+		go changehistory.KeepWithin(ctx, db, o.Datastore.Dialect, o.Retention)
 	}
 	klog.InfoS("datastore ready", "datastore", o.Datastore.String(), "schemaVersion", st.Version, "took", time.Since(start).Round(time.Millisecond))
 
@@ -58,11 +70,6 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	if err != nil {
 		return err
 	}
-	db, err := o.Datastore.Open()
-	if err != nil {
-		return err
-	}
-	defer db.Close()
 	deleteClusterData := func(ctx context.Context, c logicalcluster.Name) (int, error) {
 		return clusterdata.DeleteAll(ctx, db, o.Datastore.Dialect, kine, c)
 	}

@@ -13,13 +13,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kcpsql/kcp/storage/changehistory"
 	"github.com/kcpsql/kcp/storage/datastore"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 	"github.com/kcpsql/kcp/storage/sqlreports"
 )
 
 func newSQLCommand() *cobra.Command {
-	rootDir, ds, report, cluster, output := ".kcp", "", "", "", "table"
+	rootDir, ds, report, cluster, output, since := ".kcp", "", "", "", "table", "24h"
 	timeout := 60 * time.Second
 	var reportHelp []string
 	for _, n := range sqlreports.Names() {
@@ -71,6 +72,13 @@ Reports:
 					}
 					qargs = append(qargs, cluster)
 				}
+				if r.NeedsSince {
+					t, err := parseSince(since)
+					if err != nil {
+						return err
+					}
+					qargs = append(qargs, changehistory.Timestamp(d.Dialect, t))
+				}
 				query = r.SQL[d.Dialect]
 			} else {
 				query = args[0]
@@ -94,8 +102,21 @@ Reports:
 	cmd.Flags().StringVar(&report, "report", report, "named report: "+strings.Join(sqlreports.Names(), ", "))
 	cmd.Flags().StringVar(&cluster, "cluster", cluster, "logical cluster for reports that need one, e.g. root:team-a")
 	cmd.Flags().StringVarP(&output, "output", "o", output, "table, json or csv")
+	cmd.Flags().StringVar(&since, "since", since, "for the changes report: a duration back from now (90m, 24h) or an RFC 3339 time")
 	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "give up after this long")
 	return cmd
+}
+
+// parseSince reads "90m" (before now) or an RFC 3339 time.
+func parseSince(s string) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		return time.Now().Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--since %q is neither a duration (24h) nor an RFC 3339 time (2026-11-20T09:00:00Z)", s)
+	}
+	return t, nil
 }
 
 func printResult(w io.Writer, res *sqlreports.Result, output string) error {

@@ -20,6 +20,8 @@ type Report struct {
 	Name         string
 	Help         string
 	NeedsCluster bool
+	// NeedsSince reports take a start time after the cluster.
+	NeedsSince bool
 	// SQL per dialect; both read the views created by migrations.
 	SQL map[datastore.Dialect]string
 }
@@ -40,6 +42,15 @@ var Reports = map[string]Report{
 				FROM kcp_objects WHERE cluster = ? GROUP BY api_group, resource ORDER BY bytes DESC`,
 			datastore.Postgres: `SELECT api_group, resource, COUNT(*) AS objects, SUM(bytes) AS bytes
 				FROM kcp_objects WHERE cluster = $1 GROUP BY api_group, resource ORDER BY bytes DESC`,
+		},
+	},
+	"changes": {
+		Name: "changes", Help: "changes of one logical cluster since --since, from the change history (needs --cluster; kcp start --change-history)", NeedsCluster: true, NeedsSince: true,
+		SQL: map[datastore.Dialect]string{
+			datastore.SQLite: `SELECT changed_at, operation, revision, key FROM kcp_changes
+				WHERE cluster = ? AND changed_at >= ? ORDER BY id`,
+			datastore.Postgres: `SELECT changed_at, operation, revision, key FROM kcp_changes
+				WHERE cluster = $1 AND changed_at >= $2 ORDER BY id`,
 		},
 	},
 	"objects": {

@@ -1,0 +1,4 @@
+DROP TRIGGER IF EXISTS kcp_kine_change_history ON kine;
+DROP FUNCTION IF EXISTS kcp_kine_change_history();
+DROP TABLE IF EXISTS kcp_changes;
+DROP TABLE IF EXISTS kcp_settings;

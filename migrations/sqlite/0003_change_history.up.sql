@@ -1,0 +1,28 @@
+-- Opt-in change history that outlives kine's compaction: one row per write
+-- of an object (create, update, delete) with the object as stored, fed by a
+-- trigger on kine's table. It is recorded only while kcp_settings has
+-- change_history = 'on' (kcp start --change-history); kcp deletes rows older
+-- than the retention. The trigger only reads kine's row; it never changes it.
+CREATE TABLE IF NOT EXISTS kcp_settings (
+	name TEXT PRIMARY KEY,
+	value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS kcp_changes (
+	id INTEGER PRIMARY KEY AUTOINCREMENT,
+	revision INTEGER NOT NULL,
+	cluster TEXT NOT NULL,
+	key TEXT NOT NULL,
+	operation TEXT NOT NULL,
+	changed_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+	object BLOB
+);
+CREATE INDEX IF NOT EXISTS kcp_changes_cluster_time_index ON kcp_changes (cluster, changed_at);
+CREATE INDEX IF NOT EXISTS kcp_changes_time_index ON kcp_changes (changed_at);
+CREATE TRIGGER IF NOT EXISTS kcp_kine_change_history AFTER INSERT ON kine
+WHEN NEW.cluster <> '' AND EXISTS (SELECT 1 FROM kcp_settings WHERE name = 'change_history' AND value = 'on')
+BEGIN
+	INSERT INTO kcp_changes (revision, cluster, key, operation, object)
+	VALUES (NEW.id, NEW.cluster, NEW.name,
+		CASE WHEN NEW.deleted <> 0 THEN 'delete' WHEN NEW.created <> 0 THEN 'create' ELSE 'update' END,
+		COALESCE(NEW.value, NEW.old_value));
+END;
