@@ -21,6 +21,7 @@ import (
 	"github.com/kcpsql/kcp/server/leaderelection"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/systemcrds"
+	"github.com/kcpsql/kcp/storage/datastore"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -50,10 +51,16 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 		if err != nil {
 			return err
 		}
-		// Controllers that write run on one replica at a time.
-		go leaderelection.Run(hc.Context, hc.LoopbackClientConfig, "kcp-controllers", func(ctx context.Context) {
+		writers := func(ctx context.Context) {
 			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), clusters, deleteClusterData)
-		})
+		}
+		if o.Datastore.Dialect == datastore.SQLite {
+			// One process owns a SQLite file: no election, no wait on restart.
+			writers(hc.Context)
+			return nil
+		}
+		// Controllers that write run on one replica at a time.
+		go leaderelection.Run(hc.Context, hc.LoopbackClientConfig, "kcp-controllers", writers)
 		return nil
 	})
 }
