@@ -42,6 +42,9 @@ type Options struct {
 	// ChangeHistory records every object change in kcp_changes.
 	ChangeHistory          bool
 	ChangeHistoryRetention time.Duration
+	// AuditToDatastore writes audit events into audit_events.
+	AuditToDatastore bool
+	AuditRetention   time.Duration
 	// Upstream holds the generic control plane's options; kcp sets the
 	// storage, serving, authentication and service-account defaults.
 	Upstream *cpoptions.Options
@@ -84,7 +87,7 @@ func NewOptions() *Options {
 	up.Authentication.TokenFailureCacheTTL = 0
 	tg := satokens.New()
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
-	return &Options{RootDir: ".kcp", DatastoreNotify: true, ChangeHistoryRetention: 30 * 24 * time.Hour, Upstream: up, TokenGetter: tg}
+	return &Options{RootDir: ".kcp", DatastoreNotify: true, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour, Upstream: up, TokenGetter: tg}
 }
 
 // hiddenUpstreamGroups are flag groups kcp owns itself: storage is the
@@ -104,6 +107,9 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"Record every create, update and delete of every object, per logical cluster, in the SQL table kcp_changes (kept past kine's compaction; see docs/sql-auditing.md). Applies to the whole datastore, for all replicas.")
 	fs.DurationVar(&o.ChangeHistoryRetention, "change-history-retention", o.ChangeHistoryRetention,
 		"How long the change history keeps a change; 0 keeps everything.")
+	fs.BoolVar(&o.AuditToDatastore, "audit-to-datastore", o.AuditToDatastore,
+		"Write audit events (user, groups, verb, resource, logical cluster, namespace, name, response code, time) into the SQL table audit_events, in batches. Which requests are recorded is set by --audit-policy-file.")
+	fs.DurationVar(&o.AuditRetention, "audit-retention", o.AuditRetention, "How long audit_events keeps an event; 0 keeps everything.")
 	var up cliflag.NamedFlagSets
 	o.Upstream.AddFlags(&up)
 	for _, name := range up.Order {
@@ -123,6 +129,8 @@ type CompletedOptions struct {
 	DatastoreNotify bool
 	ChangeHistory   bool
 	Retention       time.Duration
+	AuditToDB       bool
+	AuditRetention  time.Duration
 	PKI             pki.Files
 	Upstream        cpoptions.CompletedOptions
 	// ServerURL is how local clients reach the server.
@@ -183,10 +191,14 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter}, nil
+	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, AuditRetention: o.AuditRetention, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter}, nil
 }
 
 // Validate reports every invalid option.
 func (c *CompletedOptions) Validate() []error {
-	return c.Upstream.Validate()
+	errs := c.Upstream.Validate()
+	if c.AuditToDB && c.Upstream.Audit.PolicyFile == "" {
+		errs = append(errs, fmt.Errorf("--audit-to-datastore needs --audit-policy-file to say which requests to record"))
+	}
+	return errs
 }

@@ -2,10 +2,14 @@ package server
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net/http"
 	"time"
 
+	auditinternal "k8s.io/apiserver/pkg/apis/audit"
+	"k8s.io/apiserver/pkg/audit"
+	"k8s.io/apiserver/pkg/audit/policy"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -17,6 +21,7 @@ import (
 	"github.com/kcpsql/kcp/server/clusterrbac"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/routing"
+	"github.com/kcpsql/kcp/storage/auditevents"
 	"github.com/kcpsql/kcp/storage/changehistory"
 	"github.com/kcpsql/kcp/storage/clusterdata"
 	"github.com/kcpsql/kcp/storage/clusterstore"
@@ -62,6 +67,11 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	}
 	rbac, clusters := clusterrbac.New(), logicalclusters.New()
 	makeClusterAware(config, rbac, clusters)
+	if o.AuditToDB {
+		if err := auditToDatastore(config, o, db); err != nil {
+			return err
+		}
+	}
 	completed, err := config.Complete()
 	if err != nil {
 		return err
@@ -145,4 +155,30 @@ func waitReady(ctx context.Context, cfg *rest.Config) bool {
 			}
 		}
 	}
+}
+
+// auditToDatastore adds the audit_events backend to the outermost server,
+// next to any upstream backend, with the upstream policy file.
+func auditToDatastore(c *genericcp.Config, o *CompletedOptions, db *sql.DB) error {
+	g := c.Aggregator.GenericConfig
+	if g.AuditPolicyRuleEvaluator == nil {
+		p, err := policy.LoadPolicyFromFile(o.Upstream.Audit.PolicyFile)
+		if err != nil {
+			return fmt.Errorf("--audit-policy-file: %v", err)
+		}
+		g.AuditPolicyRuleEvaluator = policy.NewPolicyRuleEvaluator(p)
+	}
+	clusterOf := func(e *auditinternal.Event) string {
+		if c, ok := e.Annotations[clusterauthz.AuditAnnotation]; ok {
+			return c
+		}
+		return "" // rejected before authorization (authentication failed)
+	}
+	b := auditevents.New(db, o.Datastore.Dialect, clusterOf, o.AuditRetention)
+	if g.AuditBackend != nil {
+		g.AuditBackend = audit.Union(g.AuditBackend, b)
+	} else {
+		g.AuditBackend = b
+	}
+	return nil
 }

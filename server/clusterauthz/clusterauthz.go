@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apiserver/pkg/audit"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -161,7 +162,18 @@ func outsideRoot(ctx context.Context) bool {
 	return ok && c != logicalcluster.Root
 }
 
+// AuditAnnotation names the logical cluster in audit events; the request's
+// path was already rewritten when the audit event was made.
+const AuditAnnotation = "kcp.io/cluster"
+
+func annotate(ctx context.Context) {
+	if c, ok := logicalcluster.From(ctx); ok {
+		audit.AddAuditAnnotation(ctx, AuditAnnotation, string(c))
+	}
+}
+
 func (a Authorizer) Authorize(ctx context.Context, attr authorizer.Attributes) (authorizer.Decision, string, error) {
+	annotate(ctx)
 	if d, reason, ok := a.precheck(ctx, attr); ok {
 		return d, reason, nil
 	}
@@ -172,6 +184,7 @@ func (a Authorizer) Authorize(ctx context.Context, attr authorizer.Attributes) (
 }
 
 func (a Authorizer) ConditionsAwareAuthorize(ctx context.Context, attr authorizer.Attributes) authorizer.ConditionsAwareDecision {
+	annotate(ctx)
 	if d, reason, ok := a.precheck(ctx, attr); ok {
 		return authorizer.ConditionsAwareDecisionFromParts(d, reason, nil)
 	}

@@ -75,7 +75,8 @@ func WithLogicalCluster(next http.Handler) http.Handler {
 		}
 		r := req.WithContext(logicalcluster.WithCluster(req.Context(), cluster))
 		r.URL = &u
-		r.RequestURI = u.RequestURI()
+		// RequestURI keeps the original /clusters/<path>/... so that audit
+		// events and logs name the logical cluster.
 		next.ServeHTTP(w, r)
 	})
 }

@@ -53,6 +53,15 @@ var Reports = map[string]Report{
 				WHERE cluster = $1 AND changed_at >= $2 ORDER BY id`,
 		},
 	},
+	"audit": {
+		Name: "audit", Help: "who did what in one logical cluster since --since (needs --cluster; kcp start --audit-to-datastore)", NeedsCluster: true, NeedsSince: true,
+		SQL: map[datastore.Dialect]string{
+			datastore.SQLite: `SELECT at, username, verb, api_group, resource, namespace, name, code FROM audit_events
+				WHERE cluster = ? AND at >= ? AND stage IN ('ResponseComplete', 'Panic') ORDER BY id`,
+			datastore.Postgres: `SELECT at, username, verb, api_group, resource, namespace, name, code FROM audit_events
+				WHERE cluster = $1 AND at >= $2 AND stage IN ('ResponseComplete', 'Panic') ORDER BY id`,
+		},
+	},
 	"objects": {
 		Name: "objects", Help: "the live objects of one logical cluster (needs --cluster)", NeedsCluster: true,
 		SQL: map[datastore.Dialect]string{

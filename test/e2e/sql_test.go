@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"time"
 	"os/exec"
 	"path/filepath"
@@ -210,6 +211,49 @@ func TestChangeHistory(t *testing.T) {
 				out := changes()
 				return !strings.Contains(out, "tracked"), out
 			})
+		})
+	}
+}
+
+// TestAuditEventsInDatastore records who did what, per logical cluster.
+func TestAuditEventsInDatastore(t *testing.T) {
+	forEachDialectWith(t, func(t *testing.T, dir string) []string {
+		policy := filepath.Join(dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return []string{"--audit-policy-file", policy, "--audit-to-datastore"}
+	}, func(t *testing.T, s *framework.Server) {
+		kcp, _ := framework.Binaries(t)
+		s.CreateWorkspaces("root:audited")
+		s.Kubectl("root:audited", "-n", "default", "create", "configmap", "watched-by-audit")
+		args := []string{"sql", "--root-dir", s.RootDir, "--report", "audit", "--cluster", "root:audited", "--since", "10m", "-o", "csv"}
+		if s.Datastore != "" {
+			args = append(args, "--datastore", s.Datastore)
+		}
+		framework.Eventually(t, 20*time.Second, "the create to be audited", func() (bool, string) {
+			out, err := exec.Command(kcp, args...).CombinedOutput()
+			if err != nil {
+				return false, fmt.Sprintf("%v: %s", err, out)
+			}
+			for _, line := range strings.Split(string(out), "\n") {
+				f := strings.Split(line, ",")
+				if len(f) == 8 && f[1] == "kcp-admin" && f[2] == "create" && f[4] == "configmaps" && f[6] == "watched-by-audit" && f[7] == "201" {
+					return true, ""
+				}
+			}
+			return false, string(out)
+		})
+	})
+}
+
+// forEachDialectWith is forEachDialect with extra server flags made in a
+// temporary directory.
+func forEachDialectWith(t *testing.T, flags func(t *testing.T, dir string) []string, fn func(t *testing.T, s *framework.Server)) {
+	for _, d := range framework.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			s := framework.StartServer(t, framework.DatastoreFor(t, d), flags(t, t.TempDir())...)
+			fn(t, s)
 		})
 	}
 }
