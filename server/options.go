@@ -42,6 +42,10 @@ type Options struct {
 	// ChangeHistory records every object change in kcp_changes.
 	ChangeHistory          bool
 	ChangeHistoryRetention time.Duration
+	// KineCompactInterval and KineCompactMinRetain tune kine's compaction
+	// of old revisions.
+	KineCompactInterval  time.Duration
+	KineCompactMinRetain int64
 	// AuditToDatastore writes audit events into audit_events.
 	AuditToDatastore bool
 	AuditRetention   time.Duration
@@ -87,7 +91,8 @@ func NewOptions() *Options {
 	up.Authentication.TokenFailureCacheTTL = 0
 	tg := satokens.New()
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
-	return &Options{RootDir: ".kcp", DatastoreNotify: true, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour, Upstream: up, TokenGetter: tg}
+	return &Options{RootDir: ".kcp", DatastoreNotify: true, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
+		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, Upstream: up, TokenGetter: tg}
 }
 
 // hiddenUpstreamGroups are flag groups kcp owns itself: storage is the
@@ -110,6 +115,10 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 	fs.BoolVar(&o.AuditToDatastore, "audit-to-datastore", o.AuditToDatastore,
 		"Write audit events (user, groups, verb, resource, logical cluster, namespace, name, response code, time) into the SQL table audit_events, in batches. Which requests are recorded is set by --audit-policy-file.")
 	fs.DurationVar(&o.AuditRetention, "audit-retention", o.AuditRetention, "How long audit_events keeps an event; 0 keeps everything.")
+	fs.DurationVar(&o.KineCompactInterval, "kine-compact-interval", o.KineCompactInterval,
+		"How often kine deletes old revisions and tombstones from its table (watchers further behind must re-list).")
+	fs.Int64Var(&o.KineCompactMinRetain, "kine-compact-min-retain", o.KineCompactMinRetain,
+		"How many of the newest revisions kine's compaction always keeps.")
 	var up cliflag.NamedFlagSets
 	o.Upstream.AddFlags(&up)
 	for _, name := range up.Order {
@@ -129,10 +138,13 @@ type CompletedOptions struct {
 	DatastoreNotify bool
 	ChangeHistory   bool
 	Retention       time.Duration
-	AuditToDB       bool
-	AuditRetention  time.Duration
-	PKI             pki.Files
-	Upstream        cpoptions.CompletedOptions
+	// kine's compaction (interval, newest revisions kept)
+	CompactInterval  time.Duration
+	CompactMinRetain int64
+	AuditToDB        bool
+	AuditRetention   time.Duration
+	PKI              pki.Files
+	Upstream         cpoptions.CompletedOptions
 	// ServerURL is how local clients reach the server.
 	ServerURL   string
 	TokenGetter *satokens.Getter
@@ -191,7 +203,7 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, AuditRetention: o.AuditRetention, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter}, nil
+	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter}, nil
 }
 
 // Validate reports every invalid option.

@@ -55,6 +55,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 
 	kcfg := embeddedkine.NewConfig(o.Datastore, o.RootDir)
 	kcfg.Notify = o.DatastoreNotify
+	kcfg.CompactInterval, kcfg.CompactMinRetain = o.CompactInterval, o.CompactMinRetain
 	kine, err := embeddedkine.Start(kcfg)
 	if err != nil {
 		return err

@@ -176,7 +176,9 @@ func TestKcpSQL(t *testing.T) {
 func TestChangeHistory(t *testing.T) {
 	for _, d := range framework.Dialects {
 		t.Run(string(d), func(t *testing.T) {
-			s := framework.StartServer(t, framework.DatastoreFor(t, d), "--change-history", "--change-history-retention=20s")
+			// A fast, tight compaction, so that the test sees kine drop history.
+			s := framework.StartServer(t, framework.DatastoreFor(t, d), "--change-history", "--change-history-retention=40s",
+				"--kine-compact-interval=2s", "--kine-compact-min-retain=1")
 			kcp, _ := framework.Binaries(t)
 			s.CreateWorkspaces("root:hist")
 			s.Kubectl("root:hist", "-n", "default", "create", "configmap", "tracked", "--from-literal=v=1")
@@ -206,7 +208,17 @@ func TestChangeHistory(t *testing.T) {
 			if !strings.Contains(out, "/tenancy.kcp.io/logicalclusters/root:hist/cluster") {
 				t.Errorf("the workspace's own objects are missing from its history:\n%s", out)
 			}
-			// Retention: everything older than 20s goes.
+			// kine compacts the configmap's revisions away; the history keeps them.
+			db := openDatastore(t, s)
+			framework.Eventually(t, 30*time.Second, "kine to compact the configmap's revisions", func() (bool, string) {
+				var n int
+				err := db.QueryRow(`SELECT COUNT(*) FROM kine WHERE name = '/registry/core/configmaps/root:hist/default/tracked'`).Scan(&n)
+				return err == nil && n == 0, fmt.Sprintf("%d rows, %v", n, err)
+			})
+			if again := changes(); strings.Count(again, "/core/configmaps/root:hist/default/tracked") != 3 {
+				t.Errorf("history lost changes after compaction:\n%s", again)
+			}
+			// Retention: everything older than 40s goes.
 			framework.Eventually(t, 60*time.Second, "the history to be pruned", func() (bool, string) {
 				out := changes()
 				return !strings.Contains(out, "tracked"), out
