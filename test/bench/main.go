@@ -41,6 +41,7 @@ var (
 	pgDSN          = flag.String("postgres", envOr("KCP_TEST_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL server for the postgres runs ('' to skip)")
 	write          = flag.String("write", "", "Markdown file whose generated section is replaced with the results")
 	wsCount        = flag.Int("workspaces", 1000, "empty workspaces to create (flat, then as a tree) per datastore; 0 skips")
+	featureCost    = flag.Bool("feature-cost", true, "also measure creates with --change-history and --audit-to-datastore on")
 	latencySamples = flag.Int("latency-samples", 200, "writes per watch-latency measurement (PostgreSQL, one and two replicas); 0 skips")
 )
 
@@ -71,13 +72,24 @@ func main() {
 	}
 	for _, d := range dss {
 		log("== %s", d)
-		r, ws, err := run(d, log)
+		r, ws, err := run(d, nil, *wsCount, log)
 		if err != nil {
 			log("bench on %s failed: %v", d, err)
 			os.Exit(1)
 		}
 		results = append(results, r)
 		wsResults = append(wsResults, ws...)
+		if *featureCost {
+			policy := filepath.Join(os.TempDir(), "kcp-bench-audit-policy.yaml")
+			os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n"), 0o600)
+			r, _, err := run(d, []string{"--change-history", "--audit-policy-file", policy, "--audit-to-datastore"}, 0, log)
+			if err != nil {
+				log("bench on %s with history and audit failed: %v", d, err)
+				os.Exit(1)
+			}
+			r.datastore += " + change history + audit events"
+			results = append(results, r)
+		}
 	}
 	var lat []latencyResult
 	if *pgDSN != "" && *latencySamples > 0 {
@@ -200,14 +212,14 @@ func freshPostgres() (string, func(), error) {
 	return u.String(), func() { db.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)"); db.Close() }, nil
 }
 
-func run(kind string, log func(string, ...any)) (result, []wsResult, error) {
+func run(kind string, extra []string, workspaces int, log func(string, ...any)) (result, []wsResult, error) {
 	r := result{datastore: kind}
 	tmp, err := os.MkdirTemp("", "kcp-bench-")
 	if err != nil {
 		return r, nil, err
 	}
 	defer os.RemoveAll(tmp)
-	s := &server{dir: filepath.Join(tmp, "root"), port: freePort()}
+	s := &server{dir: filepath.Join(tmp, "root"), port: freePort(), extra: extra}
 	if kind == "postgres" {
 		dsn, drop, err := freshPostgres()
 		if err != nil {
@@ -288,8 +300,8 @@ func run(kind string, log func(string, ...any)) (result, []wsResult, error) {
 	}
 	log("warm start %s", r.warmStart)
 	var ws []wsResult
-	if *wsCount > 0 {
-		if ws, err = benchWorkspaces(s, kind, *wsCount, log); err != nil {
+	if workspaces > 0 {
+		if ws, err = benchWorkspaces(s, kind, workspaces, log); err != nil {
 			return r, nil, err
 		}
 	}
