@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -37,8 +38,6 @@ type exportCluster struct {
 	Type    string                       `json:"type,omitempty"`
 	Objects []*unstructured.Unstructured `json:"objects"`
 }
-
-var workspacesGVR = schema.GroupVersionResource{Group: "tenancy.kcp.io", Version: "v1alpha1", Resource: "workspaces"}
 
 // notExported are made by kcp for every cluster or namespace, or are
 // history rather than state.
@@ -183,7 +182,7 @@ func (o *transferOptions) export(ctx context.Context, progress io.Writer, cluste
 	if !o.recursive {
 		return nil
 	}
-	children, err := dyn.Resource(workspacesGVR).List(ctx, metav1.ListOptions{})
+	children, err := dyn.Resource(tenancy.WorkspacesResource).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("listing the workspaces of %s: %v", cluster, err)
 	}
@@ -368,25 +367,8 @@ func (o *transferOptions) ensureWorkspace(ctx context.Context, cluster logicalcl
 	if err != nil {
 		return err
 	}
-	ws := &unstructured.Unstructured{Object: map[string]interface{}{
-		"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
-		"metadata": map[string]interface{}{"name": cluster.Base()},
-	}}
-	if wsType != "" {
-		ws.Object["spec"] = map[string]interface{}{"type": wsType}
+	if err := tenancy.CreateWorkspace(ctx, dyn, cluster.Base(), wsType, true, time.Minute); err != nil {
+		return fmt.Errorf("workspace %s: %v", cluster, err)
 	}
-	if _, err := dyn.Resource(workspacesGVR).Create(ctx, ws, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating workspace %s: %v", cluster, err)
-	}
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		got, err := dyn.Resource(workspacesGVR).Get(ctx, cluster.Base(), metav1.GetOptions{})
-		if err == nil {
-			if phase, _, _ := unstructured.NestedString(got.Object, "status", "phase"); phase == "Ready" {
-				return nil
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("workspace %s did not become ready within a minute", cluster)
+	return nil
 }

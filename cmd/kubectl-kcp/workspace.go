@@ -12,18 +12,15 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
-
-var workspacesGVR = schema.GroupVersionResource{Group: "tenancy.kcp.io", Version: "v1alpha1", Resource: "workspaces"}
 
 // previousContext remembers where `ws use -` goes back to.
 const previousContext = "kcp-previous-workspace"
@@ -160,7 +157,7 @@ func (s *state) workspaces(cluster logicalcluster.Name) (dynamic.ResourceInterfa
 	if err != nil {
 		return nil, err
 	}
-	return d.Resource(workspacesGVR), nil
+	return d.Resource(tenancy.WorkspacesResource), nil
 }
 
 // resolve turns a use argument into an absolute path.
@@ -254,35 +251,17 @@ func (o *wsOptions) create(out io.Writer, name, wsType string, enter bool) error
 	if err != nil {
 		return err
 	}
-	ws, err := s.workspaces(s.current)
+	cfg, err := s.config(s.current)
 	if err != nil {
 		return err
 	}
-	obj := &unstructured.Unstructured{Object: map[string]interface{}{
-		"apiVersion": workspacesGVR.GroupVersion().String(), "kind": "Workspace",
-		"metadata": map[string]interface{}{"name": name},
-	}}
-	if wsType != "" {
-		obj.Object["spec"] = map[string]interface{}{"type": wsType}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
-	defer cancel()
-	if _, err := ws.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+	fmt.Fprintf(out, "Creating workspace %q and waiting for it to be ready ...\n", target)
+	if err := tenancy.CreateWorkspace(context.Background(), dyn, name, wsType, false, o.timeout); err != nil {
 		return fmt.Errorf("creating workspace %q: %v", target, err)
-	}
-	fmt.Fprintf(out, "Workspace %q created; waiting for it to be ready ...\n", target)
-	for {
-		got, err := ws.Get(ctx, name, metav1.GetOptions{})
-		if err == nil {
-			if phase, _, _ := unstructured.NestedString(got.Object, "status", "phase"); phase == "Ready" {
-				break
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("workspace %q is not ready after %s (kubectl get workspace %s -o yaml shows why)", target, o.timeout, name)
-		case <-time.After(50 * time.Millisecond):
-		}
 	}
 	fmt.Fprintf(out, "Workspace %q is ready.\n", target)
 	if enter {

@@ -5,11 +5,11 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
-	"time"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/mattn/go-sqlite3"

@@ -22,14 +22,12 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kcpsql/kcp/schema/tenancy"
 )
 
 // RepoRoot is the repository's top directory.
@@ -336,9 +334,6 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() (b
 	t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, last)
 }
 
-// WorkspacesGVR is tenancy.kcp.io/v1alpha1 workspaces.
-var WorkspacesGVR = schema.GroupVersionResource{Group: "tenancy.kcp.io", Version: "v1alpha1", Resource: "workspaces"}
-
 // CreateWorkspaces creates, as the admin, every workspace on the way to each
 // path (root:a:b creates a in root, then b in root:a) and waits until each is
 // Ready.
@@ -359,22 +354,9 @@ func (s *Server) createWorkspace(parent, name string) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	ws := &unstructured.Unstructured{Object: map[string]interface{}{
-		"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
-		"metadata": map[string]interface{}{"name": name},
-	}}
-	ctx := context.Background()
-	if _, err := dyn.Resource(WorkspacesGVR).Create(ctx, ws, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := tenancy.CreateWorkspace(context.Background(), dyn, name, "", true, 30*time.Second); err != nil {
 		s.t.Fatalf("creating workspace %s in %s: %v", name, parent, err)
 	}
-	Eventually(s.t, 30*time.Second, "workspace "+parent+":"+name+" to be ready", func() (bool, string) {
-		got, err := dyn.Resource(WorkspacesGVR).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		phase, _, _ := unstructured.NestedString(got.Object, "status", "phase")
-		return phase == "Ready", "phase " + phase
-	})
 }
 
 // StartReplica starts a second kcp on the same datastore, sharing the CA,
