@@ -54,8 +54,12 @@ On first start kcp creates --root-dir with a CA, a serving certificate for
 a service-account signing key and admin.kubeconfig, and it migrates the
 datastore. Later starts reuse all of it. Use the server with:
 
-  kubectl --kubeconfig=.kcp/admin.kubeconfig get namespaces
-  kubectl --kubeconfig=.kcp/admin.kubeconfig --server=https://127.0.0.1:6443/clusters/root:team-a get namespaces`,
+  export KUBECONFIG=.kcp/admin.kubeconfig PATH=$PWD/bin:$PATH
+  kubectl get namespaces                 # the root logical cluster
+  kubectl ws create team-a --enter       # a workspace: a logical cluster of its own
+  kubectl get namespaces                 # now in root:team-a
+
+Any client reaches a workspace at https://127.0.0.1:6443/clusters/<path>.`,
 		SilenceUsage: true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
 			rest.SetDefaultWarningHandler(rest.NoWarnings{})
