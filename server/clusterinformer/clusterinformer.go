@@ -5,11 +5,14 @@
 package clusterinformer
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -105,6 +108,15 @@ var ClusterIndexers = cache.Indexers{
 		}
 		return []string{string(ClusterOf(m)) + "|" + m.GetNamespace()}, nil
 	},
+}
+
+// ListWatch adapts a typed, dynamic or metadata client's List and Watch of
+// one resource (usually through WildcardConfig) to a ListerWatcher.
+func ListWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error), watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return list(ctx, o) },
+		WatchFuncWithContext: watchFn,
+	}
 }
 
 // New returns an informer over lw whose cache uses KeyFunc and the given

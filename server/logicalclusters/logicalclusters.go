@@ -8,10 +8,7 @@ import (
 	"encoding/json"
 	"sync/atomic"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -37,10 +34,7 @@ func (r *Registry) Start(ctx context.Context, loopback *rest.Config) error {
 		return err
 	}
 	res := client.Resource(tenancy.LogicalClustersResource)
-	lw := &cache.ListWatch{
-		ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return res.List(ctx, o) },
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return res.Watch(ctx, o) },
-	}
+	lw := clusterinformer.ListWatch(res.List, res.Watch)
 	indexer, ctrl := clusterinformer.New(lw, &unstructured.Unstructured{}, nil, nil)
 	go ctrl.RunWithContext(ctx)
 	go func() {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kcpsql/kcp/storage/changehistory"
 	"github.com/kcpsql/kcp/storage/datastore"
+	"github.com/kcpsql/kcp/storage/retention"
 )
 
 const columns = "at, audit_id, stage, cluster, username, groups, verb, api_group, resource, subresource, namespace, name, code, request_uri"
@@ -167,17 +168,11 @@ func (b *Backend) insert(batch []row) error {
 }
 
 func (b *Backend) prune(ctx context.Context) {
-	every := min(max(b.retention/10, time.Second), 10*time.Minute)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := b.db.ExecContext(ctx, pruneSQL[b.dialect], changehistory.Timestamp(b.dialect, time.Now().Add(-b.retention))); err != nil {
-				klog.ErrorS(err, "pruning audit events")
-			}
+	retention.Keep(ctx, "audit_events", b.retention, func(ctx context.Context, before time.Time) (int64, error) {
+		res, err := b.db.ExecContext(ctx, pruneSQL[b.dialect], changehistory.Timestamp(b.dialect, before))
+		if err != nil {
+			return 0, err
 		}
-	}
+		return res.RowsAffected()
+	})
 }

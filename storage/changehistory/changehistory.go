@@ -9,9 +9,8 @@ import (
 	"database/sql"
 	"time"
 
-	"k8s.io/klog/v2"
-
 	"github.com/kcpsql/kcp/storage/datastore"
+	keep "github.com/kcpsql/kcp/storage/retention"
 )
 
 var (
@@ -54,22 +53,9 @@ func Prune(ctx context.Context, db *sql.DB, d datastore.Dialect, before time.Tim
 	return res.RowsAffected()
 }
 
-// KeepWithin prunes history older than retention, checking every tenth of
-// the retention (between one second and ten minutes), until ctx ends.
+// KeepWithin prunes history older than retention until ctx ends.
 func KeepWithin(ctx context.Context, db *sql.DB, d datastore.Dialect, retention time.Duration) {
-	every := min(max(retention/10, time.Second), 10*time.Minute)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if n, err := Prune(ctx, db, d, time.Now().Add(-retention)); err != nil {
-				klog.ErrorS(err, "pruning the change history")
-			} else if n > 0 {
-				klog.V(2).InfoS("pruned the change history", "rows", n)
-			}
-		}
-	}
+	keep.Keep(ctx, "kcp_changes", retention, func(ctx context.Context, before time.Time) (int64, error) {
+		return Prune(ctx, db, d, before)
+	})
 }

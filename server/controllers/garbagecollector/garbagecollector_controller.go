@@ -9,12 +9,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -136,10 +134,7 @@ func (c *Controller) watch(ctx context.Context, gvr schema.GroupVersionResource,
 		return
 	}
 	res := c.wildcard.Resource(gvr)
-	lw := &cache.ListWatch{
-		ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return res.List(ctx, o) },
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return res.Watch(ctx, o) },
-	}
+	lw := clusterinformer.ListWatch(res.List, res.Watch)
 	info := &resourceInfo{gvr: gvr, namespaced: namespaced}
 	indexers := cache.Indexers{byOwner: func(obj interface{}) ([]string, error) {
 		m := obj.(*metav1.PartialObjectMetadata)

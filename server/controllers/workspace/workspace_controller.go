@@ -6,10 +6,7 @@ import (
 	"context"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -42,10 +39,7 @@ func NewController(loopback *rest.Config, serverURL string, deleteClusterData fu
 		queue: worker.NewQueue[string](name),
 	}
 	ws := wildcard.Resource(tenancy.WorkspacesResource)
-	lw := &cache.ListWatch{
-		ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return ws.List(ctx, o) },
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return ws.Watch(ctx, o) },
-	}
+	lw := clusterinformer.ListWatch(ws.List, ws.Watch)
 	enqueue := func(obj interface{}) {
 		if key, err := clusterinformer.KeyFunc(obj); err == nil {
 			c.queue.Add(key)
