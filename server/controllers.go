@@ -13,11 +13,14 @@ import (
 	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
+	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/clusterrbac"
+	"github.com/kcpsql/kcp/server/controllers/crdlifecycle"
 	"github.com/kcpsql/kcp/server/controllers/garbagecollector"
 	"github.com/kcpsql/kcp/server/controllers/namespacedefaults"
 	"github.com/kcpsql/kcp/server/controllers/namespacedeletion"
 	"github.com/kcpsql/kcp/server/controllers/workspace"
+	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/leaderelection"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/systemcrds"
@@ -29,7 +32,7 @@ import (
 // runs once per process, watches all logical clusters, and /readyz waits for
 // the hooks, so a ready server has its APIs installed.
 func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, rbac *clusterrbac.Authorizer,
-	clusters *logicalclusters.Registry, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) {
+	clusters *logicalclusters.Registry, crds *crdserving.Server, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) {
 	s.AddPostStartHookOrDie("kcp-service-account-tokens", func(hc genericapiserver.PostStartHookContext) error {
 		o.TokenGetter.SetLoopback(hc.LoopbackClientConfig)
 		return nil
@@ -41,7 +44,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 		return rbac.Start(hc.Context, hc.LoopbackClientConfig)
 	})
 	s.AddPostStartHookOrDie("kcp-tenancy", func(hc genericapiserver.PostStartHookContext) error {
-		if err := systemcrds.Install(hc.Context, hc.LoopbackClientConfig); err != nil {
+		if err := systemcrds.Install(hc.Context, clusterinformer.ForCluster(hc.LoopbackClientConfig, crdserving.SystemCluster)); err != nil {
 			return fmt.Errorf("installing the tenancy.kcp.io CRDs: %v", err)
 		}
 		if err := clusters.Start(hc.Context, hc.LoopbackClientConfig); err != nil {
@@ -52,7 +55,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			return err
 		}
 		writers := func(ctx context.Context) {
-			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), clusters, deleteClusterData)
+			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), clusters, crds, deleteClusterData)
 		}
 		if o.Datastore.Dialect == datastore.SQLite {
 			// One process owns a SQLite file: no election, no wait on restart.
@@ -68,7 +71,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 // startWriters starts the controllers that write; they stop with ctx (when
 // this replica loses the lease).
 func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM string,
-	clusters *logicalclusters.Registry, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) {
+	clusters *logicalclusters.Registry, crds *crdserving.Server, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) {
 	if c, err := namespacedeletion.NewController(loopback); err == nil {
 		go c.Run(ctx, 2)
 	} else {
@@ -84,7 +87,12 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 	} else {
 		klog.ErrorS(err, "namespace defaults controller")
 	}
-	if c, err := garbagecollector.NewController(loopback); err == nil {
+	if c, err := crdlifecycle.NewController(loopback, crds); err == nil {
+		go c.Run(ctx, 2)
+	} else {
+		klog.ErrorS(err, "CRD lifecycle controller")
+	}
+	if c, err := garbagecollector.NewController(loopback, crds.ServedVersion); err == nil {
 		go c.Run(ctx, 4)
 	} else {
 		klog.ErrorS(err, "garbage collector")

@@ -49,6 +49,9 @@ type Options struct {
 	// AuditToDatastore writes audit events into audit_events.
 	AuditToDatastore bool
 	AuditRetention   time.Duration
+	// CRDHandlerIdle drops a logical cluster's custom-resource serving
+	// state after this long without requests.
+	CRDHandlerIdle time.Duration
 	// Upstream holds the generic control plane's options; kcp sets the
 	// storage, serving, authentication and service-account defaults.
 	Upstream *cpoptions.Options
@@ -92,7 +95,7 @@ func NewOptions() *Options {
 	tg := satokens.New()
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
 	return &Options{RootDir: ".kcp", DatastoreNotify: true, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
-		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, Upstream: up, TokenGetter: tg}
+		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, Upstream: up, TokenGetter: tg}
 }
 
 // hiddenUpstreamGroups are flag groups kcp owns itself: storage is the
@@ -119,6 +122,8 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"How often kine deletes old revisions and tombstones from its table (watchers further behind must re-list).")
 	fs.Int64Var(&o.KineCompactMinRetain, "kine-compact-min-retain", o.KineCompactMinRetain,
 		"How many of the newest revisions kine's compaction always keeps.")
+	fs.DurationVar(&o.CRDHandlerIdle, "crd-handler-idle", o.CRDHandlerIdle,
+		"Drop the serving state (storage, validators, converters) of a logical cluster's custom resources after this long without a request; it is rebuilt on the next one. 0 keeps it.")
 	var up cliflag.NamedFlagSets
 	o.Upstream.AddFlags(&up)
 	for _, name := range up.Order {
@@ -143,6 +148,7 @@ type CompletedOptions struct {
 	CompactMinRetain int64
 	AuditToDB        bool
 	AuditRetention   time.Duration
+	CRDHandlerIdle   time.Duration
 	PKI              pki.Files
 	Upstream         cpoptions.CompletedOptions
 	// ServerURL is how local clients reach the server.
@@ -203,7 +209,7 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter}, nil
+	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter}, nil
 }
 
 // Validate reports every invalid option.

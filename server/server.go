@@ -18,7 +18,9 @@ import (
 
 	"github.com/kcpsql/kcp/migrations"
 	"github.com/kcpsql/kcp/server/clusterauthz"
+	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/clusterrbac"
+	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/routing"
 	"github.com/kcpsql/kcp/storage/auditevents"
@@ -67,7 +69,8 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 		return err
 	}
 	rbac, clusters := clusterrbac.New(), logicalclusters.New()
-	makeClusterAware(config, rbac, clusters)
+	crds := crdserving.New(o.CRDHandlerIdle)
+	makeClusterAware(config, rbac, clusters, crds)
 	if o.AuditToDB {
 		if err := auditToDatastore(config, o, db); err != nil {
 			return err
@@ -77,14 +80,14 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	if err != nil {
 		return err
 	}
-	chain, err := createServerChain(completed)
+	chain, err := createServerChain(completed, crds)
 	if err != nil {
 		return err
 	}
 	deleteClusterData := func(ctx context.Context, c logicalcluster.Name) (int, error) {
 		return clusterdata.DeleteAll(ctx, db, o.Datastore.Dialect, kine, c)
 	}
-	addControllers(chain.GenericAPIServer, o, rbac, clusters, deleteClusterData)
+	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, deleteClusterData)
 	chain.GenericAPIServer.AddPostStartHookOrDie("kcp-ready-message", func(hc genericapiserver.PostStartHookContext) error {
 		go func() {
 			if waitReady(hc.Context, hc.LoopbackClientConfig) {
@@ -107,7 +110,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 // makeClusterAware hooks our layers into the upstream configuration: every
 // server's storage goes through clusterstore, every authorizer through
 // clusterauthz, and the outermost handler chain starts with routing.
-func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry) {
+func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry, crds *crdserving.Server) {
 	// Upstream's system-namespaces controller waits for the shared namespace
 	// informer, which is started only if it was requested before the
 	// informers start; request it now so root gets its default namespace.
@@ -115,6 +118,10 @@ func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, cluster
 	// One process serves; upstream's sample assumes three API servers and
 	// then waits five seconds before establishing each CRD.
 	c.APIExtensions.ExtraConfig.MasterCount = 1
+	// The upstream apiextensions server (its CRD handler, discovery, OpenAPI
+	// and controllers) sees only the system cluster: its CRDs are served in
+	// every cluster. Each cluster's own CRDs are served by crdserving.
+	c.APIExtensions.GenericConfig.LoopbackClientConfig = clusterinformer.ForCluster(c.APIExtensions.GenericConfig.LoopbackClientConfig, crdserving.SystemCluster)
 	c.ControlPlane.Generic.RESTOptionsGetter = clusterstore.Wrap(c.ControlPlane.Generic.RESTOptionsGetter)
 	c.APIExtensions.GenericConfig.RESTOptionsGetter = clusterstore.Wrap(c.APIExtensions.GenericConfig.RESTOptionsGetter)
 	c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter = clusterstore.Wrap(c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter)
@@ -135,7 +142,7 @@ func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, cluster
 
 	inner := c.Aggregator.GenericConfig.BuildHandlerChainFunc
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
-		return routing.WithLogicalCluster(inner(h, gc))
+		return routing.WithLogicalCluster(inner(crds.Wrap(h), gc))
 	}
 }
 

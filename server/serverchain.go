@@ -2,6 +2,14 @@ package server
 
 import (
 	"fmt"
+	"net/http"
+	"time"
+
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
+	"k8s.io/apiextensions-apiserver/pkg/controller/establish"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	openapibuilder3 "k8s.io/kube-openapi/pkg/builder3"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
@@ -12,13 +20,15 @@ import (
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
 
+	"github.com/kcpsql/kcp/schema/tenancy"
+	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/tokenreview"
 )
 
 // createServerChain assembles the three upstream servers (CRDs, built-in
 // APIs, aggregator) like upstream's generic control plane does, with one
 // change: TokenReview validates tokens in the review's logical cluster.
-func createServerChain(c genericcp.CompletedConfig) (*aggregatorapiserver.APIAggregator, error) {
+func createServerChain(c genericcp.CompletedConfig, crds *crdserving.Server) (*aggregatorapiserver.APIAggregator, error) {
 	notFound := notfoundhandler.New(c.ControlPlane.Generic.Serializer, genericapifilters.NoMuxAndDiscoveryIncompleteKey)
 	apiExtensions, err := c.APIExtensions.New(genericapiserver.NewEmptyDelegateWithCustomHandler(notFound))
 	if err != nil {
@@ -42,7 +52,49 @@ func createServerChain(c genericcp.CompletedConfig) (*aggregatorapiserver.APIAgg
 	if err := native.InstallAPIs(providers...); err != nil {
 		return nil, fmt.Errorf("installing APIs: %w", err)
 	}
-	return controlplaneapiserver.CreateAggregatorServer(c.Aggregator, native.GenericAPIServer,
+	agg, err := controlplaneapiserver.CreateAggregatorServer(c.Aggregator, native.GenericAPIServer,
 		apiExtensions.Informers.Apiextensions().V1().CustomResourceDefinitions(), crdAPIEnabled,
 		controlplaneapiserver.DefaultGenericAPIServicePriorities())
+	if err != nil {
+		return nil, err
+	}
+	if err := setUpCRDServing(c, apiExtensions, notFound, agg, crds); err != nil {
+		return nil, fmt.Errorf("setting up per-cluster CRDs: %w", err)
+	}
+	return agg, nil
+}
+
+// setUpCRDServing gives crdserving a factory of upstream CRD handlers (one
+// per logical cluster, built on first use) configured like the upstream
+// apiextensions server's own, and the groups it must leave alone.
+func setUpCRDServing(c genericcp.CompletedConfig, ae *apiextensionsapiserver.CustomResourceDefinitions, notFound http.Handler,
+	agg *aggregatorapiserver.APIAggregator, crds *crdserving.Server) error {
+	x := c.APIExtensions
+	// What upstream gives its handler: the definitions of the CRD API and
+	// what they reference (object metadata, status, options), which the
+	// type converters of server-side apply build on.
+	static, err := openapibuilder3.BuildOpenAPIDefinitionsForResources(x.GenericConfig.OpenAPIV3Config,
+		apiextensionsv1.CustomResourceDefinition{}.OpenAPIModelName(), apiextensionsv1.CustomResourceDefinitionList{}.OpenAPIModelName(),
+		autoscalingv1.Scale{}.OpenAPIModelName(), metav1.Status{}.OpenAPIModelName(), metav1.DeleteOptions{}.OpenAPIModelName(),
+		metav1.WatchEvent{}.OpenAPIModelName())
+	if err != nil {
+		return err
+	}
+	// The upstream handler queues CRDs that have names but are not yet
+	// established; crdlifecycle sets both at once, so this controller only
+	// drains such keys (its view shows no CRD).
+	establishing := establish.NewEstablishingController(crds.EmptyView(), nil)
+	agg.GenericAPIServer.AddPostStartHookOrDie("kcp-crd-serving", func(hc genericapiserver.PostStartHookContext) error {
+		go establishing.RunWithContext(hc.Context)
+		return crds.Start(hc.Context, hc.LoopbackClientConfig)
+	})
+	newHandler := func(v *crdserving.View) (http.Handler, error) {
+		return apiextensionsapiserver.NewCustomResourceDefinitionHandler(nil, nil, v, notFound,
+			x.ExtraConfig.CRDRESTOptionsGetter, x.GenericConfig.AdmissionControl, establishing,
+			x.ExtraConfig.ServiceResolver, x.ExtraConfig.AuthResolverWrapper, 1, ae.GenericAPIServer.Authorizer,
+			x.GenericConfig.RequestTimeout, time.Duration(x.GenericConfig.MinRequestTimeout)*time.Second,
+			static, x.GenericConfig.MaxRequestBodyBytes)
+	}
+	crds.SetUp(newHandler, crdserving.ReservedGroups(agg.GenericAPIServer.ListedPaths(), tenancy.Group, "apiregistration.k8s.io", "apiextensions.k8s.io"))
+	return nil
 }

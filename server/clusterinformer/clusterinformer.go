@@ -165,9 +165,25 @@ func New(lw cache.ListerWatcher, objType runtime.Object, indexers cache.Indexers
 	}
 	ctrl := cache.New(&cache.Config{
 		Queue:         fifo,
-		ListerWatcher: lw,
+		ListerWatcher: listOnly{lw},
 		ObjectType:    objType,
 		Process:       process,
 	})
 	return indexer, ctrl
 }
+
+// listOnly keeps the reflector from streaming the initial state as watch
+// events (WatchList): client-go collects those in a temporary store keyed
+// by namespace/name alone, where objects of equal name in different
+// clusters overwrite each other. A plain list is keyed by KeyFunc.
+type listOnly struct{ cache.ListerWatcher }
+
+func (l listOnly) ListWithContext(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	return cache.ToListerWatcherWithContext(l.ListerWatcher).ListWithContext(ctx, o)
+}
+
+func (l listOnly) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	return cache.ToListerWatcherWithContext(l.ListerWatcher).WatchWithContext(ctx, o)
+}
+
+func (listOnly) IsWatchListSemanticsUnSupported() bool { return true }

@@ -47,7 +47,7 @@ func (r *Registry) Start(ctx context.Context, loopback *rest.Config) error {
 
 // State reports whether the cluster exists and whether it is being deleted.
 func (r *Registry) State(c logicalcluster.Name) (exists, terminating bool) {
-	if c == logicalcluster.Root {
+	if c == logicalcluster.Root || c == logicalcluster.SystemCRDs {
 		return true, false
 	}
 	ix := r.indexer.Load()

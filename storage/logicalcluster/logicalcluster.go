@@ -20,6 +20,10 @@ const (
 	// Wildcard stands for every logical cluster; only read requests by
 	// privileged identities may use it.
 	Wildcard Name = "*"
+	// SystemCRDs holds kcp's own CRDs (tenancy.kcp.io), which every
+	// logical cluster serves. It is outside the root tree: no workspace
+	// leads to it and only the server itself writes there.
+	SystemCRDs Name = "system:crds"
 	// Annotation is written by the storage layer on every stored object and
 	// names the logical cluster the object lives in. Clients cannot set it.
 	Annotation = "kcp.io/cluster"
@@ -55,6 +59,9 @@ func (n Name) Join(label string) Name { return Name(string(n) + ":" + label) }
 func Parse(s string) (Name, error) {
 	if s == string(Wildcard) {
 		return Wildcard, nil
+	}
+	if s == string(SystemCRDs) {
+		return SystemCRDs, nil
 	}
 	if s == "" {
 		return "", fmt.Errorf("logical cluster name must not be empty")

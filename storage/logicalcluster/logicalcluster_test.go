@@ -6,13 +6,13 @@ import (
 )
 
 func TestParse(t *testing.T) {
-	valid := []string{"root", "root:a", "root:acme:web", "root:a-b:c1", "*", "root:" + strings.Repeat("a", 63)}
+	valid := []string{"root", "system:crds", "root:a", "root:acme:web", "root:a-b:c1", "*", "root:" + strings.Repeat("a", 63)}
 	for _, s := range valid {
 		if _, err := Parse(s); err != nil {
 			t.Errorf("Parse(%q) = %v, want ok", s, err)
 		}
 	}
-	invalid := []string{"", "acme", "Root", "root:", ":root", "root::a", "root:A", "root:-a", "root:a-", "root:a/b",
+	invalid := []string{"", "acme", "system", "system:other", "system:crds:a", "Root", "root:", ":root", "root::a", "root:A", "root:-a", "root:a-", "root:a/b",
 		"root:a b", "root:a.b", "root:" + strings.Repeat("a", 64), "root:*", "**", "root:%2f", "root:é",
 		"root" + strings.Repeat(":abcdefgh", 30)}
 	for _, s := range invalid {

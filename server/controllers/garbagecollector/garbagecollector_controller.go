@@ -69,12 +69,15 @@ type item struct {
 }
 
 // NewController builds the controller on the server's loopback config.
-func NewController(loopback *rest.Config) (*Controller, error) {
+// Discovery is across all clusters, so the custom resources of every
+// cluster's CRDs are collected too; servedVersion (may be nil) tells which
+// version of a custom kind a given cluster serves.
+func NewController(loopback *rest.Config, servedVersion func(logicalcluster.Name, string, string) (string, bool)) (*Controller, error) {
 	wildcard, err := metadata.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
 	}
-	disc, err := discovery.NewDiscoveryClientForConfig(loopback)
+	disc, err := discovery.NewDiscoveryClientForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
 	}
@@ -89,9 +92,10 @@ func NewController(loopback *rest.Config) (*Controller, error) {
 		clientFor: func(cluster logicalcluster.Name) (metadata.Interface, error) {
 			return metadata.NewForConfig(clusterinformer.ForCluster(loopback, cluster))
 		},
-		resourceFor: c.resourceForKind,
-		dependents:  c.dependents,
-		get:         c.get,
+		resourceFor:   c.resourceForKind,
+		servedVersion: servedVersion,
+		dependents:    c.dependents,
+		get:           c.get,
 	}
 	return c, nil
 }

@@ -18,8 +18,11 @@ import (
 type reconciler struct {
 	clientFor   func(logicalcluster.Name) (metadata.Interface, error)
 	resourceFor func(schema.GroupVersionKind) *resourceInfo
-	dependents  func(logicalcluster.Name, types.UID) []item
-	get         func(item) *metav1.PartialObjectMetadata
+	// servedVersion names a version of a custom kind that the cluster's own
+	// CRD serves (ok false for kinds no CRD of the cluster defines).
+	servedVersion func(cluster logicalcluster.Name, group, kind string) (string, bool)
+	dependents    func(logicalcluster.Name, types.UID) []item
+	get           func(item) *metav1.PartialObjectMetadata
 }
 
 func hasGCFinalizer(m *metav1.PartialObjectMetadata) bool {
@@ -28,15 +31,25 @@ func hasGCFinalizer(m *metav1.PartialObjectMetadata) bool {
 
 // ownerExists reads the owner of ref directly in the dependent's cluster.
 // An owner of a kind nobody serves cannot be confirmed gone: it is kept.
-func (r *reconciler) ownerExists(ctx context.Context, client metadata.Interface, namespace string, ref metav1.OwnerReference) (bool, error) {
-	ri := r.resourceFor(schema.FromAPIVersionAndKind(ref.APIVersion, ref.Kind))
+func (r *reconciler) ownerExists(ctx context.Context, cluster logicalcluster.Name, client metadata.Interface, namespace string, ref metav1.OwnerReference) (bool, error) {
+	gvk := schema.FromAPIVersionAndKind(ref.APIVersion, ref.Kind)
+	ri := r.resourceFor(gvk)
 	if ri == nil {
 		return true, nil
 	}
 	if !ri.namespaced {
 		namespace = ""
 	}
-	got, err := client.Resource(ri.gvr).Namespace(namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	gvr := ri.gvr
+	if r.servedVersion != nil {
+		// Clusters define custom kinds with versions of their own: read the
+		// owner at a version its cluster serves, or a 404 for an unserved
+		// version would pass for a missing owner.
+		if v, ok := r.servedVersion(cluster, gvk.Group, gvk.Kind); ok {
+			gvr.Version = v
+		}
+	}
+	got, err := client.Resource(gvr).Namespace(namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
@@ -59,7 +72,7 @@ func (r *reconciler) processDependent(ctx context.Context, ri *resourceInfo, it 
 	}
 	var alive []metav1.OwnerReference
 	for _, ref := range m.OwnerReferences {
-		ok, err := r.ownerExists(ctx, client, m.Namespace, ref)
+		ok, err := r.ownerExists(ctx, it.cluster, client, m.Namespace, ref)
 		if err != nil {
 			return err
 		}
