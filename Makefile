@@ -39,4 +39,4 @@ bench: build
 	go run ./test/bench -write docs/performance.md
 
 bench-quick: build
-	go run ./test/bench -creates 500 -clusters 4 -workspaces 200
+	go run ./test/bench -creates 500 -clusters 4 -workspaces 200 -crd-clusters 50

@@ -46,14 +46,12 @@ func (g RESTOptionsGetter) GetRESTOptions(gr schema.GroupResource, example runti
 		return opts, err
 	}
 	opts.ResourcePrefix = keys.ResourcePrefix(gr)
-	inner := opts.Decorator
-	if inner == nil {
-		inner = generic.UndecoratedStorage
-	}
+	// The watch cache is off (kcp start sets it so): isolation comes from
+	// the keys alone. Every store is a plain etcd3 store on a shared client.
 	opts.Decorator = func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(runtime.Object) (string, error),
 		newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers,
 	) (storage.Interface, factory.DestroyFunc, error) {
-		s, destroy, err := inner(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrs, triggers, indexers)
+		s, destroy, err := newSharedStore(config, newFunc, newListFunc, resourcePrefix)
 		if err != nil {
 			return nil, nil, err
 		}

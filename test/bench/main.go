@@ -100,7 +100,17 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	table := render(results) + renderWorkspaces(wsResults) + renderLatency(lat)
+	var crds *crdResult
+	if *crdClusters > 0 {
+		log("== per-cluster CRDs")
+		r, err := benchCRDs(*crdClusters, log)
+		if err != nil {
+			log("per-cluster CRDs failed: %v", err)
+			os.Exit(1)
+		}
+		crds = &r
+	}
+	table := render(results) + renderWorkspaces(wsResults) + renderLatency(lat) + renderCRDs(crds)
 	fmt.Print(table)
 	if *write != "" {
 		if err := replaceSection(*write, table); err != nil {

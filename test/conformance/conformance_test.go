@@ -43,13 +43,14 @@ func kubeconfigFor(t *testing.T, s *framework.Server, cluster string) string {
 }
 
 // specLists are the lists to run: KCP_CONFORMANCE_SPECS (comma-separated
-// paths) or the shared core list plus ours (service accounts and garbage
-// collection). ../shared/conformance/specs-crd.txt waits for per-cluster CRDs.
+// paths) or the shared core and CRD lists plus ours (service accounts and
+// garbage collection).
 func specLists(t *testing.T) []string {
 	if v := os.Getenv("KCP_CONFORMANCE_SPECS"); v != "" {
 		return strings.Split(v, ",")
 	}
-	return []string{filepath.Join(shared(t), "specs-core.txt"), filepath.Join(framework.RepoRoot(), "test", "conformance", "specs-tenancy.txt")}
+	return []string{filepath.Join(shared(t), "specs-core.txt"), filepath.Join(shared(t), "specs-crd.txt"),
+		filepath.Join(framework.RepoRoot(), "test", "conformance", "specs-tenancy.txt")}
 }
 
 // TestConformance runs each list in two logical clusters at the same time.

@@ -61,7 +61,7 @@ func TestDocumentedQueries(t *testing.T) {
 		s.Kubectl("root:team-a", "-n", "default", "create", "configmap", "settings", "--from-literal=color=blue")
 		db := openDatastore(t, s)
 		n := 0
-		for _, doc := range []string{"docs/sql-auditing.md", "README.md"} {
+		for _, doc := range []string{"docs/sql-auditing.md", "docs/crds.md", "README.md"} {
 			for q, d := range docQueries(t, doc) {
 				if d != "" && d != string(dialectOf(s)) {
 					continue
