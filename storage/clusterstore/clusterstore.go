@@ -27,6 +27,21 @@ import (
 // RESTOptionsGetter wraps the upstream getter of a server.
 type RESTOptionsGetter struct {
 	Delegate generic.RESTOptionsGetter
+	// PerCluster marks stores built per logical cluster (custom resources):
+	// they get no object-count poller, which would be a goroutine per
+	// cluster and CRD counting one resource across all clusters anyway.
+	PerCluster bool
+}
+
+// WrapPerCluster is Wrap for stores built per logical cluster.
+func WrapPerCluster(getter generic.RESTOptionsGetter) generic.RESTOptionsGetter {
+	if getter == nil {
+		return nil
+	}
+	if g, ok := getter.(RESTOptionsGetter); ok {
+		getter = g.Delegate
+	}
+	return RESTOptionsGetter{Delegate: getter, PerCluster: true}
 }
 
 // Wrap returns getter made cluster-aware; wrapping twice is a no-op.
@@ -46,6 +61,9 @@ func (g RESTOptionsGetter) GetRESTOptions(gr schema.GroupResource, example runti
 		return opts, err
 	}
 	opts.ResourcePrefix = keys.ResourcePrefix(gr)
+	if g.PerCluster {
+		opts.CountMetricPollPeriod = 0
+	}
 	// The watch cache is off (kcp start sets it so): isolation comes from
 	// the keys alone. Every store is a plain etcd3 store on a shared client.
 	opts.Decorator = func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(runtime.Object) (string, error),
