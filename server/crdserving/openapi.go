@@ -268,7 +268,7 @@ func (s *Server) serveV2(w http.ResponseWriter, req *http.Request, cluster logic
 					continue
 				}
 				seen[crd.Name+"/"+version] = true
-				sp, err := builder.BuildOpenAPIV2(crd, version, builder.Options{V2: true, StripValueValidation: true, StripNullable: true, IncludeSelectableFields: true})
+				sp, err := builder.BuildOpenAPIV2(crd, version, builder.Options{V2: true, IncludeSelectableFields: true})
 				if err != nil {
 					continue
 				}
