@@ -189,6 +189,15 @@ func testPerClusterCRDs(t *testing.T, datastore string) {
 		t.Fatalf("%v: %s", err, out)
 	}
 	mustContain(t, "printer column in a", s.Kubectl(a, "get", "wd"), "SIZE", "small")
+	// diff (server-side dry run) and edit.
+	out, err = s.KubectlErr(a, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: small, namespace: default}\nspec: {size: 4}\n", "diff", "-f", "-")
+	if err == nil {
+		t.Fatalf("kubectl diff found no difference:\n%s", out)
+	}
+	mustContain(t, "kubectl diff", out, "-  size: 3", "+  size: 4")
+	t.Setenv("KUBE_EDITOR", "sed -i 's/size: 3/size: 5/'")
+	s.Kubectl(a, "edit", "widget", "small")
+	mustContain(t, "after kubectl edit", s.Kubectl(a, "get", "widget", "small", "-o", "jsonpath={.spec.size}"), "5")
 	mustContain(t, "category in a", s.Kubectl(a, "get", "toys"), "small")
 	if out, err := s.KubectlErr(b, "", "get", "wd"); err == nil {
 		t.Fatalf("b knows a's short name:\n%s", out)
