@@ -21,6 +21,7 @@ import (
 	kineserver "github.com/k3s-io/kine/pkg/server"
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/storage/datastore"
@@ -134,7 +135,11 @@ func Start(cfg Config) (*Kine, error) {
 		cancel()
 		return nil, err
 	}
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(2*1024*1024), grpc.MaxSendMsgSize(1<<31-1))
+	// All of the server's stores share one client connection (clusterstore),
+	// which pings when idle for 30 s; gRPC's default policy (one ping per
+	// 5 minutes) would answer with GOAWAY and break every watch at once.
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(2*1024*1024), grpc.MaxSendMsgSize(1<<31-1),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}))
 	kineserver.New(backend, "unix", cfg.NotifyInterval, cfg.EmulatedVersion).Register(gs)
 	wg.Add(1)
 	go func() {

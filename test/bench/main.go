@@ -110,7 +110,29 @@ func main() {
 		}
 		crds = &r
 	}
-	table := render(results) + renderWorkspaces(wsResults) + renderLatency(lat) + renderCRDs(crds)
+	var lists []listResult
+	for _, d := range strings.Split(*listDialects, ",") {
+		if d == "" || (d == "postgres" && *pgDSN == "") {
+			continue
+		}
+		log("== per-tenant lists on %s", d)
+		rs, err := benchLists(d, log)
+		if err != nil {
+			log("per-tenant lists on %s failed: %v", d, err)
+			os.Exit(1)
+		}
+		lists = append(lists, rs...)
+	}
+	var cmp []compareResult
+	if *compareOps > 0 {
+		log("== side by side with upstream kube-apiserver")
+		var err error
+		if cmp, err = benchCompare(log); err != nil {
+			log("side by side failed: %v", err)
+			os.Exit(1)
+		}
+	}
+	table := render(results) + renderWorkspaces(wsResults) + renderLatency(lat) + renderCRDs(crds) + renderLists(lists) + renderCompare(cmp)
 	fmt.Print(table)
 	if *write != "" {
 		if err := replaceSection(*write, table); err != nil {

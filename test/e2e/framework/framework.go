@@ -217,6 +217,21 @@ func (s *Server) waitReady(timeout time.Duration) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// Say which checks fail: the verbose answer names them.
+	if cfg, err := s.baseConfig(); err == nil {
+		if c, err := kubernetes.NewForConfig(cfg); err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			body, _ := c.Discovery().RESTClient().Get().AbsPath("/readyz").Param("verbose", "true").DoRaw(ctx)
+			cancel()
+			var failing []string
+			for _, l := range strings.Split(string(body), "\n") {
+				if strings.HasPrefix(l, "[-]") {
+					failing = append(failing, l)
+				}
+			}
+			last = fmt.Errorf("%v; failing checks: %s", last, strings.Join(failing, "; "))
+		}
+	}
 	return fmt.Errorf("timed out after %s: %v", timeout, last)
 }
 

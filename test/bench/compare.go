@@ -1,0 +1,356 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+var (
+	compareOps = flag.Int("compare-ops", 2000, "objects per operation in the side-by-side run against upstream kube-apiserver; 0 skips it")
+	kasBin     = flag.String("kube-apiserver", "", "upstream kube-apiserver binary (default: built once from the pinned k8s.io/kubernetes into ~/.cache/kcp-bench)")
+	etcdBin    = flag.String("etcd", "etcd", "etcd binary for the kube-apiserver on etcd run (Debian: apt-get install etcd-server); '' skips it")
+)
+
+type opResult struct {
+	op       string
+	perSec   float64
+	p50, p99 time.Duration
+}
+
+type compareResult struct {
+	system string
+	ops    []opResult
+}
+
+// target is where one client works: a cluster (kcp) or a namespace.
+type target struct {
+	client    kubernetes.Interface
+	namespace string
+}
+
+// runOps creates, gets, updates and lists config maps with `clients`
+// concurrent clients spread over the targets.
+func runOps(targets []target, n int) ([]opResult, error) {
+	ctx := context.Background()
+	run := func(op string, count int, f func(i int) error) (opResult, error) {
+		lat := make([]time.Duration, count)
+		t0 := time.Now()
+		err := parallel(count, func(i int) error {
+			t := time.Now()
+			err := f(i)
+			lat[i] = time.Since(t)
+			return err
+		})
+		if err != nil {
+			return opResult{}, fmt.Errorf("%s: %v", op, err)
+		}
+		return opResult{op: op, perSec: float64(count) / time.Since(t0).Seconds(), p50: percentile(lat, 0.5), p99: percentile(lat, 0.99)}, nil
+	}
+	tg := func(i int) target { return targets[i%len(targets)] }
+	name := func(i int) string { return fmt.Sprintf("cmp-%d", i) }
+	var out []opResult
+	for _, step := range []struct {
+		op    string
+		count int
+		f     func(i int) error
+	}{
+		{"create", n, func(i int) error {
+			_, err := tg(i).client.CoreV1().ConfigMaps(tg(i).namespace).Create(ctx, &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: name(i)}, Data: map[string]string{"color": "blue"}}, metav1.CreateOptions{})
+			return err
+		}},
+		{"get", n, func(i int) error {
+			_, err := tg(i).client.CoreV1().ConfigMaps(tg(i).namespace).Get(ctx, name(i), metav1.GetOptions{})
+			return err
+		}},
+		{"update", n, func(i int) error {
+			_, err := tg(i).client.CoreV1().ConfigMaps(tg(i).namespace).Update(ctx, &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: name(i)}, Data: map[string]string{"color": "red"}}, metav1.UpdateOptions{})
+			return err
+		}},
+		{fmt.Sprintf("list (%d per namespace)", n/len(targets)), 20 * len(targets), func(i int) error {
+			_, err := tg(i).client.CoreV1().ConfigMaps(tg(i).namespace).List(ctx, metav1.ListOptions{})
+			return err
+		}},
+	} {
+		r, err := run(step.op, step.count, step.f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func benchCacheDir() string {
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "kcp-bench", "v1.37.2")
+}
+
+// ensureBuilt builds a main package of our module graph once into the cache.
+func ensureBuilt(name, pkg string, log func(string, ...any)) (string, error) {
+	out := filepath.Join(benchCacheDir(), name)
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	log("building %s from %s (once; minutes on a cold cache) ...", name, pkg)
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building %s: %v", pkg, err)
+	}
+	return out, nil
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startProc(logPath string, bin string, args ...string) (*proc, *bufio.Reader, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = logf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() { cmd.Wait(); logf.Close(); close(p.done) }()
+	return p, bufio.NewReader(stdout), nil
+}
+
+func (p *proc) stop() {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// kubeAPIServer starts upstream kube-apiserver on the etcd endpoint with a
+// static admin token and returns a config for it.
+func kubeAPIServer(dir, endpoint string) (*proc, *rest.Config, error) {
+	bin := *kasBin
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, _ := x509.MarshalECPrivateKey(key)
+	keyFile := filepath.Join(dir, "sa.key")
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600)
+	tokens := filepath.Join(dir, "tokens.csv")
+	os.WriteFile(tokens, []byte("bench-admin-token,bench-admin,bench-admin,system:masters\n"), 0o600)
+	port := freePort()
+	p, _, err := startProc(filepath.Join(dir, "kube-apiserver.log"), bin,
+		"--etcd-servers="+endpoint, "--secure-port="+fmt.Sprint(port), "--bind-address=127.0.0.1",
+		"--cert-dir="+filepath.Join(dir, "certs"), "--token-auth-file="+tokens,
+		"--service-account-issuer=https://kubernetes.default.svc", "--service-account-key-file="+keyFile,
+		"--service-account-signing-key-file="+keyFile, "--service-cluster-ip-range=10.0.0.0/24",
+		"--authorization-mode=Node,RBAC")
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := &rest.Config{Host: fmt.Sprintf("https://127.0.0.1:%d", port), BearerToken: "bench-admin-token",
+		TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: -1}
+	c, _ := kubernetes.NewForConfig(cfg)
+	for t0 := time.Now(); time.Since(t0) < 2*time.Minute; time.Sleep(100 * time.Millisecond) {
+		select {
+		case <-p.done:
+			return nil, nil, fmt.Errorf("kube-apiserver exited; see %s", filepath.Join(dir, "kube-apiserver.log"))
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		cancel()
+		if err == nil {
+			return p, cfg, nil
+		}
+	}
+	p.stop()
+	return nil, nil, fmt.Errorf("kube-apiserver not ready after 2 minutes")
+}
+
+// namespaceTargets creates 16 namespaces (one per client) on one cluster.
+func namespaceTargets(cfg *rest.Config) ([]target, error) {
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var out []target
+	for i := range *clients {
+		ns := fmt.Sprintf("bench-%d", i)
+		if _, err := c.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+		out = append(out, target{client: c, namespace: ns})
+	}
+	// Let the namespace informers of admission see them.
+	time.Sleep(2 * time.Second)
+	return out, nil
+}
+
+// benchCompare runs the same operations against kcp (SQLite, one cluster
+// per client), upstream kube-apiserver on the same kine/SQLite, and
+// upstream kube-apiserver on etcd (one namespace per client).
+func benchCompare(log func(string, ...any)) ([]compareResult, error) {
+	n := *compareOps
+	tmp, err := os.MkdirTemp("", "kcp-bench-compare-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	var out []compareResult
+
+	// kcp
+	s := &server{dir: filepath.Join(tmp, "kcp"), port: freePort()}
+	if _, err := s.start(); err != nil {
+		return nil, err
+	}
+	var pairs [][2]string
+	for i := range *clients {
+		pairs = append(pairs, [2]string{"root", fmt.Sprintf("bench-%d", i)})
+	}
+	if err := s.createWorkspaces(pairs); err != nil {
+		s.stop()
+		return nil, err
+	}
+	var targets []target
+	for i := range *clients {
+		c, err := s.client(fmt.Sprintf("root:bench-%d", i))
+		if err != nil {
+			s.stop()
+			return nil, err
+		}
+		targets = append(targets, target{client: c, namespace: "default"})
+	}
+	ops, err := runOps(targets, n)
+	s.stop()
+	if err != nil {
+		return nil, fmt.Errorf("kcp: %v", err)
+	}
+	out = append(out, compareResult{system: "kcp, SQLite (one logical cluster per client)", ops: ops})
+	log("kcp: %+v", ops)
+
+	if *kasBin == "" {
+		if *kasBin, err = ensureBuilt("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", log); err != nil {
+			return nil, err
+		}
+	}
+	kineBin, err := ensureBuilt("kineserver", "./test/bench/kineserver", log)
+	if err != nil {
+		return nil, err
+	}
+
+	// kube-apiserver on kine/SQLite (the same embedded kine and schema as kcp).
+	kdir := filepath.Join(tmp, "kine")
+	os.MkdirAll(kdir, 0o700)
+	kp, stdout, err := startProc(filepath.Join(tmp, "kine.log"), kineBin, "-dir", kdir)
+	if err != nil {
+		return nil, err
+	}
+	line, err := stdout.ReadString('\n')
+	if err != nil {
+		kp.stop()
+		return nil, fmt.Errorf("kineserver: %v", err)
+	}
+	res, err := measureKAS(filepath.Join(tmp, "kas-kine"), strings.TrimSpace(line), n)
+	kp.stop()
+	if err != nil {
+		return nil, fmt.Errorf("kube-apiserver on kine: %v", err)
+	}
+	out = append(out, compareResult{system: "kube-apiserver, kine/SQLite (one namespace per client)", ops: res})
+	log("kube-apiserver on kine: %+v", res)
+
+	if *etcdBin != "" {
+		if _, err := exec.LookPath(*etcdBin); err != nil {
+			log("etcd not found (%v): skipping kube-apiserver on etcd; apt-get install etcd-server", err)
+			return out, nil
+		}
+		cport, pport := freePort(), freePort()
+		ep, _, err := startProc(filepath.Join(tmp, "etcd.log"), *etcdBin, "--data-dir", filepath.Join(tmp, "etcd"),
+			"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", cport), "--advertise-client-urls", fmt.Sprintf("http://127.0.0.1:%d", cport),
+			"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", pport), "--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", pport),
+			"--initial-cluster", fmt.Sprintf("default=http://127.0.0.1:%d", pport))
+		if err != nil {
+			return nil, err
+		}
+		res, err := measureKAS(filepath.Join(tmp, "kas-etcd"), fmt.Sprintf("http://127.0.0.1:%d", cport), n)
+		ep.stop()
+		if err != nil {
+			return nil, fmt.Errorf("kube-apiserver on etcd: %v", err)
+		}
+		out = append(out, compareResult{system: "kube-apiserver, etcd (one namespace per client)", ops: res})
+		log("kube-apiserver on etcd: %+v", res)
+	}
+	return out, nil
+}
+
+func measureKAS(dir, endpoint string, n int) ([]opResult, error) {
+	p, cfg, err := kubeAPIServer(dir, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	defer p.stop()
+	targets, err := namespaceTargets(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return runOps(targets, n)
+}
+
+func etcdVersion() string {
+	out, err := exec.Command(*etcdBin, "--version").Output()
+	if err != nil {
+		return "?"
+	}
+	first, _, _ := strings.Cut(string(out), "\n")
+	return strings.TrimSpace(first)
+}
+
+func renderCompare(rs []compareResult) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "\nSide by side: %d config maps created, read, updated, then listed, by %d concurrent clients; upstream kube-apiserver v1.37.2 built from the pinned module with its defaults (watch cache on, protobuf storage); etcd: %s:\n\n", *compareOps, *clients, etcdVersion())
+	fmt.Fprintf(&b, "| system | operation | ops/s | p50 | p99 | kcp ops/s as a ratio of this |\n|---|---|---|---|---|---|\n")
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+	for _, r := range rs {
+		for i, op := range r.ops {
+			ratio := ""
+			if len(rs[0].ops) > i && op.perSec > 0 {
+				ratio = fmt.Sprintf("%.2f", rs[0].ops[i].perSec/op.perSec)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s |\n", r.system, op.op, op.perSec, ms(op.p50), ms(op.p99), ratio)
+		}
+	}
+	return b.String()
+}

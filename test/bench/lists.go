@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcpsql/kcp/storage/datastore"
+)
+
+var (
+	listTotals   = flag.String("list-totals", "10000:100,100000:1000,1000000:10000", "per-tenant list steps, objects:clusters each (cumulative); '' skips")
+	listSamples  = flag.Int("list-samples", 300, "lists per step")
+	listDialects = flag.String("list-datastores", "sqlite,postgres", "datastores for the per-tenant list benchmark")
+)
+
+type listResult struct {
+	datastore       string
+	total, clusters int
+	p50, p99        time.Duration
+	rssMiB          float64
+	seedSecs        float64
+}
+
+// seedConfigMaps writes config maps of filler clusters straight into the
+// kine table while the server is stopped (the only time that is allowed):
+// creating a million objects through the API would take most of an hour.
+// Rows look like what kcp writes: key layout, JSON, cluster annotation.
+func seedConfigMaps(ds *datastore.Datastore, from, to, clusters int) error {
+	db, err := ds.Open()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ctx := context.Background()
+	const batch = 500
+	insert := func(tx *sql.Tx, rows int, start int) error {
+		var q strings.Builder
+		q.WriteString("INSERT INTO kine(name, created, deleted, create_revision, prev_revision, lease, value, old_value) VALUES ")
+		args := make([]any, 0, rows*2)
+		for r := 0; r < rows; r++ {
+			i := start + r
+			cluster := fmt.Sprintf("root:filler-%d", i%clusters)
+			name := fmt.Sprintf("cm-%d", i)
+			key := fmt.Sprintf("/registry/core/configmaps/%s/default/%s", cluster, name)
+			value := fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":%q,"namespace":"default","uid":"00000000-0000-0000-0000-%012d","creationTimestamp":"2026-11-23T00:00:00Z","annotations":{"kcp.io/cluster":%q}},"data":{"color":"blue","size":"%d"}}`, name, i, cluster, i)
+			if r > 0 {
+				q.WriteString(",")
+			}
+			if ds.Dialect == datastore.Postgres {
+				fmt.Fprintf(&q, "($%d, 1, 0, 0, 0, 0, $%d, NULL)", 2*r+1, 2*r+2)
+			} else {
+				q.WriteString("(?, 1, 0, 0, 0, 0, ?, NULL)")
+			}
+			args = append(args, key, []byte(value))
+		}
+		_, err := tx.ExecContext(ctx, q.String(), args...)
+		return err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	for i := from; i < to; i += batch {
+		n := min(batch, to-i)
+		if err := insert(tx, n, i); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if (i-from)%100000 == 0 && i > from {
+			if err := tx.Commit(); err != nil {
+				return err
+			}
+			if tx, err = db.BeginTx(ctx, nil); err != nil {
+				return err
+			}
+		}
+	}
+	return tx.Commit()
+}
+
+func parseSteps(s string) ([][2]int, error) {
+	var out [][2]int
+	for _, step := range strings.Split(s, ",") {
+		if step == "" {
+			continue
+		}
+		a, b, ok := strings.Cut(step, ":")
+		t, err1 := strconv.Atoi(a)
+		c, err2 := strconv.Atoi(b)
+		if !ok || err1 != nil || err2 != nil || c <= 0 {
+			return nil, fmt.Errorf("-list-totals: %q is not objects:clusters", step)
+		}
+		out = append(out, [2]int{t, c})
+	}
+	return out, nil
+}
+
+// benchLists measures the list latency of one tenant holding 100 config
+// maps while the datastore grows around it.
+func benchLists(kind string, log func(string, ...any)) ([]listResult, error) {
+	steps, err := parseSteps(*listTotals)
+	if err != nil || len(steps) == 0 {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "kcp-bench-lists-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	s := &server{dir: filepath.Join(tmp, "root"), port: freePort()}
+	if kind == "postgres" {
+		dsn, drop, err := freshPostgres()
+		if err != nil {
+			return nil, err
+		}
+		defer drop()
+		s.ds = dsn
+	}
+	ds, err := datastore.Parse(s.ds, s.dir)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.start(); err != nil {
+		return nil, err
+	}
+	if err := s.createWorkspaces([][2]string{{"root", "tenant"}}); err != nil {
+		return nil, err
+	}
+	c, err := s.client("root:tenant")
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	for i := range 100 {
+		if _, err := c.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("tenant-%d", i)}, Data: map[string]string{"color": "blue"}}, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	var out []listResult
+	seeded := 0
+	for _, step := range steps {
+		s.stop()
+		t0 := time.Now()
+		if err := seedConfigMaps(ds, seeded, step[0], step[1]); err != nil {
+			return nil, fmt.Errorf("seeding %d objects: %v", step[0], err)
+		}
+		seedSecs := time.Since(t0).Seconds()
+		seeded = step[0]
+		if _, err := s.start(); err != nil {
+			return nil, err
+		}
+		time.Sleep(3 * time.Second)
+		if c, err = s.client("root:tenant"); err != nil {
+			return nil, err
+		}
+		lat := make([]time.Duration, 0, *listSamples)
+		for range *listSamples {
+			t := time.Now()
+			list, err := c.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return nil, err
+			}
+			lat = append(lat, time.Since(t))
+			if len(list.Items) != 101 { // 100 + kube-root-ca.crt
+				return nil, fmt.Errorf("tenant list returned %d config maps, want 101", len(list.Items))
+			}
+		}
+		r := listResult{datastore: kind, total: seeded + 100, clusters: step[1] + 1, p50: percentile(lat, 0.5), p99: percentile(lat, 0.99),
+			rssMiB: rssMiB(s.cmd.Process.Pid), seedSecs: seedSecs}
+		log("%s: %d objects in %d clusters: tenant list p50 %s p99 %s (seeded in %.0fs)", kind, r.total, r.clusters, r.p50, r.p99, seedSecs)
+		out = append(out, r)
+	}
+	s.stop()
+	return out, nil
+}
+
+func renderLists(rs []listResult) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "\nPer-tenant list latency: one tenant lists its 100 config maps (plus kube-root-ca.crt) %d times, sequentially, while the datastore grows around it; filler config maps are written into the table with the server stopped:\n\n", *listSamples)
+	fmt.Fprintf(&b, "| datastore | config maps in total | clusters | tenant list p50 | p99 | RSS |\n|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		fmt.Fprintf(&b, "| %s | %d | %d | %.1f ms | %.1f ms | %.0f MiB |\n", r.datastore, r.total, r.clusters,
+			float64(r.p50.Microseconds())/1000, float64(r.p99.Microseconds())/1000, r.rssMiB)
+	}
+	return b.String()
+}
