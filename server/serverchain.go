@@ -70,13 +70,13 @@ func createServerChain(c genericcp.CompletedConfig, crds *crdserving.Server) (*a
 func setUpCRDServing(c genericcp.CompletedConfig, ae *apiextensionsapiserver.CustomResourceDefinitions, notFound http.Handler,
 	agg *aggregatorapiserver.APIAggregator, crds *crdserving.Server) error {
 	x := c.APIExtensions
-	// What upstream gives its handler: the definitions of the CRD API and
-	// what they reference (object metadata, status, options), which the
-	// type converters of server-side apply build on.
+	// The definitions custom resources refer to (object and list metadata,
+	// Scale), on which the type converters of server-side apply build.
+	// Upstream passes the whole apiextensions API here; every cluster's
+	// handler keeps its own converted copy, so only what custom resources
+	// reference is given.
 	static, err := openapibuilder3.BuildOpenAPIDefinitionsForResources(x.GenericConfig.OpenAPIV3Config,
-		apiextensionsv1.CustomResourceDefinition{}.OpenAPIModelName(), apiextensionsv1.CustomResourceDefinitionList{}.OpenAPIModelName(),
-		autoscalingv1.Scale{}.OpenAPIModelName(), metav1.Status{}.OpenAPIModelName(), metav1.DeleteOptions{}.OpenAPIModelName(),
-		metav1.WatchEvent{}.OpenAPIModelName())
+		metav1.ObjectMeta{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName(), autoscalingv1.Scale{}.OpenAPIModelName())
 	if err != nil {
 		return err
 	}

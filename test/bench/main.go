@@ -351,10 +351,23 @@ func cpuModel() string {
 	return "unknown CPU"
 }
 
+// effectiveFlags lists the settings that shape the numbers.
+func effectiveFlags() string {
+	var out strings.Builder
+	flag.VisitAll(func(f *flag.Flag) {
+		switch f.Name {
+		case "write", "postgres", "kcp", "kube-apiserver", "etcd":
+			return
+		}
+		fmt.Fprintf(&out, " -%s=%s", f.Name, f.Value)
+	})
+	return out.String()
+}
+
 func render(rs []result) string {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "Measured %s on %d cores (%s), %s, with `go run ./test/bench -creates %d -clients %d -clusters %d -workspaces %d`.\n\n",
-		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), cpuModel(), runtime.Version(), *creates, *clients, *clusters, *wsCount)
+	fmt.Fprintf(&b, "Measured %s on %d cores (%s), %s, with `go run ./test/bench%s`.\n\n",
+		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), cpuModel(), runtime.Version(), effectiveFlags())
 	fmt.Fprintf(&b, "| datastore | cold start to /readyz | warm start | idle RSS | creates/s (%d clients) | create p50 | create p99 | RSS after creates |\n", *clients)
 	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
