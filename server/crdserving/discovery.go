@@ -183,17 +183,12 @@ func (s *Server) serveGroupList(w http.ResponseWriter, req *http.Request, groups
 			want = aggregatedV2Beta1
 		}
 	}
-	sub := req.Clone(req.Context())
-	sub.Header.Del("If-None-Match")
-	sub.Header.Del("Accept-Encoding")
+	ask := "application/json"
 	if want != "" {
-		sub.Header.Set("Accept", aggregatedV2)
-	} else {
-		sub.Header.Set("Accept", "application/json")
+		ask = aggregatedV2
 	}
-	rec := &recorder{header: http.Header{}}
-	inner.ServeHTTP(rec, sub)
-	if rec.code != 0 && rec.code != http.StatusOK {
+	rec, ok := innerJSON(req, inner, ask)
+	if !ok {
 		return false
 	}
 	if want != "" && strings.Contains(rec.header.Get("Content-Type"), "as=APIGroupDiscoveryList") {

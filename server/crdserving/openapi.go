@@ -146,13 +146,8 @@ func hashOf(doc []byte) string {
 }
 
 func (s *Server) serveV3Index(w http.ResponseWriter, req *http.Request, cluster logicalcluster.Name, inner http.Handler) bool {
-	sub := req.Clone(req.Context())
-	sub.Header.Set("Accept", "application/json")
-	sub.Header.Del("If-None-Match")
-	sub.Header.Del("Accept-Encoding")
-	rec := &recorder{header: http.Header{}}
-	inner.ServeHTTP(rec, sub)
-	if rec.code != 0 && rec.code != http.StatusOK {
+	rec, ok := innerJSON(req, inner, "application/json")
+	if !ok {
 		return false
 	}
 	var index struct {
@@ -203,20 +198,39 @@ func (s *Server) serveV3GroupVersion(w http.ResponseWriter, req *http.Request, c
 	} else {
 		w.Header().Set("Cache-Control", "no-cache, private")
 	}
-	if wantsOnly(req, protoV3) {
-		d, err := openapi_v3.ParseDocument(doc)
-		if err == nil {
-			var pb []byte
-			if pb, err = proto.Marshal(d); err == nil {
-				writeBody(w, req, protoV3+"@v1.0+protobuf", pb)
-				return true
-			}
-		}
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return true
-	}
-	writeBody(w, req, "application/json", doc)
+	writeDocument(w, req, doc, protoV3, func(b []byte) (proto.Message, error) { return openapi_v3.ParseDocument(b) })
 	return true
+}
+
+// writeDocument writes an OpenAPI document as JSON, or as protobuf when
+// the client asks for protoType first.
+func writeDocument(w http.ResponseWriter, req *http.Request, doc []byte, protoType string, parse func([]byte) (proto.Message, error)) {
+	if !wantsOnly(req, protoType) {
+		writeBody(w, req, "application/json", doc)
+		return
+	}
+	m, err := parse(doc)
+	var pb []byte
+	if err == nil {
+		pb, err = proto.Marshal(m)
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	writeBody(w, req, protoType+"@v1.0+protobuf", pb)
+}
+
+// innerJSON asks the upstream servers for the JSON form of what req asks
+// for; ok is false when they do not answer 200.
+func innerJSON(req *http.Request, inner http.Handler, accept string) (*recorder, bool) {
+	sub := req.Clone(req.Context())
+	sub.Header.Set("Accept", accept)
+	sub.Header.Del("If-None-Match")
+	sub.Header.Del("Accept-Encoding")
+	rec := &recorder{header: http.Header{}}
+	inner.ServeHTTP(rec, sub)
+	return rec, rec.code == 0 || rec.code == http.StatusOK
 }
 
 // wantsOnly reports whether the client asked for the protobuf form first.
@@ -232,13 +246,8 @@ func (s *Server) serveV2(w http.ResponseWriter, req *http.Request, cluster logic
 	if err != nil || len(specs) == 0 {
 		return false
 	}
-	sub := req.Clone(req.Context())
-	sub.Header.Set("Accept", "application/json")
-	sub.Header.Del("If-None-Match")
-	sub.Header.Del("Accept-Encoding")
-	rec := &recorder{header: http.Header{}}
-	inner.ServeHTTP(rec, sub)
-	if rec.code != 0 && rec.code != http.StatusOK {
+	rec, ok := innerJSON(req, inner, "application/json")
+	if !ok {
 		return false
 	}
 	staticTag := rec.header.Get("ETag")
@@ -286,18 +295,6 @@ func (s *Server) serveV2(w http.ResponseWriter, req *http.Request, cluster logic
 		e.v2, e.v2Static = doc, staticTag
 		s.openapi.mu.Unlock()
 	}
-	if wantsOnly(req, protoV2) {
-		d, err := openapi_v2.ParseDocument(doc)
-		if err == nil {
-			var pb []byte
-			if pb, err = proto.Marshal(d); err == nil {
-				writeBody(w, req, protoV2+"@v1.0+protobuf", pb)
-				return true
-			}
-		}
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return true
-	}
-	writeBody(w, req, "application/json", doc)
+	writeDocument(w, req, doc, protoV2, func(b []byte) (proto.Message, error) { return openapi_v2.ParseDocument(b) })
 	return true
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,36 +57,16 @@ func (s *server) createWorkspaces(pairs [][2]string) error {
 		}
 		dyns[p[0]] = d.Resource(workspacesGVR)
 	}
-	work := make(chan [2]string)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	for w := 0; w < *clients; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := range work {
-				ws := &unstructured.Unstructured{Object: map[string]interface{}{
-					"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
-					"metadata": map[string]interface{}{"name": p[1]},
-				}}
-				if _, err := dyns[p[0]].Create(ctx, ws, metav1.CreateOptions{}); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for _, p := range pairs {
-		work <- p
-	}
-	close(work)
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
+	if err := parallel(len(pairs), func(i int) error {
+		p := pairs[i]
+		ws := &unstructured.Unstructured{Object: map[string]interface{}{
+			"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+			"metadata": map[string]interface{}{"name": p[1]},
+		}}
+		_, err := dyns[p[0]].Create(ctx, ws, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return err
 	}
 	// Wait until every workspace is Ready.
 	deadline := time.Now().Add(30 * time.Minute)
