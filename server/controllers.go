@@ -82,7 +82,7 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 	} else {
 		klog.ErrorS(err, "workspace controller")
 	}
-	if c, err := namespacedefaults.NewController(loopback, caPEM, clusters.Exists); err == nil {
+	if c, err := namespacedefaults.NewController(loopback, caPEM, clusters.State); err == nil {
 		go c.Run(ctx, 2)
 	} else {
 		klog.ErrorS(err, "namespace defaults controller")

@@ -35,7 +35,7 @@ type Controller struct {
 }
 
 // NewController builds the controller; caPEM is published as ca.crt.
-func NewController(loopback *rest.Config, caPEM string, exists func(logicalcluster.Name) bool) (*Controller, error) {
+func NewController(loopback *rest.Config, caPEM string, state func(logicalcluster.Name) (exists, terminating bool)) (*Controller, error) {
 	wildcard, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
@@ -75,8 +75,8 @@ func NewController(loopback *rest.Config, caPEM string, exists func(logicalclust
 		return obj
 	}
 	c.r = &reconciler{
-		caPEM:  caPEM,
-		exists: exists,
+		caPEM: caPEM,
+		state: state,
 		getNamespace: func(cl logicalcluster.Name, ns string) *corev1.Namespace {
 			o, _ := get(namespaces, clusterinformer.Key(cl, "", ns)).(*corev1.Namespace)
 			return o

@@ -2,6 +2,7 @@ package namespacedefaults
 
 import (
 	"context"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,7 +14,7 @@ import (
 
 type reconciler struct {
 	caPEM             string
-	exists            func(logicalcluster.Name) bool
+	state             func(logicalcluster.Name) (exists, terminating bool)
 	getNamespace      func(logicalcluster.Name, string) *corev1.Namespace
 	getServiceAccount func(logicalcluster.Name, string) *corev1.ServiceAccount
 	getConfigMap      func(logicalcluster.Name, string) *corev1.ConfigMap
@@ -22,8 +23,16 @@ type reconciler struct {
 
 func (r *reconciler) reconcile(ctx context.Context, cluster logicalcluster.Name, namespace string) error {
 	ns := r.getNamespace(cluster, namespace)
-	if !r.exists(cluster) || ns == nil || ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
+	if ns == nil || ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
 		return nil
+	}
+	switch exists, terminating := r.state(cluster); {
+	case terminating:
+		return nil
+	case !exists:
+		// The workspace controller creates a cluster's first namespace right
+		// after its LogicalCluster; our view of clusters may not have it yet.
+		return fmt.Errorf("logical cluster %s is not known yet", cluster)
 	}
 	var client kubernetes.Interface
 	lazyClient := func() (kubernetes.Interface, error) {
