@@ -166,6 +166,12 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kcp-wild
 subjects:
 - {apiGroup: rbac.authorization.k8s.io, kind: User, name: platform-controller}
 `)
+	// RBAC takes effect when the server's RBAC cache has the binding, as on
+	// any Kubernetes API server.
+	framework.Eventually(t, 10*time.Second, "the wildcard grant to take effect", func() (bool, string) {
+		code, body := do(t, platform, "GET", s.URL()+"/clusters/*/api/v1/configmaps", "")
+		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
+	})
 	code, body := do(t, platform, "GET", s.URL()+"/clusters/*/api/v1/configmaps", "")
 	if code != http.StatusOK || !strings.Contains(body, `"kcp.io/cluster":"root:one"`) || !strings.Contains(body, `"kcp.io/cluster":"root:two"`) {
 		t.Fatalf("wildcard list with the grant: %d %s", code, body)
