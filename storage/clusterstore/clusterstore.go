@@ -65,11 +65,26 @@ func (g RESTOptionsGetter) GetRESTOptions(gr schema.GroupResource, example runti
 		opts.CountMetricPollPeriod = 0
 	}
 	// The watch cache is off (kcp start sets it so): isolation comes from
-	// the keys alone. Every store is a plain etcd3 store on a shared client.
+	// the keys alone. Built-in resources get upstream's store, one client
+	// connection each, created once at start; stores built per cluster
+	// (custom resources) share one connection instead of dialing one per
+	// cluster and CRD.
+	inner := opts.Decorator
+	if inner == nil {
+		inner = generic.UndecoratedStorage
+	}
+	perCluster := g.PerCluster
 	opts.Decorator = func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(runtime.Object) (string, error),
 		newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers,
 	) (storage.Interface, factory.DestroyFunc, error) {
-		s, destroy, err := newSharedStore(config, newFunc, newListFunc, resourcePrefix)
+		var s storage.Interface
+		var destroy factory.DestroyFunc
+		var err error
+		if perCluster {
+			s, destroy, err = newSharedStore(config, newFunc, newListFunc, resourcePrefix)
+		} else {
+			s, destroy, err = inner(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrs, triggers, indexers)
+		}
 		if err != nil {
 			return nil, nil, err
 		}

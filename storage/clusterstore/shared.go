@@ -16,11 +16,11 @@ import (
 	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
 )
 
-// Every store of the process shares one etcd client (one gRPC connection
-// to the embedded kine) per datastore endpoint. Upstream's factory dials a
-// new client per resource; with custom resources served per logical
-// cluster that would be a connection and its goroutines per cluster and
-// CRD. kine compacts its own table, so stores get no compactor of their own.
+// Stores built per logical cluster (custom resources) share one etcd
+// client (one gRPC connection to the embedded kine) per datastore endpoint.
+// Upstream's factory dials a new client per store, which per cluster and
+// CRD would be a connection and its goroutines. kine compacts its own
+// table, so these stores get no compactor of their own.
 var (
 	sharedMu      sync.Mutex
 	sharedClients = map[string]*etcdkubernetes.Client{}
