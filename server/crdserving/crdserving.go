@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	apihelpers "k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	listers "k8s.io/apiextensions-apiserver/pkg/client/listers/apiextensions/v1"
@@ -231,18 +232,8 @@ func (l viewLister) List(selector labels.Selector) ([]*apiextensionsv1.CustomRes
 	if l.v.dead.Load() {
 		return nil, nil
 	}
-	var all []*apiextensionsv1.CustomResourceDefinition
-	if l.v.cluster.IsWildcard() {
-		for _, name := range l.v.s.indexer.ListIndexFuncValues(byName) {
-			if crd, err := l.Get(name); err == nil {
-				all = append(all, crd)
-			}
-		}
-	} else {
-		all = l.v.s.CRDs(l.v.cluster)
-	}
-	out := all[:0]
-	for _, crd := range all {
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, crd := range l.v.s.visible(l.v.cluster) {
 		if selector.Matches(labels.Set(crd.Labels)) {
 			out = append(out, crd)
 		}
@@ -270,9 +261,15 @@ func (s *Server) visible(cluster logicalcluster.Name) []*apiextensionsv1.CustomR
 	if !cluster.IsWildcard() {
 		return s.CRDs(cluster)
 	}
-	crds, _ := (&View{s: s, cluster: logicalcluster.Wildcard}).Lister().List(labels.Everything())
-	sort.Slice(crds, func(i, j int) bool { return crds[i].Name < crds[j].Name })
-	return crds
+	names := s.indexer.ListIndexFuncValues(byName)
+	sort.Strings(names)
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, name := range names {
+		if crd, err := s.wildcardCRD(name); err == nil {
+			out = append(out, crd)
+		}
+	}
+	return out
 }
 
 // representative picks the definition whose names stand for a CRD name
@@ -341,15 +338,6 @@ func (s *Server) wildcardCRD(name string) (*apiextensionsv1.CustomResourceDefini
 	}
 	out.UID = types.UID(fmt.Sprintf("wildcard-%x", h.Sum64()))
 	return out, nil
-}
-
-func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
-	for _, c := range crd.Status.Conditions {
-		if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-			return true
-		}
-	}
-	return false
 }
 
 // handlerFor returns the cluster's CRD handler, building it on first use.
@@ -519,3 +507,7 @@ func (s *Server) ServedVersion(cluster logicalcluster.Name, group, kind string) 
 // Reserved reports whether a group belongs to the built-in APIs or the
 // system CRDs, which a cluster's own CRDs cannot redefine.
 func (s *Server) Reserved(group string) bool { return s.reserved(group) }
+
+func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	return apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.Established)
+}

@@ -211,18 +211,17 @@ func (r *reconciler) finalize(ctx context.Context, cluster logicalcluster.Name, 
 	}
 	want := crd.DeepCopy()
 	remaining, err := r.deleteInstances(ctx, cluster, crd)
+	terminating := apiextensionsv1.CustomResourceDefinitionCondition{Type: apiextensionsv1.Terminating, Status: apiextensionsv1.ConditionTrue}
 	switch {
 	case err != nil:
-		apihelpers.SetCRDCondition(want, apiextensionsv1.CustomResourceDefinitionCondition{Type: apiextensionsv1.Terminating,
-			Status: apiextensionsv1.ConditionTrue, Reason: "InstanceDeletionFailed", Message: fmt.Sprintf("could not delete instances: %v", err)})
+		terminating.Reason, terminating.Message = "InstanceDeletionFailed", fmt.Sprintf("could not delete instances: %v", err)
 	case remaining > 0:
-		apihelpers.SetCRDCondition(want, apiextensionsv1.CustomResourceDefinitionCondition{Type: apiextensionsv1.Terminating,
-			Status: apiextensionsv1.ConditionTrue, Reason: "InstanceDeletionInProgress", Message: fmt.Sprintf("%d instances remaining", remaining)})
+		terminating.Reason, terminating.Message = "InstanceDeletionInProgress", fmt.Sprintf("%d instances remaining", remaining)
 	default:
-		apihelpers.SetCRDCondition(want, apiextensionsv1.CustomResourceDefinitionCondition{Type: apiextensionsv1.Terminating,
-			Status: apiextensionsv1.ConditionFalse, Reason: "InstanceDeletionCompleted", Message: "removed all instances"})
+		terminating.Status, terminating.Reason, terminating.Message = apiextensionsv1.ConditionFalse, "InstanceDeletionCompleted", "removed all instances"
 		apihelpers.CRDRemoveFinalizer(want, apiextensionsv1.CustomResourceCleanupFinalizer)
 	}
+	apihelpers.SetCRDCondition(want, terminating)
 	if !equality.Semantic.DeepEqual(crd, want) {
 		if _, uerr := client.ApiextensionsV1().CustomResourceDefinitions().UpdateStatus(ctx, want, metav1.UpdateOptions{}); uerr != nil && !apierrors.IsNotFound(uerr) && !apierrors.IsConflict(uerr) {
 			return 0, uerr
