@@ -77,7 +77,6 @@ func NewOptions() *Options {
 	up := genericcp.NewOptions()
 	up.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
 	up.SecureServing.BindPort = 6443
-	up.Etcd.EnableWatchCache = false
 	up.Etcd.DefaultStorageMediaType = "application/json"
 	up.Authorization.Modes = []string{"RBAC"}
 	up.Admission.GenericAdmission.DisablePlugins = append(up.Admission.GenericAdmission.DisablePlugins, clusterUnawarePlugins...)
@@ -124,6 +123,8 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"How many of the newest revisions kine's compaction always keeps.")
 	fs.DurationVar(&o.CRDHandlerIdle, "crd-handler-idle", o.CRDHandlerIdle,
 		"Drop the serving state (storage, validators, converters) of a logical cluster's custom resources after this long without a request; it is rebuilt on the next one. 0 keeps it.")
+	fs.BoolVar(&o.Upstream.Etcd.EnableWatchCache, "watch-cache", o.Upstream.Etcd.EnableWatchCache,
+		"Serve lists, watches and reads at a resource version from one in-memory cache per built-in resource across all logical clusters (upstream's watch cache, keyed by cluster). Costs memory for every stored object; false reads everything from the datastore. Custom resources are never cached.")
 	var up cliflag.NamedFlagSets
 	o.Upstream.AddFlags(&up)
 	for _, name := range up.Order {

@@ -8,6 +8,7 @@ package clusterstore
 import (
 	"context"
 	"fmt"
+	"reflect"
 
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
@@ -64,15 +66,15 @@ func (g RESTOptionsGetter) GetRESTOptions(gr schema.GroupResource, example runti
 	if g.PerCluster {
 		opts.CountMetricPollPeriod = 0
 	}
-	// The watch cache is off (kcp start sets it so): isolation comes from
-	// the keys alone. Built-in resources get upstream's store, one client
-	// connection each, created once at start; stores built per cluster
-	// (custom resources) share one connection instead of dialing one per
-	// cluster and CRD.
+	// Built-in resources get upstream's store, one client connection each,
+	// created once at start, under upstream's watch cache when the server
+	// enables it (--watch-cache): one cache per resource over all clusters,
+	// whose keys carry the cluster (see cacheKeyFunc), so isolation still
+	// comes from the keys alone. Stores built per cluster (custom resources)
+	// share one connection instead of dialing one per cluster and CRD, and
+	// are not cached: a cache per cluster and CRD would be a goroutine each.
 	inner := opts.Decorator
-	if inner == nil {
-		inner = generic.UndecoratedStorage
-	}
+	cached := inner != nil && !isUndecorated(inner)
 	perCluster := g.PerCluster
 	opts.Decorator = func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(runtime.Object) (string, error),
 		newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers,
@@ -80,10 +82,18 @@ func (g RESTOptionsGetter) GetRESTOptions(gr schema.GroupResource, example runti
 		var s storage.Interface
 		var destroy factory.DestroyFunc
 		var err error
-		if perCluster {
+		switch {
+		case perCluster:
 			s, destroy, err = newSharedStore(config, newFunc, newListFunc, resourcePrefix)
-		} else {
-			s, destroy, err = inner(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrs, triggers, indexers)
+		case cached:
+			c := *config
+			if c.EventsHistoryWindow < storagebackend.DefaultEventsHistoryWindow {
+				c.EventsHistoryWindow = storagebackend.DefaultEventsHistoryWindow
+			}
+			s, destroy, err = genericregistry.StorageWithCacher()(&c, resourcePrefix, cacheKeyFunc(resourcePrefix, keyFunc),
+				newFunc, newListFunc, getAttrs, triggers, indexers)
+		default:
+			s, destroy, err = generic.UndecoratedStorage(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrs, triggers, indexers)
 		}
 		if err != nil {
 			return nil, nil, err
@@ -91,6 +101,38 @@ func (g RESTOptionsGetter) GetRESTOptions(gr schema.GroupResource, example runti
 		return &Store{Interface: s, resourcePrefix: resourcePrefix, resource: gr}, destroy, nil
 	}
 	return opts, nil
+}
+
+// isUndecorated tells whether upstream chose no watch cache for a resource
+// (--watch-cache=false, or a size of 0 in --watch-cache-sizes). Any other
+// decorator is upstream's cacher, which would key objects without their
+// cluster: it is replaced by the same cacher with cluster keys.
+func isUndecorated(d generic.StorageDecorator) bool {
+	return reflect.ValueOf(d).Pointer() == reflect.ValueOf(generic.UndecoratedStorage).Pointer()
+}
+
+// cacheKeyFunc gives the watch cache the full key of an object, cluster
+// included, as the Store below computes it for requests: the cache holds the
+// objects of all clusters in one ordered tree, and a cluster's list or watch
+// is the key range of that cluster. The cluster comes from the kcp.io/cluster
+// annotation, which Store sets on every write (overwriting whatever a client
+// sent), so it always names the cluster of the object's key.
+func cacheKeyFunc(resourcePrefix string, keyFunc func(runtime.Object) (string, error)) func(runtime.Object) (string, error) {
+	return func(obj runtime.Object) (string, error) {
+		k, err := keyFunc(obj)
+		if err != nil {
+			return "", err
+		}
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return "", err
+		}
+		c, ok := m.GetAnnotations()[logicalcluster.Annotation]
+		if !ok {
+			return "", fmt.Errorf("%s: object carries no %s annotation", k, logicalcluster.Annotation)
+		}
+		return keys.WithCluster(resourcePrefix, k, logicalcluster.Name(c))
+	}
 }
 
 // Store is a storage.Interface confined to the logical cluster of each call's

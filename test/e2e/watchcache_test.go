@@ -1,0 +1,217 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcpsql/kcp/test/e2e/framework"
+)
+
+// TestWatchCacheIsolation tries to read another cluster's objects through
+// every way a request reaches the watch cache (one cache per resource holds
+// all clusters): lists and gets at a resource version, watches from "0",
+// pages and continue tokens, selectors, clusters whose names are prefixes of
+// each other, and an object whose client claims another cluster in its
+// kcp.io/cluster annotation. It runs with the cache (the default) and
+// without, where the same rules hold.
+func TestWatchCacheIsolation(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		args []string
+	}{{"cached", nil}, {"uncached", []string{"--watch-cache=false"}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			s := framework.StartServer(t, "", mode.args...)
+			watchCacheIsolation(t, s)
+			// The requests above went through the cache, or not at all.
+			metrics := s.Kubectl("root", "get", "--raw", "/metrics")
+			served := strings.Contains(metrics, `apiserver_watch_cache_consistent_read_total{fallback="false",group="",resource="secrets",success="true"}`)
+			if served != (mode.args == nil) {
+				t.Errorf("consistent reads of secrets served from the watch cache: %v, want %v", served, mode.args == nil)
+			}
+		})
+	}
+}
+
+func watchCacheIsolation(t *testing.T, s *framework.Server) {
+	ctx := context.Background()
+	a, b, bb := "root:team-a", "root:team-b", "root:team-bb"
+	s.CreateWorkspaces(a, b, bb)
+	secret := "s3cr3t-of-team-b"
+	for _, c := range []string{b, bb} {
+		createNamespace(t, s, c, "vault")
+		for i := 0; i < 3; i++ {
+			if _, err := s.Client(c).CoreV1().Secrets("vault").Create(ctx, &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("key-%d", i), Namespace: "vault"},
+				StringData: map[string]string{"k": secret + "-" + c}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// team-a writes a config map claiming to be team-b's, in a namespace
+	// team-b also has.
+	createNamespace(t, s, a, "vault")
+	forged, err := s.Client(a).CoreV1().ConfigMaps("vault").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: "vault", Annotations: map[string]string{clusterAnnotation: b}},
+		Data:       map[string]string{"from": a}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := forged.Annotations[clusterAnnotation]; got != a {
+		t.Fatalf("the server kept a client's %s annotation: %q", clusterAnnotation, got)
+	}
+
+	admin := userClient(t, s, "admin-2", "system:masters")
+	u := s.URL()
+	list := func(cluster, path string, q url.Values) (int, []metav1.ObjectMeta, string) {
+		t.Helper()
+		code, body := do(t, admin, "GET", u+"/clusters/"+cluster+path+"?"+q.Encode(), "")
+		var l struct {
+			Metadata metav1.ListMeta `json:"metadata"`
+			Items    []struct {
+				Metadata metav1.ObjectMeta `json:"metadata"`
+			} `json:"items"`
+		}
+		if code == 200 {
+			if err := json.Unmarshal([]byte(body), &l); err != nil {
+				t.Fatalf("%s: %v", body, err)
+			}
+		}
+		var items []metav1.ObjectMeta
+		for _, i := range l.Items {
+			items = append(items, i.Metadata)
+		}
+		return code, items, l.Metadata.Continue
+	}
+	onlyCluster := func(what, cluster string, items []metav1.ObjectMeta) {
+		t.Helper()
+		for _, m := range items {
+			if got := m.Annotations[clusterAnnotation]; got != cluster {
+				t.Errorf("%s in %s returned %s/%s of %s", what, cluster, m.Namespace, m.Name, got)
+			}
+		}
+	}
+	rvs := []url.Values{
+		{},
+		{"resourceVersion": {"0"}},
+		{"resourceVersion": {"1"}, "resourceVersionMatch": {"NotOlderThan"}},
+		{"resourceVersion": {"0"}, "labelSelector": {"!nothing"}},
+		{"resourceVersion": {"0"}, "fieldSelector": {"metadata.namespace=vault"}},
+	}
+	for _, q := range rvs {
+		// team-a has the namespace but no secrets; team-b has three, and
+		// team-bb, whose name extends team-b's, three more.
+		for _, path := range []string{"/api/v1/secrets", "/api/v1/namespaces/vault/secrets"} {
+			code, items, _ := list(a, path, q)
+			if code != 200 || len(items) != 0 {
+				t.Errorf("list %s%s?%s: %d, %d objects, want 200 and none", a, path, q.Encode(), code, len(items))
+			}
+			code, items, _ = list(b, path, q)
+			if code != 200 || len(items) != 3 {
+				t.Errorf("list %s%s?%s: %d, %d objects, want 200 and 3", b, path, q.Encode(), code, len(items))
+			}
+			onlyCluster("list "+path+"?"+q.Encode(), b, items)
+		}
+		code, items, _ := list(b, "/api/v1/namespaces/vault/configmaps", q)
+		if code != 200 {
+			t.Errorf("list config maps in %s: %d", b, code)
+		}
+		onlyCluster("list config maps", b, items)
+		for _, m := range items {
+			if m.Name == "forged" {
+				t.Errorf("%s's forged config map is listed in %s", a, b)
+			}
+		}
+	}
+	// Gets at a resource version are served from the cache.
+	for _, rv := range []string{"", "0"} {
+		q := "?resourceVersion=" + rv
+		if code, body := do(t, admin, "GET", u+"/clusters/"+a+"/api/v1/namespaces/vault/secrets/key-0"+q, ""); code != 404 || strings.Contains(body, secret) {
+			t.Errorf("get of team-b's secret name in %s%s: %d %s", a, q, code, body)
+		}
+		if code, body := do(t, admin, "GET", u+"/clusters/"+b+"/api/v1/namespaces/vault/configmaps/forged"+q, ""); code != 404 {
+			t.Errorf("get of the forged config map in %s%s: %d %s", b, q, code, body)
+		}
+		code, body := do(t, admin, "GET", u+"/clusters/"+b+"/api/v1/namespaces/vault/secrets/key-0"+q, "")
+		if code != 200 || !strings.Contains(body, `"kcp.io/cluster":"`+b+`"`) {
+			t.Errorf("get in %s%s: %d %s", b, q, code, body)
+		}
+	}
+
+	// Pages: a continue token from team-b's list, replayed in team-a and
+	// in team-bb, continues in the cluster of the request only.
+	for _, q := range []url.Values{{"limit": {"1"}}, {"limit": {"1"}, "resourceVersion": {"0"}}} {
+		code, items, cont := list(b, "/api/v1/secrets", q)
+		onlyCluster("first page", b, items)
+		if cont == "" {
+			// resourceVersion=0 may serve the whole list, ignoring the limit
+			if code != 200 || len(items) != 3 {
+				t.Errorf("unpaged list in %s?%s: %d, %d objects, want 3", b, q.Encode(), code, len(items))
+			}
+			continue
+		}
+		if code != 200 || len(items) != 1 {
+			t.Fatalf("first page in %s: %d, %d objects", b, code, len(items))
+		}
+		var all []metav1.ObjectMeta
+		for next := cont; next != ""; {
+			code, page, c := list(b, "/api/v1/secrets", url.Values{"limit": {"1"}, "continue": {next}})
+			if code != 200 {
+				t.Fatalf("next page in %s: %d", b, code)
+			}
+			all, next = append(all, page...), c
+		}
+		onlyCluster("pages", b, all)
+		if len(all) != 2 {
+			t.Errorf("pages after the first in %s: %d objects, want 2", b, len(all))
+		}
+		for _, other := range []string{a, bb} {
+			code, page, _ := list(other, "/api/v1/secrets", url.Values{"limit": {"5"}, "continue": {cont}})
+			if code == 200 {
+				onlyCluster("replayed continue token", other, page)
+			}
+		}
+	}
+
+	// A watch from "0" starts with the cache's objects: team-b's only,
+	// then its own events only, whatever team-bb and team-a write.
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	w, err := s.Client(b).CoreV1().Secrets("").Watch(wctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for _, c := range []string{bb, a, b} {
+		if _, err := s.Client(c).CoreV1().Secrets("vault").Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: "vault"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	for !seen["late"] {
+		select {
+		case ev := <-w.ResultChan():
+			sec, ok := ev.Object.(*corev1.Secret)
+			if !ok {
+				t.Fatalf("unexpected event %v", ev)
+			}
+			if got := sec.Annotations[clusterAnnotation]; got != b {
+				t.Fatalf("watch from 0 in %s received %s/%s of %s", b, sec.Namespace, sec.Name, got)
+			}
+			seen[sec.Name] = true
+		case <-wctx.Done():
+			t.Fatalf("watch in %s saw only %v", b, seen)
+		}
+	}
+	if len(seen) != 4 {
+		t.Errorf("watch from 0 in %s saw %v, want key-0..2 and late", b, seen)
+	}
+}
