@@ -35,6 +35,7 @@ import (
 
 var (
 	kcpBin         = flag.String("kcp", "bin/kcp", "path to the kcp binary")
+	kcpArgs        = flag.String("kcp-args", "", "extra arguments for every kcp server the benchmark starts, e.g. --watch-cache=false")
 	creates        = flag.Int("creates", 4000, "configmaps to create per datastore")
 	clients        = flag.Int("clients", 16, "concurrent clients")
 	clusters       = flag.Int("clusters", 16, "logical clusters the creates are spread over")
@@ -164,6 +165,7 @@ func (s *server) start() (time.Duration, error) {
 		args = append(args, "--datastore", s.ds)
 	}
 	args = append(args, s.extra...)
+	args = append(args, strings.Fields(*kcpArgs)...)
 	logf, _ := os.OpenFile(filepath.Join(s.dir+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	t0 := time.Now()
 	s.cmd = exec.Command(*kcpBin, args...)
@@ -384,16 +386,20 @@ func renderWorkspaces(rs []wsResult) string {
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "\nWorkspace creation (%d concurrent clients; a workspace counts when its status is Ready):\n\n", *clients)
-	fmt.Fprintf(&b, "| datastore | shape | workspaces | ready workspaces/s | RSS before -> after | per workspace | goroutines before -> after |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| datastore | shape | workspaces | ready workspaces/s | RSS before -> after | RSS per workspace | live heap before -> after | live heap per workspace | goroutines before -> after |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
-		per, rss, gor := "", "", ""
+		per, rss, heap, heapPer, gor := "", "", "", "", ""
 		if r.rssAfter > 0 {
 			per = fmt.Sprintf("%.1f KiB", (r.rssAfter-r.rssBefore)*1024/float64(r.count))
 			rss = fmt.Sprintf("%.0f -> %.0f MiB", r.rssBefore, r.rssAfter)
 			gor = fmt.Sprintf("%d -> %d", r.gorBefore, r.gorAfter)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %.0f | %s | %s | %s |\n", r.datastore, r.shape, r.count, r.perSec, rss, per, gor)
+		if r.heapAfter > 0 {
+			heap = fmt.Sprintf("%.0f -> %.0f MiB", r.heapBefore, r.heapAfter)
+			heapPer = fmt.Sprintf("%.1f KiB", (r.heapAfter-r.heapBefore)*1024/float64(r.count))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %.0f | %s | %s | %s | %s | %s |\n", r.datastore, r.shape, r.count, r.perSec, rss, per, heap, heapPer, gor)
 	}
 	return b.String()
 }

@@ -21,7 +21,31 @@ type wsResult struct {
 	count               int
 	perSec              float64
 	rssBefore, rssAfter float64
-	gorBefore, gorAfter int
+	// live heap after a forced collection, MiB
+	heapBefore, heapAfter float64
+	gorBefore, gorAfter   int
+}
+
+// liveHeapMiB forces a collection in the server and returns the heap still
+// in use: the memory a workspace really holds, without the collector's
+// headroom that RSS also counts (GOGC lets the heap grow to twice the live
+// size before collecting).
+func (s *server) liveHeapMiB() float64 {
+	c, err := s.client("root")
+	if err != nil {
+		return 0
+	}
+	raw, err := c.Discovery().RESTClient().Get().AbsPath("/debug/pprof/heap").Param("debug", "1").Param("gc", "1").DoRaw(context.Background())
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		var n float64
+		if _, err := fmt.Sscanf(line, "# HeapAlloc = %g", &n); err == nil {
+			return n / (1 << 20)
+		}
+	}
+	return 0
 }
 
 func (s *server) goroutines() int {
@@ -104,7 +128,7 @@ func (s *server) createWorkspaces(pairs [][2]string) error {
 func benchWorkspaces(s *server, kind string, n int, log func(string, ...any)) ([]wsResult, error) {
 	var out []wsResult
 	time.Sleep(3 * time.Second)
-	r := wsResult{datastore: kind, shape: "flat", count: n, rssBefore: rssMiB(s.cmd.Process.Pid), gorBefore: s.goroutines()}
+	r := wsResult{datastore: kind, shape: "flat", count: n, heapBefore: s.liveHeapMiB(), rssBefore: rssMiB(s.cmd.Process.Pid), gorBefore: s.goroutines()}
 	var pairs [][2]string
 	for i := 0; i < n; i++ {
 		pairs = append(pairs, [2]string{"root", fmt.Sprintf("flat-%d", i)})
@@ -115,8 +139,9 @@ func benchWorkspaces(s *server, kind string, n int, log func(string, ...any)) ([
 	}
 	r.perSec = float64(n) / time.Since(t0).Seconds()
 	time.Sleep(3 * time.Second)
-	r.rssAfter, r.gorAfter = rssMiB(s.cmd.Process.Pid), s.goroutines()
-	log("%d flat workspaces: %.0f/s, RSS %.0f -> %.0f MiB, goroutines %d -> %d", n, r.perSec, r.rssBefore, r.rssAfter, r.gorBefore, r.gorAfter)
+	r.heapAfter, r.rssAfter, r.gorAfter = s.liveHeapMiB(), rssMiB(s.cmd.Process.Pid), s.goroutines()
+	log("%d flat workspaces: %.0f/s, RSS %.0f -> %.0f MiB, live heap %.1f -> %.1f MiB, goroutines %d -> %d",
+		n, r.perSec, r.rssBefore, r.rssAfter, r.heapBefore, r.heapAfter, r.gorBefore, r.gorAfter)
 	out = append(out, r)
 
 	// A tree: orgs, then teams inside them.

@@ -89,6 +89,11 @@ subjects:
 		if code != http.StatusCreated {
 			t.Fatalf("creating workspace %s: %d %s", name, code, body)
 		}
+		// The finalizer that holds deletion until the cluster's data is
+		// gone is there from the start.
+		if !strings.Contains(body, `"finalizers":["tenancy.kcp.io/workspace"]`) {
+			t.Errorf("created workspace %s has no finalizer: %s", name, body)
+		}
 	}
 	framework.Eventually(t, 30*time.Second, "workspaces to be ready", func() (bool, string) {
 		out := s.Kubectl("root:acme", "get", "workspaces", "-o", "jsonpath={range .items[*]}{.metadata.name}={.status.phase} {end}")

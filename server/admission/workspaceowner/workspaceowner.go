@@ -1,12 +1,15 @@
 // Package workspaceowner is the admission plugin that records who created a
 // Workspace (tenancy.kcp.io/owner) and keeps that record from changing. The
-// workspace controller makes the owner admin of the new logical cluster.
+// workspace controller makes the owner admin of the new logical cluster. It
+// also puts the workspace controller's finalizer on a new Workspace, so that
+// the controller need not write the Workspace once more to add it.
 package workspaceowner
 
 import (
 	"context"
 	"encoding/json"
 	"io"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apiserver/pkg/admission"
@@ -54,6 +57,9 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 			return err
 		}
 		value = string(raw)
+		if !slices.Contains(obj.GetFinalizers(), tenancy.WorkspaceFinalizer) {
+			obj.SetFinalizers(append(obj.GetFinalizers(), tenancy.WorkspaceFinalizer))
+		}
 	case admission.Update:
 		old, err := meta.Accessor(a.GetOldObject())
 		if err != nil {
