@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/storage/keys"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
@@ -127,13 +129,24 @@ func cacheKeyFunc(resourcePrefix string, keyFunc func(runtime.Object) (string, e
 		if err != nil {
 			return "", err
 		}
-		c, ok := m.GetAnnotations()[logicalcluster.Annotation]
-		if !ok {
-			return "", fmt.Errorf("%s: object carries no %s annotation", k, logicalcluster.Annotation)
+		c := logicalcluster.Name(m.GetAnnotations()[logicalcluster.Annotation])
+		full, err := keys.WithCluster(resourcePrefix, k, c)
+		if err != nil {
+			// Only a row written around the API (by hand, in SQL) can lack
+			// the annotation. An error here would fail the cache of the
+			// whole resource; instead the object goes where no cluster's
+			// key range reaches (wildcard lists still show it), and reads
+			// without a resource version still find it in the datastore.
+			klog.ErrorS(err, "object without a valid logical cluster annotation: not served from the watch cache to any cluster", "key", k, "annotation", logicalcluster.Annotation)
+			return resourcePrefix + "/" + unaddressable + strings.TrimPrefix(k, resourcePrefix), nil
 		}
-		return keys.WithCluster(resourcePrefix, k, logicalcluster.Name(c))
+		return full, nil
 	}
 }
+
+// unaddressable is a cluster segment no request can name (logical cluster
+// names are lower-case letters, digits, '-' and ':').
+const unaddressable = "~unannotated"
 
 // Store is a storage.Interface confined to the logical cluster of each call's
 // context. Requests that reach storage without a cluster in their context are
