@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 )
+
+var workspaceTree = flag.Bool("workspace-tree", true, "after the flat workspaces, also create as many as a tree (10 organizations with teams)")
 
 var workspacesGVR = schema.GroupVersionResource{Group: "tenancy.kcp.io", Version: "v1alpha1", Resource: "workspaces"}
 
@@ -143,6 +146,9 @@ func benchWorkspaces(s *server, kind string, n int, log func(string, ...any)) ([
 	log("%d flat workspaces: %.0f/s, RSS %.0f -> %.0f MiB, live heap %.1f -> %.1f MiB, goroutines %d -> %d",
 		n, r.perSec, r.rssBefore, r.rssAfter, r.heapBefore, r.heapAfter, r.gorBefore, r.gorAfter)
 	out = append(out, r)
+	if !*workspaceTree {
+		return out, nil
+	}
 
 	// A tree: orgs, then teams inside them.
 	orgs := 10
