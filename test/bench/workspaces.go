@@ -95,33 +95,53 @@ func (s *server) createWorkspaces(pairs [][2]string) error {
 	}); err != nil {
 		return err
 	}
-	// Wait until every workspace is Ready.
+	// Wait until every workspace is Ready: one list, then a watch (a list
+	// of every workspace each half second would itself load the server
+	// more the more workspaces there are).
 	deadline := time.Now().Add(30 * time.Minute)
 	for parent, d := range dyns {
-		for {
+		wanted := map[string]bool{}
+		for _, p := range pairs {
+			if p[0] == parent {
+				wanted[p[1]] = true
+			}
+		}
+		ready := map[string]bool{}
+		note := func(u *unstructured.Unstructured) {
+			if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase == "Ready" && wanted[u.GetName()] {
+				ready[u.GetName()] = true
+			}
+		}
+		for len(ready) < len(wanted) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("only %d of %d workspaces in %s are ready", len(ready), len(wanted), parent)
+			}
 			list, err := d.List(ctx, metav1.ListOptions{})
 			if err != nil {
 				return err
 			}
-			wanted := map[string]bool{}
-			for _, p := range pairs {
-				if p[0] == parent {
-					wanted[p[1]] = true
-				}
+			for i := range list.Items {
+				note(&list.Items[i])
 			}
-			want, ready := len(wanted), 0
-			for _, i := range list.Items {
-				if phase, _, _ := unstructured.NestedString(i.Object, "status", "phase"); phase == "Ready" && wanted[i.GetName()] {
-					ready++
-				}
-			}
-			if ready >= want {
+			if len(ready) >= len(wanted) {
 				break
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("only %d of %d workspaces in %s are ready", ready, want, parent)
+			wctx, cancel := context.WithDeadline(ctx, deadline)
+			w, err := d.Watch(wctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
+			if err != nil {
+				cancel()
+				return err
 			}
-			time.Sleep(500 * time.Millisecond)
+			for ev := range w.ResultChan() {
+				if u, ok := ev.Object.(*unstructured.Unstructured); ok {
+					note(u)
+				}
+				if len(ready) >= len(wanted) {
+					break
+				}
+			}
+			w.Stop()
+			cancel()
 		}
 	}
 	return nil
