@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -151,6 +152,9 @@ func (s *server) createWorkspaces(pairs [][2]string) error {
 func benchWorkspaces(s *server, kind string, n int, log func(string, ...any)) ([]wsResult, error) {
 	var out []wsResult
 	time.Sleep(3 * time.Second)
+	if *profileDir != "" {
+		s.heapProfile(filepath.Join(*profileDir, fmt.Sprintf("workspaces-%s-before.pprof", kind)), log)
+	}
 	r := wsResult{datastore: kind, shape: "flat", count: n, heapBefore: s.liveHeapMiB(), rssBefore: rssMiB(s.cmd.Process.Pid), gorBefore: s.goroutines()}
 	var pairs [][2]string
 	for i := 0; i < n; i++ {
@@ -163,6 +167,9 @@ func benchWorkspaces(s *server, kind string, n int, log func(string, ...any)) ([
 	r.perSec = float64(n) / time.Since(t0).Seconds()
 	time.Sleep(3 * time.Second)
 	r.heapAfter, r.rssAfter, r.gorAfter = s.liveHeapMiB(), rssMiB(s.cmd.Process.Pid), s.goroutines()
+	if *profileDir != "" {
+		s.heapProfile(filepath.Join(*profileDir, fmt.Sprintf("workspaces-%s-after.pprof", kind)), log)
+	}
 	log("%d flat workspaces: %.0f/s, RSS %.0f -> %.0f MiB, live heap %.1f -> %.1f MiB, goroutines %d -> %d",
 		n, r.perSec, r.rssBefore, r.rssAfter, r.heapBefore, r.heapAfter, r.gorBefore, r.gorAfter)
 	out = append(out, r)
