@@ -39,4 +39,4 @@ bench: build
 	go run ./test/bench -write docs/performance.md
 
 bench-quick: build
-	go run ./test/bench -creates 500 -clusters 4 -workspaces 200 -crd-clusters 50 -list-totals 10000:100 -list-samples 100 -compare-ops 300 -compare-rounds 1
+	go run ./test/bench -creates 500 -clusters 4 -workspaces 200 -crd-clusters 50 -list-totals 10000:100 -list-samples 100 -compare-ops 300 -compare-rounds 1 -feature-cost=false -latency-samples 50
