@@ -151,7 +151,9 @@ func (s *server) createWorkspaces(pairs [][2]string) error {
 // benchWorkspaces measures creation rate and marginal cost of empty workspaces.
 func benchWorkspaces(s *server, kind string, n int, log func(string, ...any)) ([]wsResult, error) {
 	var out []wsResult
-	time.Sleep(3 * time.Second)
+	// Count "before" on a settled server: right after a start it is still
+	// starting caches and their goroutines.
+	waitSettled(s.cmd.Process.Pid, 2*time.Minute)
 	if *profileDir != "" {
 		s.heapProfile(filepath.Join(*profileDir, fmt.Sprintf("workspaces-%s-before.pprof", kind)), log)
 	}
