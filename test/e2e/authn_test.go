@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kcpsql/kcp/test/e2e/framework"
 )
@@ -53,9 +55,12 @@ subjects:
 		_, _ = readBody(b, resp)
 		return resp.StatusCode, b.String()
 	}
-	if code, body := call("root:tok-a", "POST", "/api/v1/namespaces/default/configmaps", `{"metadata":{"name":"by-dev"}}`); code != http.StatusCreated {
-		t.Errorf("static-token user with edit in tok-a: %d %s", code, body)
-	}
+	// A grant takes effect once the authorizer's cache has the binding
+	// (as on any API server): retry while it is still forbidden.
+	framework.Eventually(t, 30*time.Second, "static-token user with edit in tok-a to create", func() (bool, string) {
+		code, body := call("root:tok-a", "POST", "/api/v1/namespaces/default/configmaps", `{"metadata":{"name":"by-dev"}}`)
+		return code == http.StatusCreated, fmt.Sprintf("%d %s", code, body)
+	})
 	if code, _ := call("root:tok-b", "POST", "/api/v1/namespaces/default/configmaps", `{"metadata":{"name":"by-dev"}}`); code != http.StatusForbidden {
 		t.Errorf("static-token user in tok-b: %d", code)
 	}

@@ -84,8 +84,15 @@ subjects:
 	outsider := userClient(t, s, "outsider")
 
 	for name, c := range map[string]*http.Client{"web": lead, "db": other} {
-		code, body := do(t, c, "POST", s.URL()+"/clusters/root:acme/apis/tenancy.kcp.io/v1alpha1/workspaces",
-			fmt.Sprintf(`{"apiVersion":"tenancy.kcp.io/v1alpha1","kind":"Workspace","metadata":{"name":%q,"annotations":{"tenancy.kcp.io/owner":"{\"username\":\"outsider\"}"}}}`, name))
+		// The grants above take effect once the authorizer's cache has
+		// them (as on any API server): retry while still forbidden.
+		var code int
+		var body string
+		framework.Eventually(t, 30*time.Second, "lead to create workspace "+name, func() (bool, string) {
+			code, body = do(t, c, "POST", s.URL()+"/clusters/root:acme/apis/tenancy.kcp.io/v1alpha1/workspaces",
+				fmt.Sprintf(`{"apiVersion":"tenancy.kcp.io/v1alpha1","kind":"Workspace","metadata":{"name":%q,"annotations":{"tenancy.kcp.io/owner":"{\"username\":\"outsider\"}"}}}`, name))
+			return code != http.StatusForbidden, fmt.Sprintf("%d %s", code, body)
+		})
 		if code != http.StatusCreated {
 			t.Fatalf("creating workspace %s: %d %s", name, code, body)
 		}
