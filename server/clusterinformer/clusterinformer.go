@@ -178,8 +178,7 @@ func New(lw cache.ListerWatcher, objType runtime.Object, indexers cache.Indexers
 // clusters overwrite each other. A plain list is keyed by KeyFunc.
 type listOnly struct{ cache.ListerWatcher }
 
-//
-// Its lists are also never paged: a shared informer reads one resource of
+// ListWithContext never pages: a shared informer reads one resource of
 // every cluster, and the watch cache serves each page of a paged list by
 // collecting everything from the page's start to the end of the resource
 // (upstream's cacher), so paging through a million objects 500 at a time

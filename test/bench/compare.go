@@ -225,8 +225,9 @@ func namespaceTargets(cfg *rest.Config) ([]target, error) {
 // after the other, so a disturbance would otherwise favour one of them.
 func benchCompare(log func(string, ...any)) ([]compareResult, error) {
 	var rounds [][]compareResult
-	for i := range max(1, *compareRounds) {
-		log("side by side, round %d of %d", i+1, max(1, *compareRounds))
+	n := max(1, *compareRounds)
+	for i := range n {
+		log("side by side, round %d of %d", i+1, n)
 		r, err := compareRound(log)
 		if err != nil {
 			return nil, err

@@ -22,7 +22,6 @@ var (
 	listTotals   = flag.String("list-totals", "10000:100,100000:1000,1000000:10000", "per-tenant list steps, objects:clusters each (cumulative); '' skips")
 	listSamples  = flag.Int("list-samples", 300, "lists per step")
 	listDialects = flag.String("list-datastores", "sqlite,postgres", "datastores for the per-tenant list benchmark")
-	profileDir   = flag.String("profile-dir", "", "write profiles here: a 30-second CPU profile of the server's start-up work at each per-tenant list step, and heap profiles before and after the flat workspaces")
 )
 
 type listResult struct {
@@ -166,9 +165,7 @@ func benchLists(kind string, log func(string, ...any)) ([]listResult, error) {
 		if _, err := s.start(); err != nil {
 			return nil, err
 		}
-		if *profileDir != "" {
-			s.cpuProfile(filepath.Join(*profileDir, fmt.Sprintf("lists-%s-%d.pprof", kind, step[0])), log)
-		}
+		s.writeProfile(fmt.Sprintf("lists-%s-%d.pprof", kind, step[0]), log, "profile", "seconds", "30")
 		settle, settled := waitSettled(s.cmd.Process.Pid, 10*time.Minute)
 		if c, err = s.client("root:tenant"); err != nil {
 			return nil, err
@@ -250,39 +247,4 @@ func waitSettled(pid int, max time.Duration) (time.Duration, bool) {
 		}
 	}
 	return time.Since(t0), false
-}
-
-// heapProfile writes the server's in-use heap, after a collection, to path.
-func (s *server) heapProfile(path string, log func(string, ...any)) {
-	c, err := s.client("root")
-	if err == nil {
-		var raw []byte
-		raw, err = c.Discovery().RESTClient().Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(context.Background())
-		if err == nil {
-			err = os.WriteFile(path, raw, 0o644)
-		}
-	}
-	if err != nil {
-		log("heap profile %s: %v", path, err)
-		return
-	}
-	log("wrote heap profile %s", path)
-}
-
-// cpuProfile writes a 30-second CPU profile of the server to path.
-func (s *server) cpuProfile(path string, log func(string, ...any)) {
-	c, err := s.client("root")
-	if err == nil {
-		var raw []byte
-		raw, err = c.Discovery().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "30").
-			Timeout(time.Minute).DoRaw(context.Background())
-		if err == nil {
-			err = os.WriteFile(path, raw, 0o644)
-		}
-	}
-	if err != nil {
-		log("CPU profile %s: %v", path, err)
-		return
-	}
-	log("wrote CPU profile %s", path)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"path/filepath"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,42 +26,6 @@ type wsResult struct {
 	// live heap after a forced collection, MiB
 	heapBefore, heapAfter float64
 	gorBefore, gorAfter   int
-}
-
-// liveHeapMiB forces a collection in the server and returns the heap still
-// in use: the memory a workspace really holds, without the collector's
-// headroom that RSS also counts (GOGC lets the heap grow to twice the live
-// size before collecting).
-func (s *server) liveHeapMiB() float64 {
-	c, err := s.client("root")
-	if err != nil {
-		return 0
-	}
-	raw, err := c.Discovery().RESTClient().Get().AbsPath("/debug/pprof/heap").Param("debug", "1").Param("gc", "1").DoRaw(context.Background())
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		var n float64
-		if _, err := fmt.Sscanf(line, "# HeapAlloc = %g", &n); err == nil {
-			return n / (1 << 20)
-		}
-	}
-	return 0
-}
-
-func (s *server) goroutines() int {
-	c, err := s.client("root")
-	if err != nil {
-		return 0
-	}
-	raw, err := c.Discovery().RESTClient().Get().AbsPath("/debug/pprof/goroutine").Param("debug", "1").DoRaw(context.Background())
-	if err != nil {
-		return 0
-	}
-	var n int
-	fmt.Sscanf(strings.SplitN(string(raw), "\n", 2)[0], "goroutine profile: total %d", &n)
-	return n
 }
 
 // createWorkspaces creates the given (parent, name) pairs with `clients`
@@ -154,9 +116,7 @@ func benchWorkspaces(s *server, kind string, n int, log func(string, ...any)) ([
 	// Count "before" on a settled server: right after a start it is still
 	// starting caches and their goroutines.
 	waitSettled(s.cmd.Process.Pid, 2*time.Minute)
-	if *profileDir != "" {
-		s.heapProfile(filepath.Join(*profileDir, fmt.Sprintf("workspaces-%s-before.pprof", kind)), log)
-	}
+	s.writeProfile(fmt.Sprintf("workspaces-%s-before.pprof", kind), log, "heap", "gc", "1")
 	r := wsResult{datastore: kind, shape: "flat", count: n, heapBefore: s.liveHeapMiB(), rssBefore: rssMiB(s.cmd.Process.Pid), gorBefore: s.goroutines()}
 	var pairs [][2]string
 	for i := 0; i < n; i++ {
@@ -169,9 +129,7 @@ func benchWorkspaces(s *server, kind string, n int, log func(string, ...any)) ([
 	r.perSec = float64(n) / time.Since(t0).Seconds()
 	time.Sleep(3 * time.Second)
 	r.heapAfter, r.rssAfter, r.gorAfter = s.liveHeapMiB(), rssMiB(s.cmd.Process.Pid), s.goroutines()
-	if *profileDir != "" {
-		s.heapProfile(filepath.Join(*profileDir, fmt.Sprintf("workspaces-%s-after.pprof", kind)), log)
-	}
+	s.writeProfile(fmt.Sprintf("workspaces-%s-after.pprof", kind), log, "heap", "gc", "1")
 	log("%d flat workspaces: %.0f/s, RSS %.0f -> %.0f MiB, live heap %.1f -> %.1f MiB, goroutines %d -> %d",
 		n, r.perSec, r.rssBefore, r.rssAfter, r.heapBefore, r.heapAfter, r.gorBefore, r.gorAfter)
 	out = append(out, r)

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+var profileDir = flag.String("profile-dir", "", "write profiles here: a 30-second CPU profile of the server's start-up work at each per-tenant list step, and heap profiles before and after the flat workspaces")
+
+// pprof reads the server's /debug/pprof/<name> with the given parameters
+// (name, value, name, value, ...).
+func (s *server) pprof(name string, params ...string) ([]byte, error) {
+	c, err := s.client("root")
+	if err != nil {
+		return nil, err
+	}
+	req := c.Discovery().RESTClient().Get().AbsPath("/debug/pprof/" + name).Timeout(time.Minute)
+	for i := 0; i+1 < len(params); i += 2 {
+		req = req.Param(params[i], params[i+1])
+	}
+	return req.DoRaw(context.Background())
+}
+
+// writeProfile writes the profile name into -profile-dir as file; nothing
+// without -profile-dir.
+func (s *server) writeProfile(file string, log func(string, ...any), name string, params ...string) {
+	if *profileDir == "" {
+		return
+	}
+	path := filepath.Join(*profileDir, file)
+	raw, err := s.pprof(name, params...)
+	if err == nil {
+		err = os.WriteFile(path, raw, 0o644)
+	}
+	if err != nil {
+		log("profile %s: %v", path, err)
+		return
+	}
+	log("wrote profile %s", path)
+}
+
+// liveHeapMiB forces a collection in the server and returns the heap still
+// in use: the memory a workspace really holds, without the collector's
+// headroom that RSS also counts (GOGC lets the heap grow to twice the live
+// size before collecting).
+func (s *server) liveHeapMiB() float64 {
+	raw, err := s.pprof("heap", "debug", "1", "gc", "1")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		var n float64
+		if _, err := fmt.Sscanf(line, "# HeapAlloc = %g", &n); err == nil {
+			return n / (1 << 20)
+		}
+	}
+	return 0
+}
+
+// goroutines is the server's goroutine count.
+func (s *server) goroutines() int {
+	raw, err := s.pprof("goroutine", "debug", "1")
+	if err != nil {
+		return 0
+	}
+	var n int
+	fmt.Sscanf(strings.SplitN(string(raw), "\n", 2)[0], "goroutine profile: total %d", &n)
+	return n
+}
