@@ -43,8 +43,9 @@ type indexers struct {
 	roles, roleBindings, clusterRoles, clusterRoleBindings cache.Indexer
 }
 
-// Start runs the informers on the server's loopback config and, once they
-// have synced, begins answering.
+// Start runs the informers on the server's loopback config and returns once
+// they have synced and the authorizer answers (or ctx ends): called from a
+// post-start hook, it keeps /readyz from reporting ready before RBAC does.
 func (a *Authorizer) Start(ctx context.Context, loopback *rest.Config) error {
 	client, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
@@ -64,13 +65,11 @@ func (a *Authorizer) Start(ctx context.Context, loopback *rest.Config) error {
 	run("rolebindings", &ix.roleBindings, &rbacv1.RoleBinding{})
 	run("clusterroles", &ix.clusterRoles, &rbacv1.ClusterRole{})
 	run("clusterrolebindings", &ix.clusterRoleBindings, &rbacv1.ClusterRoleBinding{})
-	go func() {
-		if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-			return
-		}
-		a.rbac.Store(rbacauthorizer.New(ix, ix, ix, ix))
-		klog.InfoS("per-cluster RBAC is serving")
-	}()
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return nil
+	}
+	a.rbac.Store(rbacauthorizer.New(ix, ix, ix, ix))
+	klog.InfoS("per-cluster RBAC is serving")
 	return nil
 }
 

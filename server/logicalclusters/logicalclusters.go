@@ -27,7 +27,10 @@ type Registry struct {
 // New returns an empty registry.
 func New() *Registry { return &Registry{} }
 
-// Start watches LogicalCluster objects in all clusters.
+// Start watches LogicalCluster objects in all clusters and returns once the
+// registry knows them all (or ctx ends): called from a post-start hook, it
+// keeps /readyz from reporting ready while every workspace would still be
+// answered "does not exist".
 func (r *Registry) Start(ctx context.Context, loopback *rest.Config) error {
 	client, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
@@ -37,11 +40,9 @@ func (r *Registry) Start(ctx context.Context, loopback *rest.Config) error {
 	lw := clusterinformer.ListWatch(res.List, res.Watch)
 	indexer, ctrl := clusterinformer.New(lw, &unstructured.Unstructured{}, nil, nil)
 	go ctrl.RunWithContext(ctx)
-	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
-			r.indexer.Store(&indexer)
-		}
-	}()
+	if cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
+		r.indexer.Store(&indexer)
+	}
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -17,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/registry/generic"
-	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/storage"
+	cacherstorage "k8s.io/apiserver/pkg/storage/cacher"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	"k8s.io/client-go/tools/cache"
@@ -92,7 +93,7 @@ func (g RESTOptionsGetter) GetRESTOptions(gr schema.GroupResource, example runti
 			if c.EventsHistoryWindow < storagebackend.DefaultEventsHistoryWindow {
 				c.EventsHistoryWindow = storagebackend.DefaultEventsHistoryWindow
 			}
-			s, destroy, err = genericregistry.StorageWithCacher()(&c, resourcePrefix, cacheKeyFunc(resourcePrefix, keyFunc),
+			s, destroy, err = withCacher(&c, resourcePrefix, cacheKeyFunc(resourcePrefix, keyFunc),
 				newFunc, newListFunc, getAttrs, triggers, indexers)
 		default:
 			s, destroy, err = generic.UndecoratedStorage(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrs, triggers, indexers)
@@ -104,6 +105,55 @@ func (g RESTOptionsGetter) GetRESTOptions(gr schema.GroupResource, example runti
 	}
 	return opts, nil
 }
+
+// withCacher is upstream's storage decorator with the watch cache
+// (genericregistry.StorageWithCacher), except that the cache fills itself
+// with plain lists: with WatchList, client-go's reflector collects the initial
+// objects in a store keyed by namespace and name only, where objects of the
+// same name in different clusters (every cluster's "default" namespace, every
+// LogicalCluster "cluster") overwrote each other and the cache lost all but
+// one after each restart.
+func withCacher(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(runtime.Object) (string, error),
+	newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers,
+) (storage.Interface, factory.DestroyFunc, error) {
+	raw, destroyRaw, err := generic.NewRawStorage(config, newFunc, newListFunc, resourcePrefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := cacherstorage.NewCacherFromConfig(cacherstorage.Config{
+		Storage:             noWatchList{raw},
+		Versioner:           storage.APIObjectVersioner{},
+		GroupResource:       config.GroupResource,
+		EventsHistoryWindow: config.EventsHistoryWindow,
+		ResourcePrefix:      resourcePrefix,
+		KeyFunc:             keyFunc,
+		NewFunc:             newFunc,
+		NewListFunc:         newListFunc,
+		GetAttrsFunc:        getAttrs,
+		IndexerFuncs:        triggers,
+		Indexers:            indexers,
+		Codec:               config.Codec,
+	})
+	if err != nil {
+		destroyRaw()
+		return nil, nil, err
+	}
+	delegator := cacherstorage.NewCacheDelegator(c, raw)
+	var once sync.Once
+	return delegator, func() {
+		once.Do(func() {
+			delegator.Stop()
+			c.Stop()
+			destroyRaw()
+		})
+	}, nil
+}
+
+// noWatchList is a store whose watches the cache's reflector must not use
+// for its initial state (see withCacher).
+type noWatchList struct{ storage.Interface }
+
+func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
 
 // isUndecorated tells whether upstream chose no watch cache for a resource
 // (--watch-cache=false, or a size of 0 in --watch-cache-sizes). Any other

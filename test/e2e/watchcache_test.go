@@ -29,18 +29,12 @@ func TestWatchCacheIsolation(t *testing.T) {
 	}{{"cached", nil}, {"uncached", []string{"--watch-cache=false"}}} {
 		t.Run(mode.name, func(t *testing.T) {
 			s := framework.StartServer(t, "", mode.args...)
-			watchCacheIsolation(t, s)
-			// The requests above went through the cache, or not at all.
-			metrics := s.Kubectl("root", "get", "--raw", "/metrics")
-			served := strings.Contains(metrics, `apiserver_watch_cache_consistent_read_total{fallback="false",group="",resource="secrets",success="true"}`)
-			if served != (mode.args == nil) {
-				t.Errorf("consistent reads of secrets served from the watch cache: %v, want %v", served, mode.args == nil)
-			}
+			watchCacheIsolation(t, s, mode.args == nil)
 		})
 	}
 }
 
-func watchCacheIsolation(t *testing.T, s *framework.Server) {
+func watchCacheIsolation(t *testing.T, s *framework.Server, cached bool) {
 	ctx := context.Background()
 	a, b, bb := "root:team-a", "root:team-b", "root:team-bb"
 	s.CreateWorkspaces(a, b, bb)
@@ -180,6 +174,24 @@ func watchCacheIsolation(t *testing.T, s *framework.Server) {
 		}
 	}
 
+	// Workspaces, kcp's own resource, are served in every cluster by one
+	// store and so go through one cache too: team-b and team-bb each get a
+	// child workspace of the same name, team-a none.
+	s.CreateWorkspaces(b+":shared", bb+":shared")
+	wsPath := "/apis/tenancy.kcp.io/v1alpha1/workspaces"
+	for _, q := range rvs[:3] {
+		for c, want := range map[string]int{a: 0, b: 1, bb: 1} {
+			code, items, _ := list(c, wsPath, q)
+			if code != 200 || len(items) != want {
+				t.Errorf("list workspaces in %s?%s: %d, %d objects, want 200 and %d", c, q.Encode(), code, len(items), want)
+			}
+			onlyCluster("list workspaces?"+q.Encode(), c, items)
+		}
+		if code, body := do(t, admin, "GET", u+"/clusters/"+a+wsPath+"/shared?"+q.Encode(), ""); code != 404 {
+			t.Errorf("get of another cluster's workspace name in %s?%s: %d %s", a, q.Encode(), code, body)
+		}
+	}
+
 	// A watch from "0" starts with the cache's objects: team-b's only,
 	// then its own events only, whatever team-bb and team-a write.
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -214,4 +226,63 @@ func watchCacheIsolation(t *testing.T, s *framework.Server) {
 	if len(seen) != 4 {
 		t.Errorf("watch from 0 in %s saw %v, want key-0..2 and late", b, seen)
 	}
+	w.Stop()
+
+	// The requests above went through the cache, or not at all.
+	metrics := s.Kubectl("root", "get", "--raw", "/metrics")
+	for _, gr := range []string{`group="",resource="secrets"`, `group="tenancy.kcp.io",resource="workspaces"`} {
+		served := strings.Contains(metrics, `apiserver_watch_cache_consistent_read_total{fallback="false",`+gr+`,success="true"}`)
+		if served != cached {
+			t.Errorf("consistent reads of %s served from the watch cache: %v, want %v", gr, served, cached)
+		}
+	}
+
+	// After a restart the cache fills itself from the datastore, and objects
+	// of the same name in different clusters must all be there: every
+	// cluster's "default" namespace, every LogicalCluster "cluster". (The
+	// cache's reflector once streamed its initial state into a store keyed
+	// by namespace and name, and kept one object of each name.)
+	s.Stop()
+	s.Start()
+	clusters := []string{"root", a, b, bb, b + ":shared", bb + ":shared"}
+	for _, q := range rvs[:3] {
+		for _, gr := range []struct{ path, name string }{
+			{"/api/v1/namespaces", "default"},
+			{"/apis/tenancy.kcp.io/v1alpha1/logicalclusters", "cluster"},
+		} {
+			code, items, _ := list("*", gr.path, q)
+			found := map[string]bool{}
+			for _, m := range items {
+				if m.Name == gr.name {
+					found[m.Annotations[clusterAnnotation]] = true
+				}
+			}
+			for _, c := range clusters {
+				if c != "root" || gr.name == "default" {
+					if code != 200 || !found[c] {
+						t.Errorf("after a restart, list of all clusters' %s?%s: %d, %s of %s missing (found %v)", gr.path, q.Encode(), code, gr.name, c, found)
+					}
+				}
+			}
+		}
+		for _, c := range clusters {
+			code, items, _ := list(c, "/api/v1/namespaces", q)
+			names := map[string]bool{}
+			for _, m := range items {
+				names[m.Name] = true
+			}
+			if code != 200 || !names["default"] {
+				t.Errorf("after a restart, namespaces of %s?%s: %d, %v", c, q.Encode(), code, names)
+			}
+			onlyCluster("namespaces after a restart", c, items)
+		}
+	}
+	for c, want := range map[string]int{a: 0, b: 1, bb: 1} {
+		code, items, _ := list(c, wsPath, url.Values{"resourceVersion": {"0"}})
+		if code != 200 || len(items) != want {
+			t.Errorf("after a restart, workspaces in %s: %d, %d objects, want %d", c, code, len(items), want)
+		}
+		onlyCluster("workspaces after a restart", c, items)
+	}
+	s.Kubectl(b+":shared", "get", "namespaces") // the registry knows every cluster again
 }
