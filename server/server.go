@@ -124,7 +124,11 @@ func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, cluster
 	c.APIExtensions.GenericConfig.LoopbackClientConfig = clusterinformer.ForCluster(c.APIExtensions.GenericConfig.LoopbackClientConfig, crdserving.SystemCluster)
 	c.ControlPlane.Generic.RESTOptionsGetter = clusterstore.Wrap(c.ControlPlane.Generic.RESTOptionsGetter)
 	c.APIExtensions.GenericConfig.RESTOptionsGetter = clusterstore.Wrap(c.APIExtensions.GenericConfig.RESTOptionsGetter)
-	c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter = clusterstore.WrapPerCluster(c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter)
+	// The upstream CRD handler serves the system cluster's CRDs (tenancy.kcp.io)
+	// in every cluster through one store per resource: those get the watch
+	// cache like built-in resources. Each cluster's own CRDs get stores built
+	// per cluster (setUpCRDServing wraps the same getter with WrapPerCluster).
+	c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter = clusterstore.Wrap(c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter)
 	c.Aggregator.GenericConfig.RESTOptionsGetter = clusterstore.Wrap(c.Aggregator.GenericConfig.RESTOptionsGetter)
 
 	for _, authz := range []*genericapiserver.AuthorizationInfo{

@@ -40,6 +40,10 @@ func NewController(loopback *rest.Config, caPEM string, state func(logicalcluste
 	if err != nil {
 		return nil, err
 	}
+	clients, err := clusterinformer.NewClients(loopback)
+	if err != nil {
+		return nil, err
+	}
 	c := &Controller{queue: worker.NewQueue[string](name)}
 	rc := wildcard.CoreV1().RESTClient()
 	// Every event names a namespace to look at: the namespace itself, or the
@@ -89,9 +93,7 @@ func NewController(loopback *rest.Config, caPEM string, state func(logicalcluste
 			o, _ := get(cms, clusterinformer.Key(cl, ns, RootCAConfigMap)).(*corev1.ConfigMap)
 			return o
 		},
-		clientFor: func(cl logicalcluster.Name) (kubernetes.Interface, error) {
-			return kubernetes.NewForConfig(clusterinformer.ForCluster(loopback, cl))
-		},
+		clientFor: clients.Core,
 	}
 	return c, nil
 }

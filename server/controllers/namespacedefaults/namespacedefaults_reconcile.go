@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -18,7 +18,7 @@ type reconciler struct {
 	getNamespace      func(logicalcluster.Name, string) *corev1.Namespace
 	getServiceAccount func(logicalcluster.Name, string) *corev1.ServiceAccount
 	getConfigMap      func(logicalcluster.Name, string) *corev1.ConfigMap
-	clientFor         func(logicalcluster.Name) (kubernetes.Interface, error)
+	clientFor         func(logicalcluster.Name) (corev1client.CoreV1Interface, error)
 }
 
 func (r *reconciler) reconcile(ctx context.Context, cluster logicalcluster.Name, namespace string) error {
@@ -34,8 +34,8 @@ func (r *reconciler) reconcile(ctx context.Context, cluster logicalcluster.Name,
 		// after its LogicalCluster; our view of clusters may not have it yet.
 		return fmt.Errorf("logical cluster %s is not known yet", cluster)
 	}
-	var client kubernetes.Interface
-	lazyClient := func() (kubernetes.Interface, error) {
+	var client corev1client.CoreV1Interface
+	lazyClient := func() (corev1client.CoreV1Interface, error) {
 		if client != nil {
 			return client, nil
 		}
@@ -49,7 +49,7 @@ func (r *reconciler) reconcile(ctx context.Context, cluster logicalcluster.Name,
 			return err
 		}
 		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: DefaultServiceAccount, Namespace: namespace}}
-		if _, err := c.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
+		if _, err := c.ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
 			return err
 		}
 	}
@@ -61,7 +61,7 @@ func (r *reconciler) reconcile(ctx context.Context, cluster logicalcluster.Name,
 			return err
 		}
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: RootCAConfigMap, Namespace: namespace}, Data: map[string]string{"ca.crt": r.caPEM}}
-		if _, err := c.CoreV1().ConfigMaps(namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
+		if _, err := c.ConfigMaps(namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
 			return err
 		}
 	case cm.Data["ca.crt"] != r.caPEM || len(cm.Data) != 1:
@@ -72,7 +72,7 @@ func (r *reconciler) reconcile(ctx context.Context, cluster logicalcluster.Name,
 		fixed := cm.DeepCopy()
 		fixed.Data = map[string]string{"ca.crt": r.caPEM}
 		fixed.BinaryData = nil
-		if _, err := c.CoreV1().ConfigMaps(namespace).Update(ctx, fixed, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if _, err := c.ConfigMaps(namespace).Update(ctx, fixed, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
 	}

@@ -49,8 +49,12 @@ func NewController(loopback *rest.Config, serverURL string, deleteClusterData fu
 		AddFunc:    enqueue,
 		UpdateFunc: func(_, obj interface{}) { enqueue(obj) },
 	})
+	clients, err := clientsFor(loopback)
+	if err != nil {
+		return nil, err
+	}
 	c.r = &reconciler{
-		clients:           clientsFor(loopback),
+		clients:           clients,
 		serverURL:         serverURL,
 		deleteClusterData: deleteClusterData,
 	}

@@ -6,7 +6,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	rbacv1client "k8s.io/client-go/kubernetes/typed/rbac/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/kcpsql/kcp/server/clusterinformer"
@@ -15,7 +16,8 @@ import (
 
 // clients are the API clients of one logical cluster.
 type clients struct {
-	kube    kubernetes.Interface
+	core    corev1client.CoreV1Interface
+	rbac    rbacv1client.RbacV1Interface
 	dynamic dynamic.Interface
 }
 
@@ -25,19 +27,26 @@ type reconciler struct {
 	deleteClusterData func(context.Context, logicalcluster.Name) (int, error)
 }
 
-func clientsFor(loopback *rest.Config) func(logicalcluster.Name) (*clients, error) {
-	return func(c logicalcluster.Name) (*clients, error) {
-		cfg := clusterinformer.ForCluster(loopback, c)
-		k, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return nil, err
-		}
-		d, err := dynamic.NewForConfig(cfg)
-		if err != nil {
-			return nil, err
-		}
-		return &clients{kube: k, dynamic: d}, nil
+func clientsFor(loopback *rest.Config) (func(logicalcluster.Name) (*clients, error), error) {
+	cs, err := clusterinformer.NewClients(loopback)
+	if err != nil {
+		return nil, err
 	}
+	return func(c logicalcluster.Name) (*clients, error) {
+		core, err := cs.Core(c)
+		if err != nil {
+			return nil, err
+		}
+		rbac, err := cs.RBAC(c)
+		if err != nil {
+			return nil, err
+		}
+		d, err := cs.Dynamic(c)
+		if err != nil {
+			return nil, err
+		}
+		return &clients{core: core, rbac: rbac, dynamic: d}, nil
+	}, nil
 }
 
 // reconcile returns a delay after which to look again, or an error.

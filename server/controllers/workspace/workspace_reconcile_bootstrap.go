@@ -61,7 +61,7 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 	case err != nil:
 		return err
 	}
-	if _, err := cc.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: metav1.NamespaceDefault}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := cc.core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: metav1.NamespaceDefault}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	if owner, ok := ownerOf(ws); ok {
@@ -106,7 +106,7 @@ func (r *reconciler) grantOwner(ctx context.Context, cc *clients, owner workspac
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: owner.Username}},
 	}
-	if _, err := cc.kube.RbacV1().ClusterRoleBindings().Create(ctx, inside, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := cc.rbac.ClusterRoleBindings().Create(ctx, inside, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	return nil

@@ -1,0 +1,45 @@
+package clusterinformer
+
+import (
+	"net/http"
+
+	"k8s.io/client-go/dynamic"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	rbacv1client "k8s.io/client-go/kubernetes/typed/rbac/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// Clients builds the API clients of one logical cluster at a time over one
+// shared HTTP client. Controllers that act in whichever cluster an event came
+// from need a client per call; a whole kubernetes.Clientset (every API group)
+// per call was measurable in the CPU profile of workspace creation.
+type Clients struct {
+	loopback *rest.Config
+	http     *http.Client
+}
+
+// NewClients returns Clients for the server behind loopback.
+func NewClients(loopback *rest.Config) (*Clients, error) {
+	hc, err := rest.HTTPClientFor(loopback)
+	if err != nil {
+		return nil, err
+	}
+	return &Clients{loopback: loopback, http: hc}, nil
+}
+
+// Core is the core/v1 client of cluster.
+func (c *Clients) Core(cluster logicalcluster.Name) (corev1client.CoreV1Interface, error) {
+	return corev1client.NewForConfigAndClient(ForCluster(c.loopback, cluster), c.http)
+}
+
+// RBAC is the rbac.authorization.k8s.io/v1 client of cluster.
+func (c *Clients) RBAC(cluster logicalcluster.Name) (rbacv1client.RbacV1Interface, error) {
+	return rbacv1client.NewForConfigAndClient(ForCluster(c.loopback, cluster), c.http)
+}
+
+// Dynamic is the dynamic client of cluster.
+func (c *Clients) Dynamic(cluster logicalcluster.Name) (dynamic.Interface, error) {
+	return dynamic.NewForConfigAndClient(ForCluster(c.loopback, cluster), c.http)
+}
