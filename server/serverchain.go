@@ -23,7 +23,6 @@ import (
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/tokenreview"
-	"github.com/kcpsql/kcp/storage/clusterstore"
 )
 
 // createServerChain assembles the three upstream servers (CRDs, built-in
@@ -89,10 +88,9 @@ func setUpCRDServing(c genericcp.CompletedConfig, ae *apiextensionsapiserver.Cus
 		go establishing.RunWithContext(hc.Context)
 		return crds.Start(hc.Context, hc.LoopbackClientConfig)
 	})
-	perCluster := clusterstore.WrapPerCluster(x.ExtraConfig.CRDRESTOptionsGetter)
 	newHandler := func(v *crdserving.View) (http.Handler, error) {
 		return apiextensionsapiserver.NewCustomResourceDefinitionHandler(nil, nil, v, notFound,
-			perCluster, x.GenericConfig.AdmissionControl, establishing,
+			x.ExtraConfig.CRDRESTOptionsGetter, x.GenericConfig.AdmissionControl, establishing,
 			x.ExtraConfig.ServiceResolver, x.ExtraConfig.AuthResolverWrapper, 1, ae.GenericAPIServer.Authorizer,
 			x.GenericConfig.RequestTimeout, time.Duration(x.GenericConfig.MinRequestTimeout)*time.Second,
 			static, x.GenericConfig.MaxRequestBodyBytes)
