@@ -8,9 +8,11 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"flag"
 	"fmt"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,10 +34,34 @@ var (
 	etcdBin       = flag.String("etcd", "etcd", "etcd binary for the kube-apiserver on etcd run (Debian: apt-get install etcd-server); '' skips it")
 )
 
+// profiled is the system under measurement in the side-by-side steps: pids
+// are its processes (API server and datastore), whose CPU time is counted
+// per operation; with -profile-dir, the server behind client is
+// CPU-profiled as compare-<name>-<op>-<round>.pprof.
+type profiled struct {
+	client kubernetes.Interface
+	pids   []int
+	name   string
+	round  int
+	log    func(string, ...any)
+}
+
+// start begins a CPU profile of op (create and update only) if
+// -profile-dir is set and returns a function that waits for it.
+func (p *profiled) start(op string) func() {
+	if p == nil || (op != "create" && op != "update") {
+		return func() {}
+	}
+	return cpuProfile(p.client, fmt.Sprintf("compare-%s-%s-%d.pprof", p.name, op, p.round), p.name+" "+op, p.log)
+}
+
 type opResult struct {
 	op       string
 	perSec   float64
 	p50, p99 time.Duration
+	// cpuPerOp is the CPU time the system's processes (API server and
+	// datastore; not the benchmark's clients) spent per operation.
+	cpuPerOp time.Duration
 }
 
 type compareResult struct {
@@ -51,10 +77,12 @@ type target struct {
 
 // runOps creates, gets, updates and lists config maps with `clients`
 // concurrent clients spread over the targets.
-func runOps(targets []target, n int) ([]opResult, error) {
+func runOps(targets []target, n int, prof *profiled) ([]opResult, error) {
 	ctx := context.Background()
 	run := func(op string, count int, f func(i int) error) (opResult, error) {
 		lat := make([]time.Duration, count)
+		profiling := prof.start(op)
+		cpu0 := cpuTime(prof.pids...)
 		t0 := time.Now()
 		err := parallel(count, func(i int) error {
 			t := time.Now()
@@ -62,10 +90,14 @@ func runOps(targets []target, n int) ([]opResult, error) {
 			lat[i] = time.Since(t)
 			return err
 		})
+		elapsed := time.Since(t0)
+		cpu := cpuTime(prof.pids...) - cpu0
+		profiling()
 		if err != nil {
 			return opResult{}, fmt.Errorf("%s: %v", op, err)
 		}
-		return opResult{op: op, perSec: float64(count) / time.Since(t0).Seconds(), p50: percentile(lat, 0.5), p99: percentile(lat, 0.99)}, nil
+		return opResult{op: op, perSec: float64(count) / elapsed.Seconds(), p50: percentile(lat, 0.5), p99: percentile(lat, 0.99),
+			cpuPerOp: cpu / time.Duration(count)}, nil
 	}
 	tg := func(i int) target { return targets[i%len(targets)] }
 	name := func(i int) string { return fmt.Sprintf("cmp-%d", i) }
@@ -157,8 +189,10 @@ func (p *proc) stop() {
 	}
 }
 
-// kubeAPIServer starts upstream kube-apiserver on the etcd endpoint with a
-// static admin token and returns a config for it.
+// kubeAPIServer starts upstream kube-apiserver on the etcd endpoint and
+// returns a config for it. Its client authenticates as kcp's admin.kubeconfig
+// does (and kubeadm's admin.conf): a client certificate in system:masters,
+// so both servers verify the same kind of credential on every request.
 func kubeAPIServer(dir, endpoint string) (*proc, *rest.Config, error) {
 	bin := *kasBin
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -168,20 +202,23 @@ func kubeAPIServer(dir, endpoint string) (*proc, *rest.Config, error) {
 	der, _ := x509.MarshalECPrivateKey(key)
 	keyFile := filepath.Join(dir, "sa.key")
 	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600)
-	tokens := filepath.Join(dir, "tokens.csv")
-	os.WriteFile(tokens, []byte("bench-admin-token,bench-admin,bench-admin,system:masters\n"), 0o600)
+	caFile := filepath.Join(dir, "client-ca.crt")
+	certPEM, keyPEM, err := adminClientCert(caFile)
+	if err != nil {
+		return nil, nil, err
+	}
 	port := freePort()
 	p, _, err := startProc(filepath.Join(dir, "kube-apiserver.log"), bin,
 		"--etcd-servers="+endpoint, "--secure-port="+fmt.Sprint(port), "--bind-address=127.0.0.1",
-		"--cert-dir="+filepath.Join(dir, "certs"), "--token-auth-file="+tokens,
+		"--cert-dir="+filepath.Join(dir, "certs"), "--client-ca-file="+caFile,
 		"--service-account-issuer=https://kubernetes.default.svc", "--service-account-key-file="+keyFile,
 		"--service-account-signing-key-file="+keyFile, "--service-cluster-ip-range=10.0.0.0/24",
 		"--authorization-mode=Node,RBAC")
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := &rest.Config{Host: fmt.Sprintf("https://127.0.0.1:%d", port), BearerToken: "bench-admin-token",
-		TLSClientConfig: rest.TLSClientConfig{Insecure: true}, QPS: -1}
+	cfg := &rest.Config{Host: fmt.Sprintf("https://127.0.0.1:%d", port),
+		TLSClientConfig: rest.TLSClientConfig{Insecure: true, CertData: certPEM, KeyData: keyPEM}, QPS: -1}
 	c, _ := kubernetes.NewForConfig(cfg)
 	for t0 := time.Now(); time.Since(t0) < 2*time.Minute; time.Sleep(100 * time.Millisecond) {
 		select {
@@ -198,6 +235,42 @@ func kubeAPIServer(dir, endpoint string) (*proc, *rest.Config, error) {
 	}
 	p.stop()
 	return nil, nil, fmt.Errorf("kube-apiserver not ready after 2 minutes")
+}
+
+// adminClientCert writes a new client CA to caFile and returns a client
+// certificate and key it signed for an admin in system:masters.
+func adminClientCert(caFile string) (certPEM, keyPEM []byte, err error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench-client-ca"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
+		return nil, nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "bench-admin", Organization: []string{"system:masters"}},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leafDER}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }
 
 // namespaceTargets creates 16 namespaces (one per client) on one cluster.
@@ -228,7 +301,7 @@ func benchCompare(log func(string, ...any)) ([]compareResult, error) {
 	n := max(1, *compareRounds)
 	for i := range n {
 		log("side by side, round %d of %d", i+1, n)
-		r, err := compareRound(log)
+		r, err := compareRound(i+1, log)
 		if err != nil {
 			return nil, err
 		}
@@ -254,7 +327,7 @@ func benchCompare(log func(string, ...any)) ([]compareResult, error) {
 // compareRound runs the same operations against kcp (SQLite, one cluster
 // per client), upstream kube-apiserver on the same kine/SQLite, and
 // upstream kube-apiserver on etcd (one namespace per client).
-func compareRound(log func(string, ...any)) ([]compareResult, error) {
+func compareRound(round int, log func(string, ...any)) ([]compareResult, error) {
 	n := *compareOps
 	tmp, err := os.MkdirTemp("", "kcp-bench-compare-")
 	if err != nil {
@@ -285,7 +358,12 @@ func compareRound(log func(string, ...any)) ([]compareResult, error) {
 		}
 		targets = append(targets, target{client: c, namespace: "default"})
 	}
-	ops, err := runOps(targets, n)
+	root, err := s.client("root")
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	ops, err := runOps(targets, n, &profiled{client: root, pids: []int{s.cmd.Process.Pid}, name: "kcp", round: round, log: log})
 	s.stop()
 	if err != nil {
 		return nil, fmt.Errorf("kcp: %v", err)
@@ -315,7 +393,7 @@ func compareRound(log func(string, ...any)) ([]compareResult, error) {
 		kp.stop()
 		return nil, fmt.Errorf("kineserver: %v", err)
 	}
-	res, err := measureKAS(filepath.Join(tmp, "kas-kine"), strings.TrimSpace(line), n)
+	res, err := measureKAS(filepath.Join(tmp, "kas-kine"), strings.TrimSpace(line), n, profiled{pids: []int{kp.cmd.Process.Pid}, name: "kas-kine", round: round, log: log})
 	kp.stop()
 	if err != nil {
 		return nil, fmt.Errorf("kube-apiserver on kine: %v", err)
@@ -336,7 +414,7 @@ func compareRound(log func(string, ...any)) ([]compareResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		res, err := measureKAS(filepath.Join(tmp, "kas-etcd"), fmt.Sprintf("http://127.0.0.1:%d", cport), n)
+		res, err := measureKAS(filepath.Join(tmp, "kas-etcd"), fmt.Sprintf("http://127.0.0.1:%d", cport), n, profiled{pids: []int{ep.cmd.Process.Pid}, name: "kas-etcd", round: round, log: log})
 		ep.stop()
 		if err != nil {
 			return nil, fmt.Errorf("kube-apiserver on etcd: %v", err)
@@ -347,7 +425,7 @@ func compareRound(log func(string, ...any)) ([]compareResult, error) {
 	return out, nil
 }
 
-func measureKAS(dir, endpoint string, n int) ([]opResult, error) {
+func measureKAS(dir, endpoint string, n int, prof profiled) ([]opResult, error) {
 	p, cfg, err := kubeAPIServer(dir, endpoint)
 	if err != nil {
 		return nil, err
@@ -357,7 +435,36 @@ func measureKAS(dir, endpoint string, n int) ([]opResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	return runOps(targets, n)
+	prof.client = targets[0].client
+	prof.pids = append(prof.pids, p.cmd.Process.Pid)
+	return runOps(targets, n, &prof)
+}
+
+// cpuTime is the CPU time (user and system) the processes have used so far.
+func cpuTime(pids ...int) time.Duration {
+	var ticks int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// Fields after the command name (which may hold spaces, in
+		// parentheses): state is field 3, utime 14 and stime 15.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		var u, s int64
+		fmt.Sscan(f[11], &u)
+		fmt.Sscan(f[12], &s)
+		ticks += u + s
+	}
+	// USER_HZ is 100 on every Linux architecture Go supports.
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
 func etcdVersion() string {
@@ -375,7 +482,7 @@ func renderCompare(rs []compareResult) string {
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "\nSide by side: %d config maps created, read, updated, then listed, by %d concurrent clients; upstream kube-apiserver v1.37.2 built from the pinned module with its defaults (watch cache on, protobuf storage); etcd: %s. The systems run one after the other, %d rounds; each row is the system's median round for that operation:\n\n", *compareOps, *clients, etcdVersion(), max(1, *compareRounds))
-	fmt.Fprintf(&b, "| system | operation | ops/s | p50 | p99 | kcp ops/s as a ratio of this |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| system | operation | ops/s | p50 | p99 | server + datastore CPU per op | kcp ops/s as a ratio of this |\n|---|---|---|---|---|---|---|\n")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 	for _, r := range rs {
 		for i, op := range r.ops {
@@ -383,7 +490,7 @@ func renderCompare(rs []compareResult) string {
 			if len(rs[0].ops) > i && op.perSec > 0 {
 				ratio = fmt.Sprintf("%.2f", rs[0].ops[i].perSec/op.perSec)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s |\n", r.system, op.op, op.perSec, ms(op.p50), ms(op.p99), ratio)
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %s |\n", r.system, op.op, op.perSec, ms(op.p50), ms(op.p99), ms(op.cpuPerOp), ratio)
 		}
 	}
 	return b.String()

@@ -8,9 +8,35 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
 )
 
-var profileDir = flag.String("profile-dir", "", "write profiles here: a 30-second CPU profile of the server's start-up work at each per-tenant list step, and heap profiles before and after the flat workspaces")
+var (
+	profileDir = flag.String("profile-dir", "", "write profiles here: a 30-second CPU profile of the server's start-up work at each per-tenant list step, heap profiles before and after the flat workspaces, and -cpu-profile long CPU profiles of the flat workspace creation and of each server's create and update steps side by side")
+	cpuProf    = flag.Duration("cpu-profile", 10*time.Second, "with -profile-dir: length of the CPU profiles taken from the start of a measured step (give the step enough work to last that long)")
+)
+
+// cpuProfile starts a -cpu-profile long CPU profile of the server behind c
+// into -profile-dir/file, if -profile-dir is set, and returns a function to
+// call when the measured step (what) ends: it waits for the profile.
+func cpuProfile(c kubernetes.Interface, file, what string, log func(string, ...any)) (wait func()) {
+	if *profileDir == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	t0 := time.Now()
+	go func() {
+		defer close(done)
+		writeProfileOf(c, file, log, "profile", "seconds", fmt.Sprint(int(cpuProf.Seconds())))
+	}()
+	return func() {
+		if time.Since(t0) < *cpuProf {
+			log("%s ended before its %s CPU profile: the profile includes idle time; give the step more work", what, *cpuProf)
+		}
+		<-done
+	}
+}
 
 // pprof reads the server's /debug/pprof/<name> with the given parameters
 // (name, value, name, value, ...).
@@ -19,7 +45,13 @@ func (s *server) pprof(name string, params ...string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	req := c.Discovery().RESTClient().Get().AbsPath("/debug/pprof/" + name).Timeout(time.Minute)
+	return pprofOf(c, name, params...)
+}
+
+// pprofOf reads /debug/pprof/<name> of any API server (kcp or upstream
+// kube-apiserver, which serves it by default) through client c.
+func pprofOf(c kubernetes.Interface, name string, params ...string) ([]byte, error) {
+	req := c.Discovery().RESTClient().Get().AbsPath("/debug/pprof/" + name).Timeout(2 * time.Minute)
 	for i := 0; i+1 < len(params); i += 2 {
 		req = req.Param(params[i], params[i+1])
 	}
@@ -32,8 +64,21 @@ func (s *server) writeProfile(file string, log func(string, ...any), name string
 	if *profileDir == "" {
 		return
 	}
+	c, err := s.client("root")
+	if err != nil {
+		log("profile %s: %v", file, err)
+		return
+	}
+	writeProfileOf(c, file, log, name, params...)
+}
+
+// writeProfileOf is writeProfile for any API server.
+func writeProfileOf(c kubernetes.Interface, file string, log func(string, ...any), name string, params ...string) {
+	if *profileDir == "" {
+		return
+	}
 	path := filepath.Join(*profileDir, file)
-	raw, err := s.pprof(name, params...)
+	raw, err := pprofOf(c, name, params...)
 	if err == nil {
 		err = os.WriteFile(path, raw, 0o644)
 	}

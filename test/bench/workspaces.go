@@ -122,11 +122,17 @@ func benchWorkspaces(s *server, kind string, n int, log func(string, ...any)) ([
 	for i := 0; i < n; i++ {
 		pairs = append(pairs, [2]string{"root", fmt.Sprintf("flat-%d", i)})
 	}
+	root, err := s.client("root")
+	if err != nil {
+		return nil, err
+	}
+	profiling := cpuProfile(root, fmt.Sprintf("workspaces-%s-cpu.pprof", kind), "flat workspace creation", log)
 	t0 := time.Now()
 	if err := s.createWorkspaces(pairs); err != nil {
 		return nil, err
 	}
 	r.perSec = float64(n) / time.Since(t0).Seconds()
+	profiling()
 	time.Sleep(3 * time.Second)
 	r.heapAfter, r.rssAfter, r.gorAfter = s.liveHeapMiB(), rssMiB(s.cmd.Process.Pid), s.goroutines()
 	s.writeProfile(fmt.Sprintf("workspaces-%s-after.pprof", kind), log, "heap", "gc", "1")
