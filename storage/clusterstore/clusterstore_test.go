@@ -1,12 +1,15 @@
 package clusterstore
 
 import (
+	"context"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/client-go/util/watchlist"
 
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -36,5 +39,31 @@ func TestCacheKeyFunc(t *testing.T) {
 	}
 	if _, err := logicalcluster.Parse(unaddressable); err == nil || strings.Contains(unaddressable, "/") {
 		t.Errorf("%q must not parse as a logical cluster", unaddressable)
+	}
+}
+
+// recordingStore remembers the options of the last GetList.
+type recordingStore struct {
+	storage.Interface
+	last storage.ListOptions
+}
+
+func (r *recordingStore) GetList(_ context.Context, _ string, opts storage.ListOptions, _ runtime.Object) error {
+	r.last = opts
+	return nil
+}
+
+func TestCacheSourceListsWholeAndPlain(t *testing.T) {
+	rec := &recordingStore{}
+	src := cacheSource{rec}
+	if !watchlist.DoesClientNotSupportWatchListSemantics(src) {
+		t.Error("the cache's source offers WatchList; its reflector would key initial objects by namespace/name only")
+	}
+	opts := storage.ListOptions{Recursive: true, Predicate: storage.SelectionPredicate{Limit: 10000, Continue: "token"}}
+	if err := src.GetList(context.Background(), "/core/configmaps", opts, nil); err != nil {
+		t.Fatal(err)
+	}
+	if rec.last.Predicate.Limit != 0 || rec.last.Predicate.Continue != "" || !rec.last.Recursive {
+		t.Errorf("cache fill list reached storage as %+v, want unpaged and recursive", rec.last)
 	}
 }

@@ -445,29 +445,11 @@ func measureKAS(dir, endpoint string, n int, prof profiled) ([]opResult, error) 
 
 // cpuTime is the CPU time (user and system) the processes have used so far.
 func cpuTime(pids ...int) time.Duration {
-	var ticks int64
+	var sec float64
 	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		// Fields after the command name (which may hold spaces, in
-		// parentheses): state is field 3, utime 14 and stime 15.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 13 {
-			continue
-		}
-		var u, s int64
-		fmt.Sscan(f[11], &u)
-		fmt.Sscan(f[12], &s)
-		ticks += u + s
+		sec += cpuSeconds(pid)
 	}
-	// USER_HZ is 100 on every Linux architecture Go supports.
-	return time.Duration(ticks) * 10 * time.Millisecond
+	return time.Duration(sec * float64(time.Second))
 }
 
 func etcdVersion() string {
