@@ -108,11 +108,11 @@ func (g RESTOptionsGetter) GetRESTOptions(gr schema.GroupResource, example runti
 
 // withCacher is upstream's storage decorator with the watch cache
 // (genericregistry.StorageWithCacher), except that the cache fills itself
-// with plain, unpaged lists (cacheSource): with WatchList, client-go's reflector collects the initial
-// objects in a store keyed by namespace and name only, where objects of the
-// same name in different clusters (every cluster's "default" namespace, every
-// LogicalCluster "cluster") overwrote each other and the cache lost all but
-// one after each restart.
+// with plain, unpaged lists (cacheSource). With WatchList, client-go's
+// reflector collects the initial objects in a store keyed by namespace and
+// name only, where objects of the same name in different clusters (every
+// cluster's "default" namespace) overwrote each other and the cache lost all
+// but one after each restart.
 func withCacher(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(runtime.Object) (string, error),
 	newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers,
 ) (storage.Interface, factory.DestroyFunc, error) {

@@ -164,7 +164,7 @@ func Start(cfg Config) (*Kine, error) {
 // writer anyway: concurrent writes on kine's other connections would wait in
 // SQLite's busy handler, which sleeps in growing steps (up to 100 ms each)
 // rather than waking when the lock is free, and gave writes under 16
-// concurrent clients a p99 of a quarter of a second. Waiting on a Go mutex
+// concurrent clients a p99 of about half a second. Waiting on a Go mutex
 // hands the lock over at once. Reads (Range) and watches are not held.
 func oneWriterAtATime() grpc.UnaryServerInterceptor {
 	var mu sync.Mutex

@@ -49,7 +49,7 @@ type profiled struct {
 // start begins a CPU profile of op (create and update only) if
 // -profile-dir is set and returns a function that waits for it.
 func (p *profiled) start(op string) func() {
-	if p == nil || (op != "create" && op != "update") {
+	if op != "create" && op != "update" {
 		return func() {}
 	}
 	return cpuProfile(p.client, fmt.Sprintf("compare-%s-%s-%d.pprof", p.name, op, p.round), p.name+" "+op, p.log)

@@ -62,7 +62,7 @@ func pprofOf(c kubernetes.Interface, name string, params ...string) ([]byte, err
 // without -profile-dir.
 func (s *server) writeProfile(file string, log func(string, ...any), name string, params ...string) {
 	if *profileDir == "" {
-		return
+		return // without building a client
 	}
 	c, err := s.client("root")
 	if err != nil {
