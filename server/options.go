@@ -78,6 +78,11 @@ func NewOptions() *Options {
 	up.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
 	up.SecureServing.BindPort = 6443
 	up.Etcd.DefaultStorageMediaType = "application/json"
+	// On SIGTERM, open watches get this long to end before the server
+	// closes them; without it the server waits for them up to its request
+	// timeout (60 s), longer than an orchestrator's usual 30 s grace period.
+	// Writes in flight drain first (upstream's shutdown order).
+	up.GenericServerRunOptions.ShutdownWatchTerminationGracePeriod = 3 * time.Second
 	up.Authorization.Modes = []string{"RBAC"}
 	up.Admission.GenericAdmission.DisablePlugins = append(up.Admission.GenericAdmission.DisablePlugins, clusterUnawarePlugins...)
 	workspaceowner.Register(up.Admission.GenericAdmission.Plugins)

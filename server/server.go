@@ -21,6 +21,7 @@ import (
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/clusterrbac"
 	"github.com/kcpsql/kcp/server/crdserving"
+	"github.com/kcpsql/kcp/server/errorlimit"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/routing"
 	"github.com/kcpsql/kcp/storage/auditevents"
@@ -88,6 +89,9 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 		return clusterdata.DeleteAll(ctx, db, o.Datastore.Dialect, kine, c)
 	}
 	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, deleteClusterData)
+	if err := chain.GenericAPIServer.AddReadyzChecks(kine.Health); err != nil {
+		return err
+	}
 	chain.GenericAPIServer.AddPostStartHookOrDie("kcp-ready-message", func(hc genericapiserver.PostStartHookContext) error {
 		go func() {
 			if waitReady(hc.Context, hc.LoopbackClientConfig) {
@@ -147,7 +151,7 @@ func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, cluster
 
 	inner := c.Aggregator.GenericConfig.BuildHandlerChainFunc
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
-		return routing.WithLogicalCluster(inner(crds.Wrap(h), gc))
+		return routing.WithLogicalCluster(errorlimit.WithLimit(inner(crds.Wrap(h), gc)))
 	}
 }
 

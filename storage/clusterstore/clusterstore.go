@@ -268,7 +268,7 @@ func (s *Store) Create(ctx context.Context, key string, obj, out runtime.Object,
 	if err := annotate(obj, cluster); err != nil {
 		return err
 	}
-	return s.Interface.Create(ctx, k, obj, out, ttl)
+	return datastoreError(s.Interface.Create(ctx, k, obj, out, ttl))
 }
 
 func (s *Store) Delete(ctx context.Context, key string, out runtime.Object, pre *storage.Preconditions,
@@ -277,7 +277,7 @@ func (s *Store) Delete(ctx context.Context, key string, out runtime.Object, pre 
 	if err != nil {
 		return err
 	}
-	return s.Interface.Delete(ctx, k, out, pre, validate, cached, opts)
+	return datastoreError(s.Interface.Delete(ctx, k, out, pre, validate, cached, opts))
 }
 
 func (s *Store) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
@@ -285,7 +285,11 @@ func (s *Store) Watch(ctx context.Context, key string, opts storage.ListOptions)
 	if err != nil {
 		return nil, err
 	}
-	return s.Interface.Watch(ctx, k, opts)
+	if err := checkResourceVersion(opts.ResourceVersion); err != nil {
+		return nil, err
+	}
+	w, err := s.Interface.Watch(ctx, k, opts)
+	return w, datastoreError(err)
 }
 
 func (s *Store) Get(ctx context.Context, key string, opts storage.GetOptions, out runtime.Object) error {
@@ -293,7 +297,10 @@ func (s *Store) Get(ctx context.Context, key string, opts storage.GetOptions, ou
 	if err != nil {
 		return err
 	}
-	return s.Interface.Get(ctx, k, opts, out)
+	if err := checkResourceVersion(opts.ResourceVersion); err != nil {
+		return err
+	}
+	return datastoreError(s.Interface.Get(ctx, k, opts, out))
 }
 
 func (s *Store) GetList(ctx context.Context, key string, opts storage.ListOptions, out runtime.Object) error {
@@ -301,7 +308,10 @@ func (s *Store) GetList(ctx context.Context, key string, opts storage.ListOption
 	if err != nil {
 		return err
 	}
-	return s.Interface.GetList(ctx, k, opts, out)
+	if err := checkResourceVersion(opts.ResourceVersion); err != nil {
+		return err
+	}
+	return datastoreError(s.Interface.GetList(ctx, k, opts, out))
 }
 
 func (s *Store) GuaranteedUpdate(ctx context.Context, key string, dest runtime.Object, ignoreNotFound bool,
@@ -320,5 +330,5 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, dest runtime.O
 		}
 		return out, ttl, nil
 	}
-	return s.Interface.GuaranteedUpdate(ctx, k, dest, ignoreNotFound, pre, annotated, cached)
+	return datastoreError(s.Interface.GuaranteedUpdate(ctx, k, dest, ignoreNotFound, pre, annotated, cached))
 }

@@ -74,6 +74,8 @@ type Kine struct {
 	wg       *sync.WaitGroup
 	socket   string
 	backend  kineserver.Backend
+	// Health says whether the datastore stores writes (/readyz).
+	Health *Health
 }
 
 // DeleteKey deletes one key through kine's log, so watchers see it, if its
@@ -120,6 +122,11 @@ func Start(cfg Config) (*Kine, error) {
 		cancel()
 		return nil, fmt.Errorf("starting kine on datastore %s: %v", cfg.Datastore, err)
 	}
+	health := &Health{backend: backend}
+	if cfg.Datastore.Dialect == datastore.SQLite {
+		health.dataDir = filepath.Dir(cfg.Datastore.Path)
+	}
+	backend = checkedWrites{Backend: backend, health: health}
 	socket := SocketPath(cfg.SocketDir)
 	if err := os.Remove(socket); err != nil && !os.IsNotExist(err) {
 		cancel()
@@ -152,7 +159,7 @@ func Start(cfg Config) (*Kine, error) {
 			klog.ErrorS(err, "kine gRPC server stopped")
 		}
 	}()
-	k := &Kine{Endpoint: "unix://" + socket, grpc: gs, cancel: cancel, wg: wg, socket: socket, backend: backend}
+	k := &Kine{Endpoint: "unix://" + socket, grpc: gs, cancel: cancel, wg: wg, socket: socket, backend: backend, Health: health}
 	if cfg.Notify && cfg.Datastore.Dialect == datastore.Postgres {
 		wg.Add(1)
 		go func() { defer wg.Done(); k.listen(ctx, cfg.Datastore.URL.String()) }()

@@ -406,3 +406,30 @@ func (s *Server) Kill() {
 	<-s.done
 	s.cmd = nil
 }
+
+// Pid is the process id of the running server (0 when stopped).
+func (s *Server) Pid() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Terminate sends SIGTERM and returns how long the process took to exit, or
+// an error if it did not exit within limit (it is then killed).
+func (s *Server) Terminate(limit time.Duration) (time.Duration, error) {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0, fmt.Errorf("server is not running")
+	}
+	start := time.Now()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	defer func() { s.cmd = nil }()
+	select {
+	case <-s.done:
+		return time.Since(start), nil
+	case <-time.After(limit):
+		s.cmd.Process.Kill()
+		<-s.done
+		return time.Since(start), fmt.Errorf("kcp did not exit within %s of SIGTERM", limit)
+	}
+}

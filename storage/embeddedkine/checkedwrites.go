@@ -1,0 +1,129 @@
+package embeddedkine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	kineserver "github.com/k3s-io/kine/pkg/server"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ErrWriteNotStored is the error a write gets when the datastore did not
+// store it. The etcd client sees it as gRPC Unavailable; clusterstore turns
+// that into 503 Service Unavailable with Retry-After.
+var ErrWriteNotStored = status.Error(codes.Unavailable, "kcp: the datastore did not store the write")
+
+// checkedWrites is kine's backend with writes that report what the database
+// did, not what kine's error handling concluded. In kine v0.17.5,
+// LogStructured.Create answers an INSERT that failed (database restarted,
+// session killed, disk full) with a read of the key; when that read finds
+// nothing it drops the insert's error and reports success at the current
+// revision, so the API server acknowledged creates that were never stored.
+// On PostgreSQL kine also runs the INSERT outside its transaction: when the
+// commit then fails the row is stored anyway, and the create, finding its own
+// row, answered AlreadyExists. Update and Delete have the same shape: a failed
+// insert followed by a read looks like a conflict, which the API server
+// retries forever.
+//
+// So every acknowledged create is confirmed by reading the key back at the
+// revision kine reported (one indexed read), an AlreadyExists whose stored
+// value is byte for byte the one being created is this create's own row, and
+// an update or delete that "lost" to the very revision it expected did not
+// lose to anyone: it failed. Only Create, Update and Delete are changed;
+// reads, watches and compaction are kine's own.
+type checkedWrites struct {
+	kineserver.Backend
+	health *Health
+}
+
+func (b checkedWrites) Create(ctx context.Context, key string, value []byte, lease int64) (int64, error) {
+	rev, err := b.Backend.Create(ctx, key, value, lease)
+	switch {
+	case errors.Is(err, kineserver.ErrKeyExists):
+		// Our own row, stored by an INSERT whose commit reported failure?
+		if own, ok := b.ownRow(ctx, key, value, lease); ok {
+			return own, nil
+		}
+		return rev, err
+	case err != nil:
+		// The INSERT may have committed before the error (a connection
+		// lost on the way back): then it is this create's row.
+		if own, ok := b.ownRow(ctx, key, value, lease); ok {
+			return own, nil
+		}
+		b.health.failed(fmt.Errorf("create %s: %w", key, err))
+		return rev, err
+	}
+	// Confirm: the key as of the reported revision must be this create.
+	_, kv, gerr := b.Backend.Get(ctx, key, rev, false)
+	if gerr != nil {
+		b.health.failed(fmt.Errorf("confirming the create of %s at revision %d: %w", key, rev, gerr))
+		return 0, ErrWriteNotStored
+	}
+	if kv != nil && kv.ModRevision == rev && bytes.Equal(kv.Value, value) {
+		b.health.succeeded()
+		return rev, nil
+	}
+	if kv != nil {
+		// The insert failed because the key exists (created by someone
+		// else between kine's attempts): that is a true AlreadyExists.
+		return rev, kineserver.ErrKeyExists
+	}
+	b.health.failed(fmt.Errorf("create %s: kine reported revision %d but the key is not stored", key, rev))
+	return 0, ErrWriteNotStored
+}
+
+// ownRow reports whether the key's current row is the one this create
+// wrote. The value carries the object's fresh UID, so equal bytes mean this
+// create's row, not someone else's object.
+func (b checkedWrites) ownRow(ctx context.Context, key string, value []byte, lease int64) (int64, bool) {
+	_, kv, err := b.Backend.Get(ctx, key, 0, false)
+	if err != nil || kv == nil || kv.Lease != lease || !bytes.Equal(kv.Value, value) {
+		return 0, false
+	}
+	b.health.succeeded()
+	return kv.ModRevision, true
+}
+
+func (b checkedWrites) Update(ctx context.Context, key string, value []byte, revision, lease int64) (int64, *kineserver.KeyValue, bool, error) {
+	rev, kv, ok, err := b.Backend.Update(ctx, key, value, revision, lease)
+	if err != nil {
+		b.health.failed(fmt.Errorf("update %s: %w", key, err))
+		return rev, kv, ok, err
+	}
+	if ok {
+		b.health.succeeded()
+		return rev, kv, ok, err
+	}
+	if kv != nil && kv.ModRevision == revision {
+		// The key is still at the revision the update expected: nobody
+		// won a race, the insert failed.
+		b.health.failed(fmt.Errorf("update %s at revision %d: not stored", key, revision))
+		return rev, nil, false, ErrWriteNotStored
+	}
+	if kv != nil && kv.Lease == lease && bytes.Equal(kv.Value, value) {
+		// Stored by an INSERT whose commit reported failure (PostgreSQL).
+		b.health.succeeded()
+		return kv.ModRevision, kv, true, nil
+	}
+	return rev, kv, ok, err
+}
+
+func (b checkedWrites) Delete(ctx context.Context, key string, revision int64) (int64, *kineserver.KeyValue, bool, error) {
+	rev, kv, ok, err := b.Backend.Delete(ctx, key, revision)
+	if err != nil {
+		b.health.failed(fmt.Errorf("delete %s: %w", key, err))
+		return rev, kv, ok, err
+	}
+	if !ok && kv != nil && (revision == 0 || kv.ModRevision == revision) {
+		b.health.failed(fmt.Errorf("delete %s at revision %d: not stored", key, revision))
+		return rev, nil, false, ErrWriteNotStored
+	}
+	if ok {
+		b.health.succeeded()
+	}
+	return rev, kv, ok, err
+}

@@ -1,0 +1,317 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kcpsql/kcp/test/e2e/framework"
+)
+
+// ackedWrites records what a fleet of writers was told: every create that
+// answered 201, every 409 for a name no one else used (a false
+// AlreadyExists), and the other errors by status code.
+type ackedWrites struct {
+	mu        sync.Mutex
+	acked     []string
+	conflicts []string
+	errors    map[int]int
+	leaks     []string // error messages that show datastore internals
+	wait      func()   // returns once every writer has stopped
+}
+
+// runWriters creates config maps with unique names in namespace ns from n
+// writers until stop closes. Requests are not retried by the client, so each
+// answer is the server's answer to that one request.
+func runWriters(t *testing.T, cs *kubernetes.Clientset, ns string, n int, payload int, stop <-chan struct{}) *ackedWrites {
+	t.Helper()
+	w := &ackedWrites{errors: map[int]int{}}
+	data := strings.Repeat("x", payload)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			for j := 0; ; j++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				name := fmt.Sprintf("w%02d-%06d", i, j)
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"d": data}}
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				err := cs.CoreV1().RESTClient().Post().Namespace(ns).Resource("configmaps").Body(cm).MaxRetries(0).Do(ctx).Error()
+				cancel()
+				w.mu.Lock()
+				switch {
+				case err == nil:
+					w.acked = append(w.acked, name)
+				case apierrors.IsAlreadyExists(err):
+					w.conflicts = append(w.conflicts, name)
+				default:
+					code := 0
+					if s, ok := err.(apierrors.APIStatus); ok {
+						code = int(s.Status().Code)
+					}
+					w.errors[code]++
+					msg := err.Error()
+					for _, leak := range []string{"failed to connect", "user=", "database=", "SQLSTATE", "sqlite", "disk I/O", "pgconn", "rpc error"} {
+						if strings.Contains(msg, leak) {
+							w.leaks = append(w.leaks, msg)
+							break
+						}
+					}
+				}
+				w.mu.Unlock()
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}(i)
+	}
+	w.wait = wg.Wait
+	t.Cleanup(wg.Wait)
+	return w
+}
+
+// verifyAcked checks that every acknowledged create is stored, that no name
+// got a false 409, and that no error showed datastore internals.
+func verifyAcked(t *testing.T, cs *kubernetes.Clientset, ns string, w *ackedWrites) {
+	t.Helper()
+	w.wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var stored map[string]bool
+	framework.Eventually(t, 60*time.Second, "listing the config maps after the fault", func() (bool, string) {
+		l, err := cs.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		stored = map[string]bool{}
+		for _, cm := range l.Items {
+			stored[cm.Name] = true
+		}
+		return true, ""
+	})
+	var lost []string
+	for _, name := range w.acked {
+		if !stored[name] {
+			lost = append(lost, name)
+		}
+	}
+	t.Logf("acknowledged creates: %d, stored: %d, lost: %d, false 409s: %d, errors by status: %v",
+		len(w.acked), len(stored), len(lost), len(w.conflicts), w.errors)
+	if len(w.acked) == 0 {
+		t.Fatal("no create was acknowledged: the test measured nothing")
+	}
+	if len(lost) > 0 {
+		t.Errorf("%d acknowledged creates were never stored, e.g. %v", len(lost), lost[:min(5, len(lost))])
+	}
+	if len(w.conflicts) > 0 {
+		t.Errorf("%d creates of names no one else used answered 409 AlreadyExists, e.g. %v", len(w.conflicts), w.conflicts[:min(5, len(w.conflicts))])
+	}
+	if len(w.leaks) > 0 {
+		t.Errorf("%d error messages showed datastore internals to the client, e.g. %q", len(w.leaks), w.leaks[0])
+	}
+	if n := w.errors[500]; n > 0 {
+		t.Errorf("%d requests answered 500 during the fault; a datastore outage must answer 503", n)
+	}
+}
+
+func fastClient(t *testing.T, s *framework.Server) *kubernetes.Clientset {
+	cfg := s.Config("root")
+	cfg.QPS, cfg.Burst = -1, 0
+	cfg.Timeout = 30 * time.Second
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+func readyzFailing(s *framework.Server, cs *kubernetes.Clientset) (bool, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").Param("verbose", "true").DoRaw(ctx)
+	return err != nil, string(body)
+}
+
+// TestFaultSQLiteDiskFull: the SQLite file cannot grow (its size limit is
+// the file-size rlimit of the kcp process, as on a full disk) while 16
+// writers create objects. Every create answers 201 only if it is stored; the
+// others answer 503; /readyz says why; after space returns, writes resume.
+func TestFaultSQLiteDiskFull(t *testing.T) {
+	s := framework.StartServer(t, "")
+	cs := fastClient(t, s)
+	ns := "faults"
+	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	w := runWriters(t, cs, ns, 16, 2048, stop)
+	time.Sleep(2 * time.Second)
+
+	// "Fill the disk": no file of kcp may grow past its size now plus a
+	// little, so SQLite's database and WAL soon cannot grow.
+	var largest int64
+	for _, f := range []string{"kcp.db", "kcp.db-wal"} {
+		if st, err := os.Stat(filepath.Join(s.RootDir, f)); err == nil && st.Size() > largest {
+			largest = st.Size()
+		}
+	}
+	limit := uint64(largest + 2<<20)
+	if st, err := os.Stat(s.LogFile); err == nil && uint64(st.Size())+(1<<20) > limit {
+		t.Fatalf("the server log (%d bytes) would hit the size limit before the database does", st.Size())
+	}
+	if err := unix.Prlimit(s.Pid(), unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: limit, Max: unix.RLIM_INFINITY}, nil); err != nil {
+		t.Fatalf("limiting kcp's file size: %v", err)
+	}
+	t.Logf("file size limit %d MiB", limit>>20)
+	framework.Eventually(t, 60*time.Second, "/readyz to fail while writes fail", func() (bool, string) {
+		failing, body := readyzFailing(s, cs)
+		return failing && strings.Contains(body, "datastore-writes"), body
+	})
+	time.Sleep(3 * time.Second)
+
+	// Space is back.
+	if err := unix.Prlimit(s.Pid(), unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}, nil); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 60*time.Second, "/readyz to pass once writes succeed again", func() (bool, string) {
+		failing, body := readyzFailing(s, cs)
+		return !failing, body
+	})
+	time.Sleep(2 * time.Second)
+	close(stop)
+	verifyAcked(t, cs, ns, w)
+	w.mu.Lock()
+	refused := w.errors[503]
+	w.mu.Unlock()
+	if refused == 0 {
+		t.Errorf("no create answered 503 while the disk was full: the fault was not injected")
+	}
+	if log, _ := os.ReadFile(s.LogFile); !strings.Contains(string(log), "the datastore did not store a write") {
+		t.Errorf("the server logged nothing about the failed writes")
+	}
+}
+
+// TestFaultPostgresSessionsKilled: kcp's database sessions are terminated
+// ten times under 16 writers; every acknowledged create is stored and no
+// create answers a false 409.
+func TestFaultPostgresSessionsKilled(t *testing.T) {
+	ds := framework.FreshPostgres(t)
+	s := framework.StartServer(t, ds)
+	cs := fastClient(t, s)
+	ns := "faults"
+	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := sql.Open("pgx", framework.PostgresDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	u, _ := url.Parse(ds)
+	db := strings.TrimPrefix(u.Path, "/")
+
+	stop := make(chan struct{})
+	w := runWriters(t, cs, ns, 16, 256, stop)
+	time.Sleep(2 * time.Second)
+	killed := 0
+	for i := 0; i < 10; i++ {
+		var n int
+		if err := admin.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, db).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		killed += n
+		time.Sleep(700 * time.Millisecond)
+	}
+	t.Logf("terminated %d sessions", killed)
+	time.Sleep(3 * time.Second)
+	close(stop)
+	verifyAcked(t, cs, ns, w)
+}
+
+// TestFaultKill9: kcp is killed (SIGKILL) under 16 writers and restarted;
+// every acknowledged create is there afterwards.
+func TestFaultKill9(t *testing.T) {
+	for _, d := range framework.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			s := framework.StartServer(t, framework.DatastoreFor(t, d))
+			cs := fastClient(t, s)
+			ns := "faults"
+			if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			stop := make(chan struct{})
+			w := runWriters(t, cs, ns, 16, 256, stop)
+			time.Sleep(3 * time.Second)
+			s.Kill()
+			close(stop)
+			start := time.Now()
+			s.Start()
+			t.Logf("ready again %s after the restart began", time.Since(start).Round(time.Millisecond))
+			w.mu.Lock()
+			// Requests cut by the kill have no answer; they are not counted.
+			delete(w.errors, 0)
+			w.mu.Unlock()
+			verifyAcked(t, cs, ns, w)
+		})
+	}
+}
+
+// TestSIGTERMWithOpenWatches: a server with open watches exits promptly on
+// SIGTERM (well within an orchestrator's 30 s grace period).
+func TestSIGTERMWithOpenWatches(t *testing.T) {
+	s := framework.StartServer(t, "")
+	cs := fastClient(t, s)
+	for i := 0; i < 5; i++ {
+		wi, err := cs.CoreV1().ConfigMaps("").Watch(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer wi.Stop()
+	}
+	took, err := s.Terminate(30 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kcp exited %s after SIGTERM", took.Round(time.Millisecond))
+	if took > 15*time.Second {
+		t.Errorf("kcp took %s to exit after SIGTERM with open watches; want under 15s", took)
+	}
+}
+
+// TestBadResourceVersion: a resourceVersion that is not a number is a 400
+// for get, list and watch, not a 500.
+func TestBadResourceVersion(t *testing.T) {
+	s := framework.StartServer(t, "")
+	cs := fastClient(t, s)
+	ctx := context.Background()
+	_, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{ResourceVersion: "garbage"})
+	if !apierrors.IsBadRequest(err) {
+		t.Errorf("get with resourceVersion=garbage: got %v, want 400 Bad Request", err)
+	}
+	_, err = cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{ResourceVersion: "garbage"})
+	if !apierrors.IsBadRequest(err) {
+		t.Errorf("list with resourceVersion=garbage: got %v, want 400 Bad Request", err)
+	}
+	_, err = cs.CoreV1().Namespaces().Watch(ctx, metav1.ListOptions{ResourceVersion: "garbage"})
+	if !apierrors.IsBadRequest(err) {
+		t.Errorf("watch with resourceVersion=garbage: got %v, want 400 Bad Request", err)
+	}
+}
