@@ -25,6 +25,7 @@ import (
 	cpoptions "k8s.io/kubernetes/pkg/controlplane/apiserver/options"
 	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
 
+	"github.com/kcpsql/kcp/server/admission/crdlimits"
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	"github.com/kcpsql/kcp/server/admission/workspaceowner"
 	"github.com/kcpsql/kcp/server/pki"
@@ -57,6 +58,8 @@ type Options struct {
 	Upstream *cpoptions.Options
 	// TokenGetter resolves service-account tokens in the request's cluster.
 	TokenGetter *satokens.Getter
+	// CRDLimits caps what one logical cluster's CRDs may cost.
+	CRDLimits *crdlimits.Limits
 }
 
 // clusterUnawarePlugins read their configuration through informers of the
@@ -87,9 +90,11 @@ func NewOptions() *Options {
 	up.Admission.GenericAdmission.DisablePlugins = append(up.Admission.GenericAdmission.DisablePlugins, clusterUnawarePlugins...)
 	workspaceowner.Register(up.Admission.GenericAdmission.Plugins)
 	namespacelifecycle.Register(up.Admission.GenericAdmission.Plugins)
+	crdLimits := crdlimits.DefaultLimits
+	crdlimits.Register(up.Admission.GenericAdmission.Plugins, &crdLimits)
 	// Namespace lifecycle first, as upstream orders its own plugin.
 	up.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{namespacelifecycle.PluginName},
-		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName)...)
+		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, crdlimits.PluginName)...)
 	// Upstream caches token authentication results by token alone and
 	// validates in a context without the request's cluster; a result from
 	// one cluster would then be accepted in another. Service-account tokens
@@ -99,7 +104,7 @@ func NewOptions() *Options {
 	tg := satokens.New()
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
 	return &Options{RootDir: ".kcp", DatastoreNotify: true, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
-		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, Upstream: up, TokenGetter: tg}
+		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits}
 }
 
 // hiddenUpstreamGroups are flag groups kcp owns itself: storage is the
@@ -128,6 +133,10 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"How many of the newest revisions kine's compaction always keeps.")
 	fs.DurationVar(&o.CRDHandlerIdle, "crd-handler-idle", o.CRDHandlerIdle,
 		"Drop the serving state (storage, validators, converters) of a logical cluster's custom resources after this long without a request; it is rebuilt on the next one. 0 keeps it.")
+	fs.IntVar(&o.CRDLimits.MaxEnumValues, "max-crd-enum-values", o.CRDLimits.MaxEnumValues,
+		"Refuse a CustomResourceDefinition whose schemas list more enum values than this (all versions together); a huge enum costs memory in every replica. 0: no limit.")
+	fs.Int64Var(&o.CRDLimits.MaxSchemaBytesPerCluster, "max-crd-schema-bytes-per-workspace", o.CRDLimits.MaxSchemaBytesPerCluster,
+		"Refuse a CustomResourceDefinition when the schemas of all CustomResourceDefinitions of its logical cluster would exceed this many bytes of JSON, so that no tenant can cost the others their memory. 0: no limit.")
 	fs.BoolVar(&o.Upstream.Etcd.EnableWatchCache, "watch-cache", o.Upstream.Etcd.EnableWatchCache,
 		"Serve lists, watches and reads at a resource version from one in-memory cache per built-in resource across all logical clusters (upstream's watch cache, keyed by cluster). Costs memory for every stored object; false reads everything from the datastore. Custom resources are never cached.")
 	var up cliflag.NamedFlagSets

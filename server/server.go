@@ -17,6 +17,7 @@ import (
 	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
 
 	"github.com/kcpsql/kcp/migrations"
+	"github.com/kcpsql/kcp/server/admission/crdlimits"
 	"github.com/kcpsql/kcp/server/clusterauthz"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/clusterrbac"
@@ -71,6 +72,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	}
 	rbac, clusters := clusterrbac.New(), logicalclusters.New()
 	crds := crdserving.New(o.CRDHandlerIdle)
+	crdlimits.SetCRDs(crds.CRDs)
 	makeClusterAware(config, rbac, clusters, crds)
 	if o.AuditToDB {
 		if err := auditToDatastore(config, o, db); err != nil {

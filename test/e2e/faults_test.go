@@ -30,15 +30,16 @@ type ackedWrites struct {
 	conflicts []string
 	errors    map[int]int
 	leaks     []string // error messages that show datastore internals
-	wait      func()   // returns once every writer has stopped
+	stop      func()   // stops the writers and waits for them
 }
 
 // runWriters creates config maps with unique names in namespace ns from n
-// writers until stop closes. Requests are not retried by the client, so each
+// writers until w.stop is called (at the latest when the test ends). Requests are not retried by the client, so each
 // answer is the server's answer to that one request.
-func runWriters(t *testing.T, cs *kubernetes.Clientset, ns string, n int, payload int, stop <-chan struct{}) *ackedWrites {
+func runWriters(t *testing.T, cs *kubernetes.Clientset, ns string, n int, payload int) *ackedWrites {
 	t.Helper()
 	w := &ackedWrites{errors: map[int]int{}}
+	stop := make(chan struct{})
 	data := strings.Repeat("x", payload)
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
@@ -83,8 +84,9 @@ func runWriters(t *testing.T, cs *kubernetes.Clientset, ns string, n int, payloa
 			}
 		}(i)
 	}
-	w.wait = wg.Wait
-	t.Cleanup(wg.Wait)
+	var once sync.Once
+	w.stop = func() { once.Do(func() { close(stop) }); wg.Wait() }
+	t.Cleanup(w.stop)
 	return w
 }
 
@@ -92,7 +94,7 @@ func runWriters(t *testing.T, cs *kubernetes.Clientset, ns string, n int, payloa
 // got a false 409, and that no error showed datastore internals.
 func verifyAcked(t *testing.T, cs *kubernetes.Clientset, ns string, w *ackedWrites) {
 	t.Helper()
-	w.wait()
+	w.stop()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var stored map[string]bool
@@ -161,8 +163,7 @@ func TestFaultSQLiteDiskFull(t *testing.T) {
 	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	w := runWriters(t, cs, ns, 16, 2048, stop)
+	w := runWriters(t, cs, ns, 16, 2048)
 	time.Sleep(2 * time.Second)
 
 	// "Fill the disk": no file of kcp may grow past its size now plus a
@@ -196,7 +197,6 @@ func TestFaultSQLiteDiskFull(t *testing.T) {
 		return !failing, body
 	})
 	time.Sleep(2 * time.Second)
-	close(stop)
 	verifyAcked(t, cs, ns, w)
 	w.mu.Lock()
 	refused := w.errors[503]
@@ -228,8 +228,7 @@ func TestFaultPostgresSessionsKilled(t *testing.T) {
 	u, _ := url.Parse(ds)
 	db := strings.TrimPrefix(u.Path, "/")
 
-	stop := make(chan struct{})
-	w := runWriters(t, cs, ns, 16, 256, stop)
+	w := runWriters(t, cs, ns, 16, 256)
 	time.Sleep(2 * time.Second)
 	killed := 0
 	for i := 0; i < 10; i++ {
@@ -242,7 +241,6 @@ func TestFaultPostgresSessionsKilled(t *testing.T) {
 	}
 	t.Logf("terminated %d sessions", killed)
 	time.Sleep(3 * time.Second)
-	close(stop)
 	verifyAcked(t, cs, ns, w)
 }
 
@@ -257,11 +255,10 @@ func TestFaultKill9(t *testing.T) {
 			if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			stop := make(chan struct{})
-			w := runWriters(t, cs, ns, 16, 256, stop)
+			w := runWriters(t, cs, ns, 16, 256)
 			time.Sleep(3 * time.Second)
 			s.Kill()
-			close(stop)
+			w.stop()
 			start := time.Now()
 			s.Start()
 			t.Logf("ready again %s after the restart began", time.Since(start).Round(time.Millisecond))
