@@ -4,7 +4,7 @@ K8S_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/ve
 GOFLAGS_BUILD := -ldflags "-s -w $(K8S_LDFLAGS)"
 export CGO_ENABLED := 1
 
-.PHONY: build run test unit e2e conformance bench bench-quick lint clean
+.PHONY: build run test unit e2e faults conformance bench bench-quick lint clean
 
 build:
 	go build $(GOFLAGS_BUILD) -o bin/ ./cmd/kcp ./cmd/kubectl-kcp
@@ -24,6 +24,13 @@ unit:
 
 e2e: build bin/kubectl
 	go test -count=1 -timeout 40m ./test/e2e/...
+
+# Fault injection, also PostgreSQL restarted and crashed (restarts the local
+# server: never in CI). PG_RESTART/PG_CRASH fit a Debian cluster; override them.
+PG_RESTART ?= pg_ctlcluster 15 main restart
+PG_CRASH ?= pg_ctlcluster 15 main stop -m immediate && pg_ctlcluster 15 main start
+faults: build bin/kubectl
+	KCP_TEST_PG_RESTART="$(PG_RESTART)" KCP_TEST_PG_CRASH="$(PG_CRASH)" go test -count=1 -v -timeout 20m -run 'TestFault|TestWatchConsistency|TestSIGTERM' ./test/e2e/
 
 conformance: build bin/kubectl
 	KCP_CONFORMANCE=1 go test -count=1 -v -timeout 90m ./test/conformance/

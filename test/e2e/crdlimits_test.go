@@ -41,13 +41,32 @@ spec:
 // refusal names the limit and the flag; another workspace is not affected by
 // the first one's CRDs.
 func TestCRDLimits(t *testing.T) {
-	s := framework.StartServer(t, "", "--max-crd-schema-bytes-per-workspace=300000")
+	s := framework.StartServer(t, "", "--max-crd-schema-bytes-per-workspace=400000")
 	s.CreateWorkspaces("root:greedy", "root:other")
 
 	// The attack of the issue: a 100,000-value enum, refused by default.
 	out, err := s.KubectlErr("root:greedy", crdWithEnum("huges", 100000, 0), "create", "-f", "-")
 	if err == nil || !strings.Contains(out, "--max-crd-enum-values") || !strings.Contains(out, "100000 enum values") {
 		t.Fatalf("a CRD with 100,000 enum values: want a refusal naming the limit, got err=%v:\n%.500s", err, out)
+	}
+	// A large enum under the cap is served, and an invalid object's error,
+	// which quotes every supported value, comes back cut to a readable size.
+	if out, err := s.KubectlErr("root:greedy", crdWithEnum("bigs", 9000, 0), "create", "-f", "-"); err != nil {
+		t.Fatalf("a CRD with 9,000 enum values: %v\n%s", err, out)
+	}
+	if out, err := s.KubectlErr("root:greedy", "", "wait", "--for=condition=Established", "crd/bigs.limits.example.com"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	obj := "apiVersion: limits.example.com/v1\nkind: Kbigs\nmetadata: {name: x, namespace: default}\ncolor: " + strings.Repeat("nope", 10) + "\n"
+	for i := 0; i < 6; i++ {
+		obj += fmt.Sprintf("---\napiVersion: limits.example.com/v1\nkind: Kbigs\nmetadata: {name: x%d, namespace: default}\ncolor: bad%d\n", i, i)
+	}
+	out, err = s.KubectlErr("root:greedy", obj, "create", "-f", "-")
+	if err == nil || !strings.Contains(out, "Unsupported value") {
+		t.Fatalf("an object with a value outside the enum: want a validation error, got err=%v:\n%.300s", err, out)
+	}
+	if len(out) > 7*70<<10 {
+		t.Errorf("validation errors of %d bytes for 7 objects: each should be cut to under 64 KiB", len(out))
 	}
 	// An ordinary enum is fine.
 	if out, err := s.KubectlErr("root:greedy", crdWithEnum("smalls", 50, 0), "create", "-f", "-"); err != nil {

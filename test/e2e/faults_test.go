@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -310,5 +311,48 @@ func TestBadResourceVersion(t *testing.T) {
 	_, err = cs.CoreV1().Namespaces().Watch(ctx, metav1.ListOptions{ResourceVersion: "garbage"})
 	if !apierrors.IsBadRequest(err) {
 		t.Errorf("watch with resourceVersion=garbage: got %v, want 400 Bad Request", err)
+	}
+}
+
+// TestFaultPostgresRestart restarts the PostgreSQL server under 16 writers,
+// once cleanly and once as a crash (immediate stop), with the commands in
+// KCP_TEST_PG_RESTART and KCP_TEST_PG_CRASH (make faults sets them for a
+// local Debian cluster). It restarts the whole server, so it runs only when
+// asked: never in CI, where other tests share the database server.
+func TestFaultPostgresRestart(t *testing.T) {
+	cmds := map[string]string{"restart": os.Getenv("KCP_TEST_PG_RESTART"), "crash": os.Getenv("KCP_TEST_PG_CRASH")}
+	if cmds["restart"] == "" && cmds["crash"] == "" {
+		t.Skip("set KCP_TEST_PG_RESTART / KCP_TEST_PG_CRASH to commands that restart PostgreSQL (make faults)")
+	}
+	for _, how := range []string{"restart", "crash"} {
+		if cmds[how] == "" {
+			continue
+		}
+		t.Run(how, func(t *testing.T) {
+			s := framework.StartServer(t, framework.FreshPostgres(t))
+			cs := fastClient(t, s)
+			ns := "faults"
+			if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			w := runWriters(t, cs, ns, 16, 256)
+			time.Sleep(3 * time.Second)
+			w.mu.Lock()
+			before := len(w.acked)
+			w.mu.Unlock()
+			start := time.Now()
+			if out, err := exec.Command("sh", "-c", cmds[how]).CombinedOutput(); err != nil {
+				t.Fatalf("%s: %v\n%s", cmds[how], err, out)
+			}
+			// Writes resume: the count of acknowledged creates grows again.
+			framework.Eventually(t, 60*time.Second, "writes to resume after the database is back", func() (bool, string) {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				return len(w.acked) > before+100, fmt.Sprintf("%d acknowledged", len(w.acked))
+			})
+			t.Logf("writes resumed %s after the %s command began", time.Since(start).Round(time.Millisecond), how)
+			time.Sleep(2 * time.Second)
+			verifyAcked(t, cs, ns, w)
+		})
 	}
 }
