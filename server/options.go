@@ -25,6 +25,7 @@ import (
 	cpoptions "k8s.io/kubernetes/pkg/controlplane/apiserver/options"
 	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
 
+	"github.com/kcpsql/kcp/server/admission/logicalclusterprotection"
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	"github.com/kcpsql/kcp/server/admission/workspaceowner"
 	"github.com/kcpsql/kcp/server/pki"
@@ -82,9 +83,10 @@ func NewOptions() *Options {
 	up.Admission.GenericAdmission.DisablePlugins = append(up.Admission.GenericAdmission.DisablePlugins, clusterUnawarePlugins...)
 	workspaceowner.Register(up.Admission.GenericAdmission.Plugins)
 	namespacelifecycle.Register(up.Admission.GenericAdmission.Plugins)
+	logicalclusterprotection.Register(up.Admission.GenericAdmission.Plugins)
 	// Namespace lifecycle first, as upstream orders its own plugin.
 	up.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{namespacelifecycle.PluginName},
-		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName)...)
+		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, logicalclusterprotection.PluginName)...)
 	// Upstream caches token authentication results by token alone and
 	// validates in a context without the request's cluster; a result from
 	// one cluster would then be accepted in another. Service-account tokens

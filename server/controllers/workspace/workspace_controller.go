@@ -48,6 +48,15 @@ func NewController(loopback *rest.Config, serverURL string, deleteClusterData fu
 	c.indexer, c.informer = clusterinformer.New(lw, &unstructured.Unstructured{}, nil, cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
 		UpdateFunc: func(_, obj interface{}) { enqueue(obj) },
+		// A Workspace deleted without the controller having deleted its
+		// cluster (an operator removed the finalizer) leaves an orphaned
+		// cluster behind; after a normal deletion the look finds nothing.
+		DeleteFunc: func(obj interface{}) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			enqueue(obj)
+		},
 	})
 	clients, err := clientsFor(loopback)
 	if err != nil {
@@ -65,10 +74,13 @@ func NewController(loopback *rest.Config, serverURL string, deleteClusterData fu
 func (c *Controller) Run(ctx context.Context, workers int) {
 	worker.Run(ctx, name, c.queue, workers, []cache.Controller{c.informer}, func(ctx context.Context, key string) (time.Duration, error) {
 		obj, exists, err := c.indexer.GetByKey(key)
-		if err != nil || !exists {
+		if err != nil {
 			return 0, nil
 		}
-		cluster, _, _, _ := clusterinformer.SplitKey(key)
+		cluster, _, name, _ := clusterinformer.SplitKey(key)
+		if !exists {
+			return c.r.deleteOrphan(ctx, cluster, name)
+		}
 		return c.r.reconcile(ctx, cluster, obj.(*unstructured.Unstructured).DeepCopy())
 	})
 }
