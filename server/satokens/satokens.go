@@ -46,14 +46,18 @@ func (g *Getter) client(ctx context.Context) (kubernetes.Interface, error) {
 	if cfg == nil {
 		return nil, apierrors.NewServiceUnavailable("service-account token validation is not ready yet")
 	}
-	cluster, ok := logicalcluster.From(ctx)
-	if !ok {
-		cluster = logicalcluster.Root
-	}
+	cluster := clusterOf(ctx)
 	if cluster.IsWildcard() {
 		return nil, apierrors.NewForbidden(corev1.Resource("serviceaccounts"), "", nil)
 	}
 	return kubernetes.NewForConfig(clusterinformer.ForCluster(cfg, cluster))
+}
+
+func clusterOf(ctx context.Context) logicalcluster.Name {
+	if c, ok := logicalcluster.From(ctx); ok {
+		return c
+	}
+	return logicalcluster.Root
 }
 
 func (g *Getter) GetServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error) {
@@ -61,7 +65,11 @@ func (g *Getter) GetServiceAccount(ctx context.Context, namespace, name string) 
 	if err != nil {
 		return nil, err
 	}
-	return c.CoreV1().ServiceAccounts(namespace).Get(ctx, name, metav1.GetOptions{})
+	sa, err := c.CoreV1().ServiceAccounts(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err == nil {
+		record(ctx, clusterOf(ctx), sa)
+	}
+	return sa, err
 }
 
 func (g *Getter) GetSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
