@@ -2,7 +2,9 @@
 // service-account tokens in the logical cluster of the request that presents
 // the token. Upstream looks them up in informers of one cluster; here the
 // same name in another cluster is another object with another UID, so a
-// token minted in one cluster does not validate in any other.
+// token minted in one cluster does not validate in any other. A user whose
+// token was validated that way is marked as such (identity.go), since the
+// name system:serviceaccount:... alone proves nothing.
 package satokens
 
 import (
