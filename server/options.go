@@ -26,6 +26,7 @@ import (
 	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
 
 	"github.com/kcpsql/kcp/server/admission/crdlimits"
+	"github.com/kcpsql/kcp/server/admission/logicalclusterprotection"
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	"github.com/kcpsql/kcp/server/admission/workspaceowner"
 	"github.com/kcpsql/kcp/server/pki"
@@ -92,9 +93,10 @@ func NewOptions() *Options {
 	namespacelifecycle.Register(up.Admission.GenericAdmission.Plugins)
 	crdLimits := crdlimits.DefaultLimits
 	crdlimits.Register(up.Admission.GenericAdmission.Plugins, &crdLimits)
+	logicalclusterprotection.Register(up.Admission.GenericAdmission.Plugins)
 	// Namespace lifecycle first, as upstream orders its own plugin.
 	up.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{namespacelifecycle.PluginName},
-		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, crdlimits.PluginName)...)
+		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName)...)
 	// Upstream caches token authentication results by token alone and
 	// validates in a context without the request's cluster; a result from
 	// one cluster would then be accepted in another. Service-account tokens

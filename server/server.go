@@ -66,14 +66,14 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	}
 	defer kine.Stop()
 
-	config, err := genericcp.NewConfig(o.Upstream)
+	rbac, clusters := clusterrbac.New(), logicalclusters.New()
+	config, err := newConfig(o.Upstream, rbac, clusters)
 	if err != nil {
 		return err
 	}
-	rbac, clusters := clusterrbac.New(), logicalclusters.New()
 	crds := crdserving.New(o.CRDHandlerIdle)
 	crdlimits.SetCRDs(crds.CRDs)
-	makeClusterAware(config, rbac, clusters, crds)
+	makeClusterAware(config, crds)
 	if o.AuditToDB {
 		if err := auditToDatastore(config, o, db); err != nil {
 			return err
@@ -114,9 +114,10 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 }
 
 // makeClusterAware hooks our layers into the upstream configuration: every
-// server's storage goes through clusterstore, every authorizer through
-// clusterauthz, and the outermost handler chain starts with routing.
-func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry, crds *crdserving.Server) {
+// server's storage goes through clusterstore and the outermost handler chain
+// starts with routing (authentication and authorization were made
+// cluster-aware by newConfig).
+func makeClusterAware(c *genericcp.Config, crds *crdserving.Server) {
 	// Upstream's system-namespaces controller waits for the shared namespace
 	// informer, which is started only if it was requested before the
 	// informers start; request it now so root gets its default namespace.
@@ -137,19 +138,6 @@ func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, cluster
 	// nested maps) and no measurable creation rate (docs/performance.md).
 	c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter = clusterstore.WrapPerCluster(c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter)
 	c.Aggregator.GenericConfig.RESTOptionsGetter = clusterstore.Wrap(c.Aggregator.GenericConfig.RESTOptionsGetter)
-
-	for _, authz := range []*genericapiserver.AuthorizationInfo{
-		&c.ControlPlane.Generic.Authorization,
-		&c.APIExtensions.GenericConfig.Authorization,
-		&c.Aggregator.GenericConfig.Authorization,
-	} {
-		if authz.Authorizer != nil {
-			authz.Authorizer = clusterauthz.Authorizer{Delegate: authz.Authorizer, Clusters: rbac, State: clusters.State, Owner: clusters.Owner}
-		}
-	}
-	if r := c.ControlPlane.Generic.RuleResolver; r != nil {
-		c.ControlPlane.Generic.RuleResolver = clusterauthz.RuleResolver{Delegate: r, Clusters: rbac}
-	}
 
 	inner := c.Aggregator.GenericConfig.BuildHandlerChainFunc
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {

@@ -22,12 +22,14 @@ import (
 
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/crdserving"
+	"github.com/kcpsql/kcp/server/rbacescalation"
 	"github.com/kcpsql/kcp/server/tokenreview"
 )
 
 // createServerChain assembles the three upstream servers (CRDs, built-in
 // APIs, aggregator) like upstream's generic control plane does, with one
-// change: TokenReview validates tokens in the review's logical cluster.
+// change: TokenReview validates tokens in the review's logical cluster, and
+// RBAC's escalation check sees the ClusterRoles root shares.
 func createServerChain(c genericcp.CompletedConfig, crds *crdserving.Server) (*aggregatorapiserver.APIAggregator, error) {
 	notFound := notfoundhandler.New(c.ControlPlane.Generic.Serializer, genericapifilters.NoMuxAndDiscoveryIncompleteKey)
 	apiExtensions, err := c.APIExtensions.New(genericapiserver.NewEmptyDelegateWithCustomHandler(notFound))
@@ -49,6 +51,7 @@ func createServerChain(c genericcp.CompletedConfig, crds *crdserving.Server) (*a
 		return nil, fmt.Errorf("creating storage providers: %w", err)
 	}
 	providers = tokenreview.WrapProviders(providers, c.ControlPlane.Generic.Authentication.Authenticator, c.ControlPlane.Generic.Authentication.APIAudiences)
+	providers = rbacescalation.WrapProviders(providers, c.ControlPlane.Generic.Authorization.Authorizer)
 	if err := native.InstallAPIs(providers...); err != nil {
 		return nil, fmt.Errorf("installing APIs: %w", err)
 	}

@@ -6,9 +6,14 @@
 //   - a logical cluster other than root must exist; only the server itself
 //     (system:apiserver) may act in one that does not, to bootstrap it;
 //   - system:masters may do anything in every existing cluster;
+//   - outside root, nobody but system:masters may impersonate the identities
+//     that are privileged by name everywhere (group system:masters, user
+//     system:apiserver): a tenant's cluster-admin may impersonate, but only
+//     identities that mean something in its own cluster;
 //   - everyone else must have created the cluster's workspace or be allowed
-//     the verb "access" on workspaces/content of it in its parent (service
-//     accounts of the cluster itself are inside already), and is then
+//     the verb "access" on workspaces/content of it in its parent (users
+//     authenticated by a service-account token of the cluster itself are
+//     inside already; the name alone proves nothing), and is then
 //     authorized by the RBAC of that cluster alone (Clusters), so bindings in
 //     root never grant anything in another cluster;
 //   - the creator of a workspace may get, update, patch and delete its
@@ -22,7 +27,6 @@ import (
 	"strings"
 
 	"k8s.io/apiserver/pkg/audit"
-	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
@@ -81,18 +85,58 @@ func (a Authorizer) precheck(ctx context.Context, attr authorizer.Attributes) (a
 	}
 	loopback := u != nil && u.GetName() == user.APIServerUser
 	switch {
-	case !exists && !loopback, terminating && !loopback:
-		return authorizer.DecisionDeny, fmt.Sprintf("logical cluster %s does not exist", cluster), true
+	case (!exists || terminating) && !loopback && privileged(u):
+		return authorizer.DecisionDeny, fmt.Sprintf("logical cluster %s does not exist or is being deleted", cluster), true
+	case (!exists || terminating) && !loopback:
+		// The same answer as for an existing cluster the user may not
+		// enter, so that nobody learns which workspace names exist.
+		return authorizer.DecisionDeny, noAccess(cluster, u), true
 	case terminating && attr.GetVerb() == "create":
 		// Nothing new goes into a cluster whose data is being deleted, not
 		// even from the server's own controllers.
 		return authorizer.DecisionDeny, fmt.Sprintf("logical cluster %s is being deleted", cluster), true
 	case privileged(u):
 		return authorizer.DecisionAllow, "", true
+	case impersonatesPrivileged(attr):
+		return authorizer.DecisionDeny, fmt.Sprintf("impersonating %s %q is reserved to system:masters outside root; "+
+			"impersonate an identity of logical cluster %s instead", attr.GetResource(), attr.GetName(), cluster), true
 	case !a.mayAccess(ctx, cluster, u):
-		return authorizer.DecisionDeny, fmt.Sprintf("logical cluster %s does not exist or %q may not access it", cluster, u.GetName()), true
+		return authorizer.DecisionDeny, noAccess(cluster, u), true
 	}
 	return authorizer.DecisionNoOpinion, "", false
+}
+
+func noAccess(cluster logicalcluster.Name, u user.Info) string {
+	name := ""
+	if u != nil {
+		name = u.GetName()
+	}
+	return fmt.Sprintf("logical cluster %s does not exist or %q may not access it", cluster, name)
+}
+
+// impersonatesPrivileged: the request asks to impersonate an identity that
+// the authorizer trusts by name in every cluster. RBAC of a tenant's cluster
+// would allow it (cluster-admin has impersonate on everything). Both the
+// classic verb and the constrained ones ("impersonate:user-info", in the
+// group authentication.k8s.io) name the user or group the same way.
+func impersonatesPrivileged(attr authorizer.Attributes) bool {
+	verb := attr.GetVerb()
+	if !attr.IsResourceRequest() || (verb != "impersonate" && !strings.HasPrefix(verb, "impersonate:")) {
+		return false
+	}
+	switch attr.GetResource() {
+	case "groups":
+		return attr.GetName() == user.SystemPrivilegedGroup
+	case "users":
+		return attr.GetName() == user.APIServerUser
+	}
+	return false
+}
+
+// ServiceAccountIdentity is a user authenticated by a service-account token
+// (satokens marks them); its cluster is where the token's account lives.
+type ServiceAccountIdentity interface {
+	ServiceAccountCluster() logicalcluster.Name
 }
 
 // ownerVerbs are what the owner of a workspace may do to its Workspace
@@ -123,8 +167,8 @@ func (a Authorizer) mayAccess(ctx context.Context, cluster logicalcluster.Name, 
 	if a.Owner != nil && u.GetName() != "" && a.Owner(cluster) == u.GetName() {
 		return true
 	}
-	if strings.HasPrefix(u.GetName(), serviceaccount.ServiceAccountUsernamePrefix) {
-		// Service-account tokens only authenticate in their own cluster.
+	if sa, ok := u.(ServiceAccountIdentity); ok && sa.ServiceAccountCluster() == cluster {
+		// A token of the cluster's own service account: it is inside.
 		return true
 	}
 	parent, ok := cluster.Parent()

@@ -28,11 +28,20 @@ func (f fixed) Authorize(_ context.Context, a authorizer.Attributes) (authorizer
 	return f.d, "", nil
 }
 
+type saUser struct {
+	user.Info
+	cluster logicalcluster.Name
+}
+
+func (u saUser) ServiceAccountCluster() logicalcluster.Name { return u.cluster }
+
 func TestAuthorize(t *testing.T) {
 	admin := &user.DefaultInfo{Name: "admin", Groups: []string{user.SystemPrivilegedGroup}}
 	loopback := &user.DefaultInfo{Name: user.APIServerUser, Groups: []string{user.SystemPrivilegedGroup}}
 	alice := &user.DefaultInfo{Name: "alice", Groups: []string{user.AllAuthenticated}}
-	robot := &user.DefaultInfo{Name: "system:serviceaccount:apps:robot"}
+	robotName := &user.DefaultInfo{Name: "system:serviceaccount:apps:robot"}
+	robot := saUser{Info: robotName, cluster: "root:a:team"}
+	tenantAdmin := &user.DefaultInfo{Name: "tenant-admin"}
 	lead := &user.DefaultInfo{Name: "lead"}
 	platform := &user.DefaultInfo{Name: "platform"}
 
@@ -41,7 +50,7 @@ func TestAuthorize(t *testing.T) {
 		"root:a:team": {true, false},
 		"root:dying":  {true, true},
 	}
-	owners := map[logicalcluster.Name]string{"root:a:team": "lead"}
+	owners := map[logicalcluster.Name]string{"root:a:team": "lead", "root:a": "tenant-admin"}
 	// Root's RBAC grants alice access to root:a, and platform the wildcard.
 	rootRBAC := func(a authorizer.Attributes) bool {
 		return (a.GetUser().GetName() == "alice" && a.GetVerb() == "access" && a.GetName() == "a") ||
@@ -74,6 +83,11 @@ func TestAuthorize(t *testing.T) {
 		{"owner deletes its Workspace in the parent", "root:a", authorizer.AttributesRecord{User: lead, Verb: "delete", APIGroup: "tenancy.kcp.io", Resource: "workspaces", Name: "team", ResourceRequest: true}, authorizer.DecisionAllow, false},
 		{"owner cannot write status", "root:a", authorizer.AttributesRecord{User: lead, Verb: "update", APIGroup: "tenancy.kcp.io", Resource: "workspaces", Subresource: "status", Name: "team", ResourceRequest: true}, authorizer.DecisionDeny, false},
 		{"service account of the cluster", "root:a:team", res(robot, "get", "configmaps", "x"), authorizer.DecisionNoOpinion, true},
+		{"service account of another cluster", "root:a", res(robot, "get", "configmaps", "x"), authorizer.DecisionDeny, false},
+		{"service-account name without a token", "root:a:team", res(robotName, "get", "configmaps", "x"), authorizer.DecisionDeny, true},
+		{"missing and forbidden answer alike", "root:ghost", res(alice, "get", "configmaps", "x"), authorizer.DecisionDeny, false},
+		{"tenant impersonates system:masters", "root:a", authorizer.AttributesRecord{User: tenantAdmin, Verb: "impersonate", Resource: "groups", Name: user.SystemPrivilegedGroup, ResourceRequest: true}, authorizer.DecisionDeny, false},
+		{"tenant impersonates the server", "root:a", authorizer.AttributesRecord{User: tenantAdmin, Verb: "impersonate:user-info", APIGroup: "authentication.k8s.io", Resource: "users", Name: user.APIServerUser, ResourceRequest: true}, authorizer.DecisionDeny, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -73,10 +73,16 @@ func WithLogicalCluster(next http.Handler) http.Handler {
 		if u.EscapedPath() != rest {
 			u.RawPath = rest
 		}
+		if rest != req.URL.EscapedPath() {
+			// Audit events take their requestURI from URL.RequestURI(),
+			// which prefers Opaque; the rest of the chain routes by Path.
+			// So the audit log keeps the path as the client sent it,
+			// /clusters/<path>/... included (req.RequestURI, for logs,
+			// is untouched anyway).
+			u.Opaque = req.URL.EscapedPath()
+		}
 		r := req.WithContext(logicalcluster.WithCluster(req.Context(), cluster))
 		r.URL = &u
-		// RequestURI keeps the original /clusters/<path>/... so that audit
-		// events and logs name the logical cluster.
 		next.ServeHTTP(w, r)
 	})
 }

@@ -47,16 +47,20 @@ func TestSplit(t *testing.T) {
 }
 
 func TestFilter(t *testing.T) {
-	var gotPath string
+	var gotPath, gotURI string
 	var gotCluster logicalcluster.Name
 	h := WithLogicalCluster(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		gotPath = r.URL.Path
+		gotPath, gotURI = r.URL.Path, r.URL.RequestURI()
 		gotCluster, _ = logicalcluster.From(r.Context())
 	}))
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", "/clusters/root:a/api/v1/namespaces/x%2Fy/configmaps", nil))
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/clusters/root:a/api/v1/namespaces/x%2Fy/configmaps?limit=1", nil))
 	if rec.Code != 200 || gotCluster != "root:a" || gotPath != "/api/v1/namespaces/x/y/configmaps" {
 		t.Errorf("got %d %q %q", rec.Code, gotCluster, gotPath)
+	}
+	// The audit log's requestURI is the path the client sent.
+	if want := "/clusters/root:a/api/v1/namespaces/x%2Fy/configmaps?limit=1"; gotURI != want {
+		t.Errorf("RequestURI() = %q, want %q", gotURI, want)
 	}
 	for _, m := range []string{"POST", "PUT", "PATCH", "DELETE"} {
 		rec := httptest.NewRecorder()

@@ -2,7 +2,9 @@
 // service-account tokens in the logical cluster of the request that presents
 // the token. Upstream looks them up in informers of one cluster; here the
 // same name in another cluster is another object with another UID, so a
-// token minted in one cluster does not validate in any other.
+// token minted in one cluster does not validate in any other. A user whose
+// token was validated that way is marked as such (identity.go), since the
+// name system:serviceaccount:... alone proves nothing.
 package satokens
 
 import (
@@ -46,14 +48,18 @@ func (g *Getter) client(ctx context.Context) (kubernetes.Interface, error) {
 	if cfg == nil {
 		return nil, apierrors.NewServiceUnavailable("service-account token validation is not ready yet")
 	}
-	cluster, ok := logicalcluster.From(ctx)
-	if !ok {
-		cluster = logicalcluster.Root
-	}
+	cluster := clusterOf(ctx)
 	if cluster.IsWildcard() {
 		return nil, apierrors.NewForbidden(corev1.Resource("serviceaccounts"), "", nil)
 	}
 	return kubernetes.NewForConfig(clusterinformer.ForCluster(cfg, cluster))
+}
+
+func clusterOf(ctx context.Context) logicalcluster.Name {
+	if c, ok := logicalcluster.From(ctx); ok {
+		return c
+	}
+	return logicalcluster.Root
 }
 
 func (g *Getter) GetServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error) {
@@ -61,7 +67,11 @@ func (g *Getter) GetServiceAccount(ctx context.Context, namespace, name string) 
 	if err != nil {
 		return nil, err
 	}
-	return c.CoreV1().ServiceAccounts(namespace).Get(ctx, name, metav1.GetOptions{})
+	sa, err := c.CoreV1().ServiceAccounts(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err == nil {
+		record(ctx, clusterOf(ctx), sa)
+	}
+	return sa, err
 }
 
 func (g *Getter) GetSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {

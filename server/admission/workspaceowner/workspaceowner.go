@@ -2,7 +2,9 @@
 // Workspace (tenancy.kcp.io/owner) and keeps that record from changing. The
 // workspace controller makes the owner admin of the new logical cluster. It
 // also puts the workspace controller's finalizer on a new Workspace, so that
-// the controller need not write the Workspace once more to add it.
+// the controller need not write the Workspace once more to add it, and keeps
+// tenants from removing it: without it a Workspace could be deleted while
+// its logical cluster and data live on.
 package workspaceowner
 
 import (
@@ -12,7 +14,9 @@ import (
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
 )
@@ -66,6 +70,7 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 			return err
 		}
 		value = old.GetAnnotations()[tenancy.OwnerAnnotation]
+		keepSystemFinalizers(a.GetUserInfo(), old.GetFinalizers(), obj)
 	}
 	ann := obj.GetAnnotations()
 	if ann == nil {
@@ -78,4 +83,18 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 	}
 	obj.SetAnnotations(ann)
 	return nil
+}
+
+// keepSystemFinalizers puts back the workspace controller's finalizer when
+// anyone but kcp itself or an operator (system:masters) removes it: only the
+// controller knows when the logical cluster is gone. The update goes on with
+// the rest of the change, so `{"metadata":{"finalizers":null}}` is a no-op
+// for the finalizer rather than an error a client might retry forever.
+func keepSystemFinalizers(u user.Info, old []string, obj metav1.Object) {
+	if u != nil && (u.GetName() == user.APIServerUser || slices.Contains(u.GetGroups(), user.SystemPrivilegedGroup)) {
+		return
+	}
+	if slices.Contains(old, tenancy.WorkspaceFinalizer) && !slices.Contains(obj.GetFinalizers(), tenancy.WorkspaceFinalizer) {
+		obj.SetFinalizers(append(obj.GetFinalizers(), tenancy.WorkspaceFinalizer))
+	}
 }

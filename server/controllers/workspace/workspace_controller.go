@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -26,17 +27,25 @@ type Controller struct {
 	informer cache.Controller
 	indexer  cache.Indexer
 	r        *reconciler
+	clusters func() []logicalcluster.Name
 }
 
+// orphanSweep is how often the controller looks for logical clusters whose
+// Workspace is gone without a delete event it saw (deleted while no replica
+// ran this controller).
+const orphanSweep = 10 * time.Minute
+
 // NewController builds the controller. serverURL goes into status.URL;
-// deleteClusterData removes every object of a logical cluster.
-func NewController(loopback *rest.Config, serverURL string, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) (*Controller, error) {
+// deleteClusterData removes every object of a logical cluster; clusters
+// lists the existing logical clusters.
+func NewController(loopback *rest.Config, serverURL string, deleteClusterData func(context.Context, logicalcluster.Name) (int, error), clusters func() []logicalcluster.Name) (*Controller, error) {
 	wildcard, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
 	}
 	c := &Controller{
-		queue: worker.NewQueue[string](name),
+		queue:    worker.NewQueue[string](name),
+		clusters: clusters,
 	}
 	ws := wildcard.Resource(tenancy.WorkspacesResource)
 	lw := clusterinformer.ListWatch(ws.List, ws.Watch)
@@ -48,6 +57,15 @@ func NewController(loopback *rest.Config, serverURL string, deleteClusterData fu
 	c.indexer, c.informer = clusterinformer.New(lw, &unstructured.Unstructured{}, nil, cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
 		UpdateFunc: func(_, obj interface{}) { enqueue(obj) },
+		// A Workspace deleted without the controller having deleted its
+		// cluster (an operator removed the finalizer) leaves an orphaned
+		// cluster behind; after a normal deletion the look finds nothing.
+		DeleteFunc: func(obj interface{}) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			enqueue(obj)
+		},
 	})
 	clients, err := clientsFor(loopback)
 	if err != nil {
@@ -63,12 +81,39 @@ func NewController(loopback *rest.Config, serverURL string, deleteClusterData fu
 
 // Run processes the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
+	go func() {
+		if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
+			return
+		}
+		wait.UntilWithContext(ctx, c.enqueueOrphans, orphanSweep)
+	}()
 	worker.Run(ctx, name, c.queue, workers, []cache.Controller{c.informer}, func(ctx context.Context, key string) (time.Duration, error) {
 		obj, exists, err := c.indexer.GetByKey(key)
-		if err != nil || !exists {
+		if err != nil {
 			return 0, nil
 		}
-		cluster, _, _, _ := clusterinformer.SplitKey(key)
+		cluster, _, name, _ := clusterinformer.SplitKey(key)
+		if !exists {
+			return c.r.deleteOrphan(ctx, cluster, name)
+		}
 		return c.r.reconcile(ctx, cluster, obj.(*unstructured.Unstructured).DeepCopy())
 	})
+}
+
+// enqueueOrphans queues every logical cluster without a Workspace in the
+// informer; deleteOrphan checks again against the API before it deletes.
+func (c *Controller) enqueueOrphans(context.Context) {
+	if c.clusters == nil {
+		return
+	}
+	for _, cluster := range c.clusters() {
+		parent, ok := cluster.Parent()
+		if !ok || cluster == logicalcluster.SystemCRDs {
+			continue
+		}
+		key := clusterinformer.Key(parent, "", cluster.Base())
+		if _, exists, err := c.indexer.GetByKey(key); err == nil && !exists {
+			c.queue.Add(key)
+		}
+	}
 }

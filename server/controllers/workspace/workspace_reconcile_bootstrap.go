@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -16,6 +17,10 @@ import (
 	"github.com/kcpsql/kcp/server/admission/workspaceowner"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
+
+// errOrphanDeleted asks for another look once an earlier incarnation's
+// cluster was (being) deleted.
+var errOrphanDeleted = errors.New("an earlier logical cluster of this name is being deleted")
 
 func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster.Name, ws *unstructured.Unstructured) error {
 	pc, err := r.clients(parent)
@@ -55,8 +60,17 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 			return err
 		}
 		if uid, _, _ := unstructured.NestedString(created.Object, "spec", "owner", "uid"); uid != string(ws.GetUID()) {
-			return r.setStatus(ctx, parent, ws, tenancy.PhaseInitializing, "",
-				fmt.Sprintf("logical cluster %s still belongs to an earlier workspace of this name that is being deleted", child))
+			// The earlier Workspace of this name is gone (a name holds one
+			// object at a time) but its cluster is not: delete it, then
+			// come back to create this one.
+			if err := r.setStatus(ctx, parent, ws, tenancy.PhaseInitializing, "",
+				fmt.Sprintf("logical cluster %s still belongs to an earlier workspace of this name that is being deleted", child)); err != nil {
+				return err
+			}
+			if _, err := r.deleteOrphan(ctx, parent, ws.GetName()); err != nil {
+				return err
+			}
+			return errOrphanDeleted
 		}
 	case err != nil:
 		return err

@@ -25,6 +25,29 @@ func (r *reconciler) delete(ctx context.Context, parent, child logicalcluster.Na
 			return 0, err
 		}
 	}
+	if again, err := r.deleteCluster(ctx, child); again != 0 || err != nil {
+		return again, err
+	}
+	pc, err := r.clients(parent)
+	if err != nil {
+		return 0, err
+	}
+	latest, err := pc.dynamic.Resource(tenancy.WorkspacesResource).Get(ctx, ws.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	latest.SetFinalizers(slices.DeleteFunc(latest.GetFinalizers(), func(f string) bool { return f == tenancy.WorkspaceFinalizer }))
+	_, err = pc.dynamic.Resource(tenancy.WorkspacesResource).Update(ctx, latest, metav1.UpdateOptions{})
+	return 0, err
+}
+
+// deleteCluster closes the child cluster (Terminating), deletes its child
+// workspaces and, once they are gone, every object it stores. A non-zero
+// delay means: come back later, children are still being deleted.
+func (r *reconciler) deleteCluster(ctx context.Context, child logicalcluster.Name) (time.Duration, error) {
 	cc, err := r.clients(child)
 	if err != nil {
 		return 0, err
@@ -51,21 +74,48 @@ func (r *reconciler) delete(ctx context.Context, parent, child logicalcluster.Na
 		return 0, err
 	}
 	klog.InfoS("deleted logical cluster", "cluster", child, "objects", n)
+	return 0, nil
+}
 
-	pc, err := r.clients(parent)
+// deleteOrphan deletes the child cluster of a Workspace that is gone
+// although its finalizer should have held it (an operator removed the
+// finalizer, or the object was deleted some other way): a logical cluster
+// without its Workspace must neither stay reachable nor keep the name from
+// being used again. Only a LogicalCluster that names this very Workspace
+// (parent, name and a UID no Workspace of that name has now) is deleted.
+func (r *reconciler) deleteOrphan(ctx context.Context, parent logicalcluster.Name, name string) (time.Duration, error) {
+	child, err := logicalcluster.Parse(string(parent.Join(name)))
+	if err != nil {
+		return 0, nil
+	}
+	cc, err := r.clients(child)
 	if err != nil {
 		return 0, err
 	}
-	latest, err := pc.dynamic.Resource(tenancy.WorkspacesResource).Get(ctx, ws.GetName(), metav1.GetOptions{})
+	lc, err := cc.dynamic.Resource(tenancy.LogicalClustersResource).Get(ctx, tenancy.LogicalClusterName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	latest.SetFinalizers(slices.DeleteFunc(latest.GetFinalizers(), func(f string) bool { return f == tenancy.WorkspaceFinalizer }))
-	_, err = pc.dynamic.Resource(tenancy.WorkspacesResource).Update(ctx, latest, metav1.UpdateOptions{})
-	return 0, err
+	owner, _, _ := unstructured.NestedStringMap(lc.Object, "spec", "owner")
+	if owner["cluster"] != string(parent) || owner["name"] != name {
+		return 0, nil
+	}
+	pc, err := r.clients(parent)
+	if err != nil {
+		return 0, err
+	}
+	ws, err := pc.dynamic.Resource(tenancy.WorkspacesResource).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil && string(ws.GetUID()) == owner["uid"]:
+		return 0, nil // not an orphan: its Workspace is there
+	case err != nil && !apierrors.IsNotFound(err):
+		return 0, err
+	}
+	klog.InfoS("deleting a logical cluster whose Workspace is gone", "cluster", child, "workspaceUID", owner["uid"])
+	return r.deleteCluster(ctx, child)
 }
 
 // markTerminating sets the child's LogicalCluster to Terminating, which

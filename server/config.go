@@ -1,0 +1,71 @@
+package server
+
+import (
+	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
+	"k8s.io/apimachinery/pkg/runtime"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/util/webhook"
+	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
+	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	"k8s.io/kubernetes/pkg/controlplane"
+	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
+	cpoptions "k8s.io/kubernetes/pkg/controlplane/apiserver/options"
+	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
+	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
+
+	"github.com/kcpsql/kcp/server/clusterauthz"
+	"github.com/kcpsql/kcp/server/clusterrbac"
+	"github.com/kcpsql/kcp/server/logicalclusters"
+	"github.com/kcpsql/kcp/server/satokens"
+)
+
+// newConfig builds the configuration of the three upstream servers in the
+// steps of upstream's generic control plane (genericcp.NewConfig), with the
+// authenticator and authorizer made cluster-aware between the first step,
+// which builds them, and the next, which hands the authorizer to every
+// admission plugin (certificate approval and signing, ...) and to the API
+// storage (the RBAC escalation check). Wrapped later, those would keep
+// root's RBAC and answer every cluster with it.
+func newConfig(opts cpoptions.CompletedOptions, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry) (*genericcp.Config, error) {
+	generic, informers, storageFactory, err := controlplaneapiserver.BuildGenericConfig(opts,
+		[]*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme},
+		controlplane.DefaultGenericAPIResourceConfigSource(), generatedopenapi.GetOpenAPIDefinitions, nil)
+	if err != nil {
+		return nil, err
+	}
+	makeAuthClusterAware(generic, rbac, clusters)
+
+	serviceResolver := webhook.NewDefaultServiceResolver()
+	cp, admissionInitializers, err := controlplaneapiserver.CreateConfig(opts, generic, informers, nil, storageFactory, serviceResolver, nil)
+	if err != nil {
+		return nil, err
+	}
+	authInfoResolver := webhook.NewDefaultAuthenticationInfoResolverWrapper(cp.ProxyTransport, cp.Generic.EgressSelector,
+		cp.Generic.LoopbackClientConfig, cp.Generic.TracerProvider)
+	ae, err := controlplaneapiserver.CreateAPIExtensionsConfig(*cp.Generic, cp.VersionedInformers, admissionInitializers, opts, 3, serviceResolver, authInfoResolver)
+	if err != nil {
+		return nil, err
+	}
+	agg, err := controlplaneapiserver.CreateAggregatorConfig(*cp.Generic, opts, cp.VersionedInformers, serviceResolver, cp.ProxyTransport, cp.Extra.PeerProxy, admissionInitializers)
+	if err != nil {
+		return nil, err
+	}
+	agg.ExtraConfig.DisableRemoteAvailableConditionController = true
+	return &genericcp.Config{Options: opts, ControlPlane: cp, APIExtensions: ae, Aggregator: agg}, nil
+}
+
+// makeAuthClusterAware: every authorization goes through clusterauthz, and
+// users authenticated by a service-account token say so (satokens), since
+// clusterauthz lets such a user into its own cluster without asking the
+// parent.
+func makeAuthClusterAware(g *genericapiserver.Config, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry) {
+	if g.Authentication.Authenticator != nil {
+		g.Authentication.Authenticator = satokens.WithServiceAccountIdentity(g.Authentication.Authenticator)
+	}
+	if g.Authorization.Authorizer != nil {
+		g.Authorization.Authorizer = clusterauthz.Authorizer{Delegate: g.Authorization.Authorizer, Clusters: rbac, State: clusters.State, Owner: clusters.Owner}
+	}
+	if g.RuleResolver != nil {
+		g.RuleResolver = clusterauthz.RuleResolver{Delegate: g.RuleResolver, Clusters: rbac}
+	}
+}
