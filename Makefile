@@ -4,7 +4,7 @@ K8S_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/ve
 GOFLAGS_BUILD := -ldflags "-s -w $(K8S_LDFLAGS)"
 export CGO_ENABLED := 1
 
-.PHONY: build run test unit e2e faults conformance bench bench-quick lint clean
+.PHONY: build run test unit e2e faults physical-cluster conformance bench bench-quick lint clean
 
 build:
 	go build $(GOFLAGS_BUILD) -o bin/ ./cmd/kcp ./cmd/kubectl-kcp
@@ -24,6 +24,11 @@ unit:
 
 e2e: build bin/kubectl
 	go test -count=1 -timeout 40m ./test/e2e/...
+
+# Local physical clusters (kube-apiserver, kcm, scheduler, kine, KWOK nodes)
+# for the multi-cluster walk-through; Ctrl-C stops them, state stays in .physical.
+physical-cluster:
+	go run ./test/tools/physical-cluster -dir .physical -clusters 2
 
 # Fault injection, also PostgreSQL restarted and crashed (restarts the local
 # server: never in CI). PG_RESTART/PG_CRASH fit a Debian cluster; override them.
