@@ -40,6 +40,7 @@ func newConfig(opts cpoptions.CompletedOptions, rbac *clusterrbac.Authorizer, cl
 	if err != nil {
 		return nil, err
 	}
+	cp.Extra.ServiceAccountIssuer = satokens.WithClusterClaim(cp.Extra.ServiceAccountIssuer)
 	authInfoResolver := webhook.NewDefaultAuthenticationInfoResolverWrapper(cp.ProxyTransport, cp.Generic.EgressSelector,
 		cp.Generic.LoopbackClientConfig, cp.Generic.TracerProvider)
 	ae, err := controlplaneapiserver.CreateAPIExtensionsConfig(*cp.Generic, cp.VersionedInformers, admissionInitializers, opts, 3, serviceResolver, authInfoResolver)

@@ -217,6 +217,12 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 		if len(sa.Issuers) == 0 {
 			sa.Issuers = []string{"https://kcp.default.svc"}
 		}
+		// The discovery document names where the keys are; upstream would
+		// derive an address from the advertise address, which kcp may not
+		// listen on.
+		if sa.JWKSURI == "" {
+			sa.JWKSURI = serverURL + "/openid/v1/jwks"
+		}
 	}
 	up.Etcd.StorageConfig.Transport.ServerList = []string{"unix://" + embeddedkine.SocketPath(root)}
 	if up.ServiceAccountSigningKeyFile == "" {

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -60,5 +62,56 @@ func TestServiceAccountTokenIsBoundToItsCluster(t *testing.T) {
 	}
 	if code := bearer(a); code != http.StatusForbidden {
 		t.Errorf("bearer token of %s in %s: %d, want 403 (authenticated, not authorized)", a, a, code)
+	}
+}
+
+// TestServiceAccountTokenNamesItsCluster: tokens of two clusters for the same
+// namespace/name differ in their kcp.io/cluster claim, so a verifier outside
+// kcp can tell them apart, and the discovery document points at keys kcp
+// actually serves.
+func TestServiceAccountTokenNamesItsCluster(t *testing.T) {
+	s := framework.StartServer(t, "")
+	a, b := "root:claim-a", "root:claim-b"
+	s.CreateWorkspaces(a, b)
+	claims := map[string]map[string]any{}
+	for _, c := range []string{a, b} {
+		s.Kubectl(c, "create", "serviceaccount", "bot")
+		token := strings.TrimSpace(s.Kubectl(c, "create", "token", "bot"))
+		parts := strings.Split(token, ".")
+		if len(parts) != 3 {
+			t.Fatalf("token of %s is not a JWT: %q", c, token)
+		}
+		payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]any{}
+		if err := json.Unmarshal(payload, &m); err != nil {
+			t.Fatal(err)
+		}
+		claims[c] = m
+	}
+	for _, c := range []string{a, b} {
+		if got := claims[c]["kcp.io/cluster"]; got != c {
+			t.Errorf("token issued in %s carries kcp.io/cluster=%v", c, got)
+		}
+		if claims[c]["sub"] != "system:serviceaccount:default:bot" {
+			t.Errorf("token issued in %s: sub %v", c, claims[c]["sub"])
+		}
+	}
+	// Discovery: the key set is where the document says.
+	var doc struct {
+		Issuer  string `json:"issuer"`
+		JWKSURI string `json:"jwks_uri"`
+	}
+	raw := s.Kubectl("root", "get", "--raw", "/.well-known/openid-configuration")
+	if err := json.Unmarshal([]byte(raw), &doc); err != nil {
+		t.Fatalf("discovery document: %v\n%s", err, raw)
+	}
+	if doc.JWKSURI != s.URL()+"/openid/v1/jwks" {
+		t.Errorf("discovery names keys at %q, want %q (where kcp serves them)", doc.JWKSURI, s.URL()+"/openid/v1/jwks")
+	}
+	if keys := s.Kubectl("root", "get", "--raw", "/openid/v1/jwks"); !strings.Contains(keys, `"keys"`) {
+		t.Errorf("key set: %s", keys)
 	}
 }
