@@ -25,6 +25,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/kcpsql/kcp/test/physical"
 )
 
 var (
@@ -135,27 +137,9 @@ func runOps(targets []target, n int, prof *profiled) ([]opResult, error) {
 	return out, nil
 }
 
-func benchCacheDir() string {
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".cache", "kcp-bench", "v1.37.2")
-}
-
-// ensureBuilt builds a main package of our module graph into the cache:
-// once for a package of the pinned Kubernetes (the cache is per version),
-// every run for one of ours (go build is incremental), so that kineserver
-// always runs the kine setup of the kcp being measured.
+// ensureBuilt builds a main package into the shared cache (test/physical).
 func ensureBuilt(name, pkg string, log func(string, ...any)) (string, error) {
-	out := filepath.Join(benchCacheDir(), name)
-	if _, err := os.Stat(out); err == nil && !strings.HasPrefix(pkg, "./") {
-		return out, nil
-	}
-	log("building %s from %s (minutes on a cold cache) ...", name, pkg)
-	cmd := exec.Command("go", "build", "-o", out, pkg)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("building %s: %v", pkg, err)
-	}
-	return out, nil
+	return physical.Build(name, pkg, log)
 }
 
 type proc struct {

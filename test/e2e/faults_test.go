@@ -146,6 +146,15 @@ func fastClient(t *testing.T, s *framework.Server) *kubernetes.Clientset {
 	return cs
 }
 
+// faultsNamespace creates the namespace the writers write into.
+func faultsNamespace(t *testing.T, cs *kubernetes.Clientset) string {
+	t.Helper()
+	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "faults"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return "faults"
+}
+
 func readyzFailing(s *framework.Server, cs *kubernetes.Clientset) (bool, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -160,10 +169,7 @@ func readyzFailing(s *framework.Server, cs *kubernetes.Clientset) (bool, string)
 func TestFaultSQLiteDiskFull(t *testing.T) {
 	s := framework.StartServer(t, "")
 	cs := fastClient(t, s)
-	ns := "faults"
-	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ns := faultsNamespace(t, cs)
 	w := runWriters(t, cs, ns, 16, 2048)
 	time.Sleep(2 * time.Second)
 
@@ -217,10 +223,7 @@ func TestFaultPostgresSessionsKilled(t *testing.T) {
 	ds := framework.FreshPostgres(t)
 	s := framework.StartServer(t, ds)
 	cs := fastClient(t, s)
-	ns := "faults"
-	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ns := faultsNamespace(t, cs)
 	admin, err := sql.Open("pgx", framework.PostgresDSN())
 	if err != nil {
 		t.Fatal(err)
@@ -252,10 +255,7 @@ func TestFaultKill9(t *testing.T) {
 		t.Run(string(d), func(t *testing.T) {
 			s := framework.StartServer(t, framework.DatastoreFor(t, d))
 			cs := fastClient(t, s)
-			ns := "faults"
-			if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			ns := faultsNamespace(t, cs)
 			w := runWriters(t, cs, ns, 16, 256)
 			time.Sleep(3 * time.Second)
 			s.Kill()
@@ -331,10 +331,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			s := framework.StartServer(t, framework.FreshPostgres(t))
 			cs := fastClient(t, s)
-			ns := "faults"
-			if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			ns := faultsNamespace(t, cs)
 			w := runWriters(t, cs, ns, 16, 256)
 			time.Sleep(3 * time.Second)
 			w.mu.Lock()
