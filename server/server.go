@@ -23,6 +23,7 @@ import (
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/routing"
+	"github.com/kcpsql/kcp/server/serverwide"
 	"github.com/kcpsql/kcp/storage/auditevents"
 	"github.com/kcpsql/kcp/storage/changehistory"
 	"github.com/kcpsql/kcp/storage/clusterdata"
@@ -109,7 +110,8 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 
 // makeClusterAware hooks our layers into the upstream configuration: every
 // server's storage goes through clusterstore, every authorizer through
-// clusterauthz, and the outermost handler chain starts with routing.
+// clusterauthz (behind serverwide, which leaves the server's own endpoints to
+// root), and the outermost handler chain starts with routing.
 func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry, crds *crdserving.Server) {
 	// Upstream's system-namespaces controller waits for the shared namespace
 	// informer, which is started only if it was requested before the
@@ -138,7 +140,8 @@ func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, cluster
 		&c.Aggregator.GenericConfig.Authorization,
 	} {
 		if authz.Authorizer != nil {
-			authz.Authorizer = clusterauthz.Authorizer{Delegate: authz.Authorizer, Clusters: rbac, State: clusters.State, Owner: clusters.Owner}
+			cluster := clusterauthz.Authorizer{Delegate: authz.Authorizer, Clusters: rbac, State: clusters.State, Owner: clusters.Owner}
+			authz.Authorizer = serverwide.Authorizer{Root: authz.Authorizer, Next: cluster, AuditAnnotation: clusterauthz.AuditAnnotation}
 		}
 	}
 	if r := c.ControlPlane.Generic.RuleResolver; r != nil {
