@@ -26,7 +26,9 @@ import (
 	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
 
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
+	"github.com/kcpsql/kcp/server/admission/webhookurls"
 	"github.com/kcpsql/kcp/server/admission/workspaceowner"
+	"github.com/kcpsql/kcp/server/outbound"
 	"github.com/kcpsql/kcp/server/pki"
 	"github.com/kcpsql/kcp/server/satokens"
 	"github.com/kcpsql/kcp/storage/datastore"
@@ -57,6 +59,12 @@ type Options struct {
 	Upstream *cpoptions.Options
 	// TokenGetter resolves service-account tokens in the request's cluster.
 	TokenGetter *satokens.Getter
+	// WebhookAllowedNetworks may be reached by tenants' webhook URLs although
+	// outbound refuses them by default (loopback, private, link-local).
+	WebhookAllowedNetworks []net.IPNet
+	// Outbound is the policy for tenants' webhook URLs; Complete fills it in
+	// from WebhookAllowedNetworks (the admission plugin holds it already).
+	Outbound *outbound.Policy
 }
 
 // clusterUnawarePlugins read their configuration through informers of the
@@ -82,9 +90,11 @@ func NewOptions() *Options {
 	up.Admission.GenericAdmission.DisablePlugins = append(up.Admission.GenericAdmission.DisablePlugins, clusterUnawarePlugins...)
 	workspaceowner.Register(up.Admission.GenericAdmission.Plugins)
 	namespacelifecycle.Register(up.Admission.GenericAdmission.Plugins)
+	policy := &outbound.Policy{}
+	webhookurls.Register(up.Admission.GenericAdmission.Plugins, policy)
 	// Namespace lifecycle first, as upstream orders its own plugin.
 	up.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{namespacelifecycle.PluginName},
-		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName)...)
+		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, webhookurls.PluginName)...)
 	// Upstream caches token authentication results by token alone and
 	// validates in a context without the request's cluster; a result from
 	// one cluster would then be accepted in another. Service-account tokens
@@ -94,7 +104,7 @@ func NewOptions() *Options {
 	tg := satokens.New()
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
 	return &Options{RootDir: ".kcp", DatastoreNotify: true, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
-		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, Upstream: up, TokenGetter: tg}
+		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, Upstream: up, TokenGetter: tg, Outbound: policy}
 }
 
 // hiddenUpstreamGroups are flag groups kcp owns itself: storage is the
@@ -125,6 +135,8 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"Drop the serving state (storage, validators, converters) of a logical cluster's custom resources after this long without a request; it is rebuilt on the next one. 0 keeps it.")
 	fs.BoolVar(&o.Upstream.Etcd.EnableWatchCache, "watch-cache", o.Upstream.Etcd.EnableWatchCache,
 		"Serve lists, watches and reads at a resource version from one in-memory cache per built-in resource across all logical clusters (upstream's watch cache, keyed by cluster). Costs memory for every stored object; false reads everything from the datastore. Custom resources are never cached.")
+	fs.IPNetSliceVar(&o.WebhookAllowedNetworks, "webhook-allowed-networks", o.WebhookAllowedNetworks,
+		"Networks (CIDRs, comma-separated) that webhook URLs of tenants' CRDs may reach although they are refused by default: loopback, link-local (cloud metadata), private and other special-purpose ranges. Public addresses are always allowed. Example: 10.20.0.0/16.")
 	var up cliflag.NamedFlagSets
 	o.Upstream.AddFlags(&up)
 	for _, name := range up.Order {
@@ -155,6 +167,8 @@ type CompletedOptions struct {
 	// ServerURL is how local clients reach the server.
 	ServerURL   string
 	TokenGetter *satokens.Getter
+	// Outbound decides what tenants' webhook URLs may reach.
+	Outbound *outbound.Policy
 }
 
 // Complete parses the datastore, creates missing credentials and completes
@@ -210,7 +224,7 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter}, nil
+	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy()}, nil
 }
 
 // Validate reports every invalid option.
@@ -220,4 +234,15 @@ func (c *CompletedOptions) Validate() []error {
 		errs = append(errs, fmt.Errorf("--audit-to-datastore needs --audit-policy-file to say which requests to record"))
 	}
 	return errs
+}
+
+func (o *Options) outboundPolicy() *outbound.Policy {
+	if o.Outbound == nil {
+		o.Outbound = &outbound.Policy{}
+	}
+	o.Outbound.Allowed = nil
+	for i := range o.WebhookAllowedNetworks {
+		o.Outbound.Allowed = append(o.Outbound.Allowed, &o.WebhookAllowedNetworks[i])
+	}
+	return o.Outbound
 }

@@ -72,6 +72,9 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	rbac, clusters := clusterrbac.New(), logicalclusters.New()
 	crds := crdserving.New(o.CRDHandlerIdle)
 	makeClusterAware(config, rbac, clusters, crds)
+	// Conversion webhooks of tenants' CRDs call what the tenant wrote; the
+	// policy decides where that may be (docs/tenancy.md).
+	config.APIExtensions.ExtraConfig.AuthResolverWrapper = o.Outbound.AuthResolverWrapper()
 	if o.AuditToDB {
 		if err := auditToDatastore(config, o, db); err != nil {
 			return err

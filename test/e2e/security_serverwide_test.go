@@ -1,9 +1,20 @@
 package e2e
 
 import (
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kcpsql/kcp/test/e2e/framework"
 )
@@ -115,5 +126,204 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: sw-scraper}]
 		{"root-granted scraper through a workspace", scraper, "GET", p + "/metrics", "", []int{200}},
 		{"root-granted scraper in root", scraper, "GET", "/metrics", "", []int{200}},
 		{"system:masters through a workspace", admin, "GET", p + "/debug/pprof/", "", []int{200}},
+	})
+}
+
+// webhookTarget is an HTTPS server inside the server's network, as an
+// internal service an attacker would aim a conversion webhook at. It counts
+// connections (reached at all) and requests, and records what callers sent.
+type webhookTarget struct {
+	srv         *httptest.Server
+	conns       atomic.Int64
+	requests    atomic.Int64
+	credentials atomic.Int64 // requests with an Authorization header or a client certificate
+}
+
+const internalSecret = "internal-secret-body-7f3a"
+
+func newWebhookTarget(t *testing.T, listen string) *webhookTarget {
+	w := &webhookTarget{}
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		w.requests.Add(1)
+		if r.Header.Get("Authorization") != "" || (r.TLS != nil && len(r.TLS.PeerCertificates) > 0) {
+			w.credentials.Add(1)
+		}
+		if r.URL.Path != "/convert" {
+			http.Error(rw, internalSecret, http.StatusInternalServerError)
+			return
+		}
+		var review map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil {
+			http.Error(rw, err.Error(), 400)
+			return
+		}
+		req := review["request"].(map[string]any)
+		var out []any
+		for _, o := range req["objects"].([]any) {
+			obj := o.(map[string]any)
+			obj["apiVersion"] = req["desiredAPIVersion"]
+			out = append(out, obj)
+		}
+		review["response"] = map[string]any{"uid": req["uid"], "convertedObjects": out, "result": map[string]any{"status": "Success"}}
+		delete(review, "request")
+		json.NewEncoder(rw).Encode(review)
+	}))
+	w.srv.Listener.Close()
+	w.srv.Listener = &countingListener{Listener: l, n: &w.conns}
+	w.srv.TLS = &tls.Config{ClientAuth: tls.RequestClientCert}
+	w.srv.StartTLS()
+	t.Cleanup(w.srv.Close)
+	return w
+}
+
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+func (w *webhookTarget) caBundle() string {
+	return base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: w.srv.Certificate().Raw}))
+}
+
+func (w *webhookTarget) port() string {
+	_, p, _ := net.SplitHostPort(w.srv.Listener.Addr().String())
+	return p
+}
+
+// conversionCRD is a CRD of group ssrf.example.com with versions v1
+// (stored) and v2, converted by the webhook clientConfig given as JSON.
+func conversionCRD(plural, clientConfig string) string {
+	kind := strings.ToUpper(plural[:1]) + plural[1:len(plural)-1]
+	return `{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"` + plural + `.ssrf.example.com"},
+"spec":{"group":"ssrf.example.com","scope":"Namespaced","names":{"plural":"` + plural + `","singular":"` + plural[:len(plural)-1] + `","kind":"` + kind + `"},
+"conversion":{"strategy":"Webhook","webhook":{"conversionReviewVersions":["v1"],"clientConfig":` + clientConfig + `}},
+"versions":[{"name":"v1","served":true,"storage":true,"schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}},
+{"name":"v2","served":true,"storage":false,"schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}]}}`
+}
+
+// tenantAdmin makes user cluster-admin of a new workspace ws (with access
+// granted in root) and returns its client.
+func tenantAdmin(t *testing.T, s *framework.Server, ws, user string) *http.Client {
+	t.Helper()
+	s.CreateWorkspaces("root:" + ws)
+	grant := `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: ` + user + `-access}
+rules:
+- {apiGroups: ["tenancy.kcp.io"], resources: ["workspaces/content"], resourceNames: ["` + ws + `"], verbs: ["access"]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: ` + user + `-access}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: ` + user + `-access}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: ` + user + `}]
+`
+	if out, err := s.KubectlErr("root", grant, "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	s.Kubectl("root:"+ws, "create", "clusterrolebinding", user+"-admin", "--clusterrole=cluster-admin", "--user="+user)
+	return userClient(t, s, user)
+}
+
+// convertThrough creates a CRD converted by clientConfig, an object in v1,
+// and reads it in v2 (which calls the webhook). It returns the CRD
+// creation's code and body, and, if the CRD was accepted, the read's.
+func convertThrough(t *testing.T, s *framework.Server, c *http.Client, ws, plural, clientConfig string) (crdCode int, crdBody string, readCode int, readBody string) {
+	t.Helper()
+	base := s.URL() + "/clusters/root:" + ws
+	crdCode, crdBody = do(t, c, "POST", base+"/apis/apiextensions.k8s.io/v1/customresourcedefinitions", conversionCRD(plural, clientConfig))
+	if crdCode != http.StatusCreated {
+		return crdCode, crdBody, 0, ""
+	}
+	kind := strings.ToUpper(plural[:1]) + plural[1:len(plural)-1]
+	framework.Eventually(t, 30*time.Second, "CRD "+plural+" served", func() (bool, string) {
+		code, body := do(t, c, "POST", base+"/apis/ssrf.example.com/v1/namespaces/default/"+plural,
+			`{"apiVersion":"ssrf.example.com/v1","kind":"`+kind+`","metadata":{"name":"probe"},"spec":{"x":1}}`)
+		return code == http.StatusCreated || code == http.StatusConflict, fmt.Sprintf("%d %s", code, body)
+	})
+	readCode, readBody = do(t, c, "GET", base+"/apis/ssrf.example.com/v2/namespaces/default/"+plural+"/probe", "")
+	return
+}
+
+// TestConversionWebhookSSRF: a tenant aims its CRD's conversion webhook at
+// addresses inside the server's network, hoping the server calls them (with
+// its credentials) and hands back what they answer.
+func TestConversionWebhookSSRF(t *testing.T) {
+	target := newWebhookTarget(t, "127.0.0.1:0")
+	s := framework.StartServer(t, "")
+	tenant := tenantAdmin(t, s, "ssrf-a", "ssrf-tenant")
+	url := func(host, path string) string {
+		return `{"url":"https://` + net.JoinHostPort(host, target.port()) + path + `","caBundle":"` + target.caBundle() + `"}`
+	}
+	refused := func(what string, crdCode int, crdBody string, readCode int, readBody string) {
+		t.Helper()
+		if crdCode == http.StatusCreated && readCode == http.StatusOK {
+			t.Errorf("%s: the server converted through the internal target: %s", what, readBody)
+		}
+		if strings.Contains(crdBody+readBody, internalSecret) {
+			t.Errorf("%s: the internal target's answer came back to the tenant: %s %s", what, crdBody, readBody)
+		}
+	}
+
+	for _, row := range []struct{ what, plural, clientConfig string }{
+		{"loopback IP", "loops", url("127.0.0.1", "/leak")},
+		{"IPv6 loopback", "sixes", url("::1", "/leak")},
+		{"localhost", "locals", url("localhost", "/leak")},
+		{"0.0.0.0", "zeros", url("0.0.0.0", "/leak")},
+		{"cloud metadata address", "metas", `{"url":"https://169.254.169.254/latest/meta-data/"}`},
+		{"the server's own service", "selves", `{"service":{"namespace":"default","name":"kubernetes","port":443}}`},
+	} {
+		crdCode, crdBody, readCode, readBody := convertThrough(t, s, tenant, "ssrf-a", row.plural, row.clientConfig)
+		refused(row.what, crdCode, crdBody, readCode, readBody)
+		if crdCode != http.StatusUnprocessableEntity || !strings.Contains(crdBody, "conversion.webhook.clientConfig") {
+			t.Errorf("%s: creating the CRD = %d, want 422 naming the clientConfig: %s", row.what, crdCode, crdBody)
+		}
+	}
+	// A name that resolves to the server's own host passes admission; the
+	// dialer must refuse the address it resolves to.
+	if host, err := os.Hostname(); err == nil {
+		if ips, err := net.LookupIP(host); err == nil && len(ips) > 0 && (ips[0].IsLoopback() || ips[0].IsPrivate()) {
+			crdCode, crdBody, readCode, readBody := convertThrough(t, s, tenant, "ssrf-a", "names", url(host, "/leak"))
+			refused("host name "+host, crdCode, crdBody, readCode, readBody)
+			if crdCode == http.StatusCreated && !strings.Contains(readBody, "--webhook-allowed-networks") {
+				t.Errorf("host name %s: the refusal should name the flag that allows it: %d %s", host, readCode, readBody)
+			}
+		} else {
+			t.Logf("host name %s does not resolve to a loopback or private address; row skipped", host)
+		}
+	}
+	if n := target.conns.Load(); n != 0 {
+		t.Errorf("the internal target was reached %d times", n)
+	}
+
+	// An operator who runs webhooks on loopback allows it; the call then
+	// works, carries no credentials of the server, and an error answer is
+	// not echoed.
+	t.Run("allowed network", func(t *testing.T) {
+		s := framework.StartServer(t, "", "--webhook-allowed-networks=127.0.0.0/8")
+		tenant := tenantAdmin(t, s, "ssrf-b", "ssrf-tenant")
+		_, crdBody, readCode, readBody := convertThrough(t, s, tenant, "ssrf-b", "goods", url("127.0.0.1", "/convert"))
+		if readCode != http.StatusOK || !strings.Contains(readBody, `"apiVersion":"ssrf.example.com/v2"`) {
+			t.Errorf("conversion through an allowed network: %d %s %s", readCode, readBody, crdBody)
+		}
+		crdCode, crdBody, readCode, readBody := convertThrough(t, s, tenant, "ssrf-b", "leaks", url("127.0.0.1", "/leak"))
+		if crdCode != http.StatusCreated || readCode == http.StatusOK || strings.Contains(readBody, internalSecret) {
+			t.Errorf("an error answer of the webhook: CRD %d, read %d: %s %s", crdCode, readCode, crdBody, readBody)
+		}
+		if n := target.credentials.Load(); n != 0 {
+			t.Errorf("%d webhook calls carried credentials", n)
+		}
 	})
 }
