@@ -21,6 +21,7 @@ import (
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/clusterrbac"
 	"github.com/kcpsql/kcp/server/crdserving"
+	"github.com/kcpsql/kcp/server/incarnations"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/routing"
 	"github.com/kcpsql/kcp/server/serverwide"
@@ -71,7 +72,13 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	}
 	rbac, clusters := clusterrbac.New(), logicalclusters.New()
 	crds := crdserving.New(o.CRDHandlerIdle)
-	makeClusterAware(config, rbac, clusters, crds)
+	createRevision, closeRevisions, err := incarnations.EtcdCreateRevision(o.Upstream.Etcd.StorageConfig.Transport.ServerList[0], o.Upstream.Etcd.StorageConfig.Prefix)
+	if err != nil {
+		return err
+	}
+	defer closeRevisions()
+	began := &incarnations.Tracker{UID: clusters.UID, CreateRevision: createRevision}
+	makeClusterAware(config, rbac, clusters, crds, began)
 	// Conversion webhooks of tenants' CRDs call what the tenant wrote; the
 	// policy decides where that may be (docs/tenancy.md).
 	config.APIExtensions.ExtraConfig.AuthResolverWrapper = o.Outbound.AuthResolverWrapper()
@@ -115,7 +122,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 // server's storage goes through clusterstore, every authorizer through
 // clusterauthz (behind serverwide, which leaves the server's own endpoints to
 // root), and the outermost handler chain starts with routing.
-func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry, crds *crdserving.Server) {
+func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry, crds *crdserving.Server, began *incarnations.Tracker) {
 	// Upstream's system-namespaces controller waits for the shared namespace
 	// informer, which is started only if it was requested before the
 	// informers start; request it now so root gets its default namespace.
@@ -153,7 +160,9 @@ func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, cluster
 
 	inner := c.Aggregator.GenericConfig.BuildHandlerChainFunc
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
-		return routing.WithLogicalCluster(inner(crds.Wrap(h), gc))
+		// After authorization: reads at resource versions from before a
+		// cluster's current incarnation answer 410 (incarnations).
+		return routing.WithLogicalCluster(inner(incarnations.WithIncarnations(crds.Wrap(h), began), gc))
 	}
 }
 

@@ -1,0 +1,136 @@
+// Package incarnations keeps each incarnation of a logical cluster name from
+// reading the revisions of an earlier one. A deleted workspace's objects
+// stay in the datastore's history until compaction, under the same keys a
+// recreated workspace of the same name uses; a read at an old resource
+// version (get, list with Exact or NotOlderThan, a continue token) or a
+// watch from one would show them to the new owner. Every incarnation begins
+// at the revision that created its LogicalCluster object (the workspace
+// controller creates it before anything else in the cluster), and requests
+// naming a resource version from before that answer 410 Gone, as if the
+// history had been compacted.
+package incarnations
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// Tracker knows the revision at which each cluster's current incarnation
+// began.
+type Tracker struct {
+	// UID returns the UID of the cluster's LogicalCluster (false if none).
+	UID func(logicalcluster.Name) (string, bool)
+	// CreateRevision returns the datastore revision that created the
+	// cluster's LogicalCluster object.
+	CreateRevision func(context.Context, logicalcluster.Name) (int64, error)
+
+	mu    sync.Mutex
+	began map[logicalcluster.Name]incarnation
+}
+
+type incarnation struct {
+	uid      string
+	revision int64
+}
+
+// Began returns the first revision of the cluster's current incarnation; 0
+// for clusters that are never recreated (root, the system cluster) or that
+// do not exist (the authorizer refuses those).
+func (t *Tracker) Began(ctx context.Context, c logicalcluster.Name) (int64, error) {
+	if c == logicalcluster.Root || c == logicalcluster.SystemCRDs || c.IsWildcard() {
+		return 0, nil
+	}
+	uid, ok := t.UID(c)
+	if !ok {
+		return 0, nil
+	}
+	t.mu.Lock()
+	inc, ok := t.began[c]
+	t.mu.Unlock()
+	if ok && inc.uid == uid {
+		return inc.revision, nil
+	}
+	rev, err := t.CreateRevision(ctx, c)
+	if err != nil {
+		return 0, err
+	}
+	// The UID read before the revision: if the cluster was recreated in
+	// between, the revision is the newer incarnation's, which only refuses
+	// more; the next call with the newer UID looks it up again.
+	t.mu.Lock()
+	if t.began == nil {
+		t.began = map[logicalcluster.Name]incarnation{}
+	}
+	t.began[c] = incarnation{uid: uid, revision: rev}
+	t.mu.Unlock()
+	return rev, nil
+}
+
+// requestedRevision is the oldest revision a request asks to read at:
+// its resourceVersion parameter or the revision in its continue token
+// (0 when it names none, or when what it names is not a revision; upstream
+// answers those).
+func requestedRevision(r *http.Request) int64 {
+	q := r.URL.Query()
+	var rev int64
+	if v, err := strconv.ParseInt(q.Get("resourceVersion"), 10, 64); err == nil && v > 0 {
+		rev = v
+	}
+	if c := q.Get("continue"); c != "" {
+		// Upstream's continue token: base64url of {"v":...,"rv":N,"start":...}.
+		if raw, err := base64.RawURLEncoding.DecodeString(c); err == nil {
+			var tok struct {
+				RV int64 `json:"rv"`
+			}
+			if json.Unmarshal(raw, &tok) == nil && tok.RV > 0 && (rev == 0 || tok.RV < rev) {
+				rev = tok.RV
+			}
+		}
+	}
+	return rev
+}
+
+// WithIncarnations answers 410 Gone to requests in a logical cluster that
+// name a resource version from before the cluster's current incarnation.
+// It runs after authorization, so only those allowed into the cluster learn
+// anything about its history.
+func WithIncarnations(next http.Handler, t *Tracker) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rev := requestedRevision(r)
+		c, ok := logicalcluster.From(r.Context())
+		if rev == 0 || !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		began, err := t.Began(r.Context(), c)
+		if err != nil {
+			// Fail closed: without the start of the incarnation, old history
+			// could show.
+			writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+				fmt.Sprintf("cannot tell where logical cluster %s's history begins: %v; retry, or read without a resourceVersion", c, err))
+			return
+		}
+		if rev < began {
+			writeStatus(w, http.StatusGone, metav1.StatusReasonExpired,
+				fmt.Sprintf("resource version %d is from before logical cluster %s was created (at %d): too old; list again without a resourceVersion or continue token", rev, c, began))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status: metav1.StatusFailure, Code: int32(code), Reason: reason, Message: msg})
+}
