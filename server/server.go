@@ -21,6 +21,7 @@ import (
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/clusterrbac"
 	"github.com/kcpsql/kcp/server/crdserving"
+	"github.com/kcpsql/kcp/server/datastorelimits"
 	"github.com/kcpsql/kcp/server/incarnations"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/routing"
@@ -134,14 +135,14 @@ func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, cluster
 	// and controllers) sees only the system cluster: its CRDs are served in
 	// every cluster. Each cluster's own CRDs are served by crdserving.
 	c.APIExtensions.GenericConfig.LoopbackClientConfig = clusterinformer.ForCluster(c.APIExtensions.GenericConfig.LoopbackClientConfig, crdserving.SystemCluster)
-	c.ControlPlane.Generic.RESTOptionsGetter = clusterstore.Wrap(c.ControlPlane.Generic.RESTOptionsGetter)
-	c.APIExtensions.GenericConfig.RESTOptionsGetter = clusterstore.Wrap(c.APIExtensions.GenericConfig.RESTOptionsGetter)
+	c.ControlPlane.Generic.RESTOptionsGetter = datastorelimits.Wrap(clusterstore.Wrap(c.ControlPlane.Generic.RESTOptionsGetter))
+	c.APIExtensions.GenericConfig.RESTOptionsGetter = datastorelimits.Wrap(clusterstore.Wrap(c.APIExtensions.GenericConfig.RESTOptionsGetter))
 	// Custom resources are not in the watch cache, kcp's own (tenancy.kcp.io,
 	// one store per resource for all clusters) included: measured with
 	// 1,000 workspaces, caching Workspaces and LogicalClusters added ~21 KiB
 	// of live heap per workspace (unstructured objects, managed fields as
 	// nested maps) and no measurable creation rate (docs/performance.md).
-	c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter = clusterstore.WrapPerCluster(c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter)
+	c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter = datastorelimits.Wrap(clusterstore.WrapPerCluster(c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter))
 	c.Aggregator.GenericConfig.RESTOptionsGetter = clusterstore.Wrap(c.Aggregator.GenericConfig.RESTOptionsGetter)
 
 	for _, authz := range []*genericapiserver.AuthorizationInfo{

@@ -402,3 +402,50 @@ func TestReusedWorkspaceNameHistory(t *testing.T) {
 		})
 	})
 }
+
+// TestOversizedObject: a tenant writes a custom resource larger than the
+// datastore takes in one message; the answer is 413 saying so, not a 500.
+func TestOversizedObject(t *testing.T) {
+	s := framework.StartServer(t, "")
+	const ws = "root:big-a"
+	s.CreateWorkspaces(ws)
+	blobs := `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: blobs.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: blobs, singular: blob, kind: Blob}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+`
+	if out, err := s.KubectlErr(ws, blobs, "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	s.Kubectl(ws, "wait", "--for=condition=Established", "crd/blobs.example.com", "--timeout=30s")
+	admin := userClient(t, s, "big-admin", "system:masters")
+	big := strings.Repeat("x", 2500*1024)
+	obj := `{"apiVersion":"example.com/v1","kind":"Blob","metadata":{"name":"big","namespace":"default"},"data":"` + big + `"}`
+	code, body := do(t, admin, "POST", s.URL()+"/clusters/"+ws+"/apis/example.com/v1/namespaces/default/blobs", obj)
+	if len(body) > 300 {
+		body = body[:300]
+	}
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(body, "too large") {
+		t.Errorf("creating a 2.5 MB blob = %d, want 413 saying it is too large: %s", code, body)
+	}
+	small := `{"apiVersion":"example.com/v1","kind":"Blob","metadata":{"name":"small","namespace":"default"},"data":"x"}`
+	if code, body := do(t, admin, "POST", s.URL()+"/clusters/"+ws+"/apis/example.com/v1/namespaces/default/blobs", small); code != http.StatusCreated {
+		t.Fatalf("small blob: %d %s", code, body)
+	}
+	patch := `{"data":"` + big + `"}`
+	req, _ := http.NewRequest("PATCH", s.URL()+"/clusters/"+ws+"/apis/example.com/v1/namespaces/default/blobs/small", strings.NewReader(patch))
+	req.Header.Set("Content-Type", "application/merge-patch+json")
+	resp, err := admin.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("growing a blob to 2.5 MB = %d, want 413", resp.StatusCode)
+	}
+}
