@@ -24,6 +24,7 @@ import (
 	"github.com/kcpsql/kcp/server/datastorelimits"
 	"github.com/kcpsql/kcp/server/incarnations"
 	"github.com/kcpsql/kcp/server/logicalclusters"
+	"github.com/kcpsql/kcp/server/requestlimits"
 	"github.com/kcpsql/kcp/server/routing"
 	"github.com/kcpsql/kcp/server/serverwide"
 	"github.com/kcpsql/kcp/storage/auditevents"
@@ -163,7 +164,7 @@ func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, cluster
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
 		// After authorization: reads at resource versions from before a
 		// cluster's current incarnation answer 410 (incarnations).
-		return routing.WithLogicalCluster(inner(incarnations.WithIncarnations(crds.Wrap(h), began), gc))
+		return requestlimits.WithURILimit(routing.WithLogicalCluster(inner(incarnations.WithIncarnations(crds.Wrap(h), began), gc)))
 	}
 }
 

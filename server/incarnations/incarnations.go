@@ -6,8 +6,8 @@
 // watch from one would show them to the new owner. Every incarnation begins
 // at the revision that created its LogicalCluster object (the workspace
 // controller creates it before anything else in the cluster), and requests
-// naming a resource version from before that answer 410 Gone, as if the
-// history had been compacted.
+// that read the past from before that (a watch, an exact or paged list, a
+// continue token) answer 410 Gone, as if the history had been compacted.
 package incarnations
 
 import (
@@ -20,6 +20,7 @@ import (
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -75,15 +76,28 @@ func (t *Tracker) Began(ctx context.Context, c logicalcluster.Name) (int64, erro
 	return rev, nil
 }
 
-// requestedRevision is the oldest revision a request asks to read at:
-// its resourceVersion parameter or the revision in its continue token
-// (0 when it names none, or when what it names is not a revision; upstream
-// answers those).
-func requestedRevision(r *http.Request) int64 {
+// historicRevision is the revision a request asks to read the past at: the
+// resourceVersion of a watch, of a list with resourceVersionMatch=Exact or
+// of a paged list without a match (which upstream serves exactly at that
+// revision), or the revision in a continue token; 0 if it reads the present.
+// Reads "not older than" a revision (get, list with NotOlderThan) answer with
+// the current state, which is the current incarnation's, and are left alone.
+func historicRevision(r *http.Request) int64 {
 	q := r.URL.Query()
 	var rev int64
 	if v, err := strconv.ParseInt(q.Get("resourceVersion"), 10, 64); err == nil && v > 0 {
-		rev = v
+		verb := ""
+		if info, ok := request.RequestInfoFrom(r.Context()); ok && info.IsResourceRequest {
+			verb = info.Verb
+		}
+		limit, _ := strconv.ParseInt(q.Get("limit"), 10, 64)
+		match := q.Get("resourceVersionMatch")
+		switch {
+		case verb == "watch" || q.Get("watch") == "1" || q.Get("watch") == "true":
+			rev = v
+		case verb == "list" && (match == string(metav1.ResourceVersionMatchExact) || (match == "" && limit > 0)):
+			rev = v
+		}
 	}
 	if c := q.Get("continue"); c != "" {
 		// Upstream's continue token: base64url of {"v":...,"rv":N,"start":...}.
@@ -105,7 +119,7 @@ func requestedRevision(r *http.Request) int64 {
 // anything about its history.
 func WithIncarnations(next http.Handler, t *Tracker) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rev := requestedRevision(r)
+		rev := historicRevision(r)
 		c, ok := logicalcluster.From(r.Context())
 		if rev == 0 || !ok {
 			next.ServeHTTP(w, r)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -371,9 +372,12 @@ func TestReusedWorkspaceNameHistory(t *testing.T) {
 		gone := []int{http.StatusGone}
 		rows := []attempt{
 			{"exact list of old secrets", admin, "GET", p + "/api/v1/secrets?resourceVersion=" + oldRV + "&resourceVersionMatch=Exact", "", gone},
-			{"not-older-than list at an old revision", admin, "GET", p + "/api/v1/secrets?resourceVersion=" + oldRV + "&resourceVersionMatch=NotOlderThan", "", gone},
+			// "Not older than" answers the present, which is the new
+			// incarnation's: allowed, and checked for old data below.
+			{"not-older-than list at an old revision", admin, "GET", p + "/api/v1/secrets?resourceVersion=" + oldRV + "&resourceVersionMatch=NotOlderThan", "", []int{200}},
+			{"paged list at an old revision (exact by upstream's rules)", admin, "GET", p + "/api/v1/secrets?limit=10&resourceVersion=" + oldRV, "", gone},
 			{"namespaced exact list", admin, "GET", p + "/api/v1/namespaces/default/secrets?resourceVersion=" + oldRV + "&resourceVersionMatch=Exact", "", gone},
-			{"get at an old revision", admin, "GET", p + "/api/v1/namespaces/default/secrets/old?resourceVersion=" + oldRV, "", []int{410, 404}},
+			{"get at an old revision", admin, "GET", p + "/api/v1/namespaces/default/secrets/old?resourceVersion=" + oldRV, "", []int{404}},
 			{"watch replay from before the cluster began", admin, "GET", p + fmt.Sprintf("/api/v1/secrets?watch=1&timeoutSeconds=2&resourceVersion=%d", current-50), "", gone},
 			{"watch replay from the old secret", admin, "GET", p + "/api/v1/namespaces/default/secrets?watch=1&timeoutSeconds=2&resourceVersion=" + oldRV, "", gone},
 			{"forged continue token", admin, "GET", p + "/api/v1/secrets?limit=10&continue=" + token, "", gone},
@@ -386,7 +390,7 @@ func TestReusedWorkspaceNameHistory(t *testing.T) {
 		runAttempts(t, s, rows)
 		for _, r := range rows {
 			if _, body := do(t, r.client, r.method, s.URL()+r.path, ""); strings.Contains(body, "old-widget") ||
-				strings.Contains(body, base64.StdEncoding.EncodeToString([]byte(oldSecret))) || strings.Contains(body, `"name":"old"`) {
+				strings.Contains(body, base64.StdEncoding.EncodeToString([]byte(oldSecret))) || strings.Contains(body, `"name":"old","namespace":"default"`) {
 				t.Errorf("%s shows the old incarnation's data: %s", r.what, body)
 			}
 		}
@@ -403,9 +407,10 @@ func TestReusedWorkspaceNameHistory(t *testing.T) {
 	})
 }
 
-// TestOversizedObject: a tenant writes a custom resource larger than the
-// datastore takes in one message; the answer is 413 saying so, not a 500.
-func TestOversizedObject(t *testing.T) {
+// TestOversizedRequests: a tenant writes a custom resource larger than the
+// datastore takes in one message (the answer is 413 saying so, not a 500),
+// and sends a 100 KB path (a clean 414 over HTTP/2 and HTTP/1.1).
+func TestOversizedRequests(t *testing.T) {
 	s := framework.StartServer(t, "")
 	const ws = "root:big-a"
 	s.CreateWorkspaces(ws)
@@ -447,5 +452,29 @@ spec:
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Errorf("growing a blob to 2.5 MB = %d, want 413", resp.StatusCode)
+	}
+
+	// A 100 KB path, over HTTP/2 and HTTP/1.1: a clean 414, a short answer,
+	// and the connection still serves.
+	h1 := admin.Transport.(*http.Transport)
+	h2 := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: h1.TLSClientConfig.Clone(), ForceAttemptHTTP2: true}}
+	long := s.URL() + "/clusters/" + ws + "/api/v1/namespaces/" + strings.Repeat("a", 100_000) + "/secrets"
+	for name, c := range map[string]*http.Client{"HTTP/2": h2, "HTTP/1.1": admin} {
+		resp, err := c.Get(long)
+		if err != nil {
+			t.Errorf("100 KB path over %s: %v", name, err)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestURITooLong || len(b) > 1000 {
+			t.Errorf("100 KB path over %s (%s) = %d with %d bytes, want 414 with a short answer", name, resp.Proto, resp.StatusCode, len(b))
+		}
+		if name == "HTTP/2" && resp.ProtoMajor != 2 {
+			t.Errorf("the HTTP/2 client spoke %s", resp.Proto)
+		}
+		if code, body := do(t, c, "GET", s.URL()+"/clusters/"+ws+"/api/v1/namespaces/default/secrets", ""); code != http.StatusOK {
+			t.Errorf("after the long path over %s: %d %s", name, code, body)
+		}
 	}
 }
