@@ -26,7 +26,7 @@ func (p *Policy) AuthResolverWrapper() webhook.AuthenticationInfoResolverWrapper
 	return func(webhook.AuthenticationInfoResolver) webhook.AuthenticationInfoResolver {
 		return &webhook.AuthenticationInfoResolverDelegator{
 			ClientConfigForFunc: func(hostPort string) (*rest.Config, error) {
-				cfg := &rest.Config{Dial: p.DialContext, Proxy: NoProxy, Timeout: 0}
+				cfg := &rest.Config{Dial: p.DialContext, Proxy: NoProxy}
 				cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return quietAnswers{rt} })
 				return cfg, nil
 			},
