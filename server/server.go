@@ -79,7 +79,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 		return err
 	}
 	defer closeRevisions()
-	began := &incarnations.Tracker{UID: clusters.UID, CreateRevision: createRevision}
+	began := &incarnations.Tracker{CreateRevision: createRevision}
 	makeClusterAware(config, rbac, clusters, crds, began)
 	// Conversion webhooks of tenants' CRDs call what the tenant wrote; the
 	// policy decides where that may be (docs/tenancy.md).

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -28,52 +27,25 @@ import (
 // Tracker knows the revision at which each cluster's current incarnation
 // began.
 type Tracker struct {
-	// UID returns the UID of the cluster's LogicalCluster (false if none).
-	UID func(logicalcluster.Name) (string, bool)
 	// CreateRevision returns the datastore revision that created the
-	// cluster's LogicalCluster object.
+	// cluster's LogicalCluster object, or an error if there is none.
 	CreateRevision func(context.Context, logicalcluster.Name) (int64, error)
-
-	mu    sync.Mutex
-	began map[logicalcluster.Name]incarnation
-}
-
-type incarnation struct {
-	uid      string
-	revision int64
 }
 
 // Began returns the first revision of the cluster's current incarnation; 0
-// for clusters that are never recreated (root, the system cluster) or that
-// do not exist (the authorizer refuses those).
+// for clusters that are never recreated (root, the system cluster).
+//
+// It asks the datastore every time rather than caching by the LogicalCluster
+// informer's UID: in the moments after a name is reused, the informer may
+// still show the old incarnation, and a cached start would let reads into
+// the old history through. Only requests that read the past come here
+// (watches from a revision, exact and paged lists, continue tokens), and
+// the lookup is one indexed read of one key.
 func (t *Tracker) Began(ctx context.Context, c logicalcluster.Name) (int64, error) {
 	if c == logicalcluster.Root || c == logicalcluster.SystemCRDs || c.IsWildcard() {
 		return 0, nil
 	}
-	uid, ok := t.UID(c)
-	if !ok {
-		return 0, nil
-	}
-	t.mu.Lock()
-	inc, ok := t.began[c]
-	t.mu.Unlock()
-	if ok && inc.uid == uid {
-		return inc.revision, nil
-	}
-	rev, err := t.CreateRevision(ctx, c)
-	if err != nil {
-		return 0, err
-	}
-	// The UID read before the revision: if the cluster was recreated in
-	// between, the revision is the newer incarnation's, which only refuses
-	// more; the next call with the newer UID looks it up again.
-	t.mu.Lock()
-	if t.began == nil {
-		t.began = map[logicalcluster.Name]incarnation{}
-	}
-	t.began[c] = incarnation{uid: uid, revision: rev}
-	t.mu.Unlock()
-	return rev, nil
+	return t.CreateRevision(ctx, c)
 }
 
 // historicRevision is the revision a request asks to read the past at: the
