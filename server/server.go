@@ -121,9 +121,10 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 }
 
 // makeClusterAware hooks our layers into the upstream configuration: every
-// server's storage goes through clusterstore, every authorizer through
-// clusterauthz (behind serverwide, which leaves the server's own endpoints to
-// root), and the outermost handler chain starts with routing.
+// server's storage goes through clusterstore (and datastorelimits), every
+// authorizer through clusterauthz (behind serverwide, which leaves the
+// server's own endpoints to root), and the outermost handler chain starts
+// with requestlimits and routing.
 func makeClusterAware(c *genericcp.Config, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry, crds *crdserving.Server, began *incarnations.Tracker) {
 	// Upstream's system-namespaces controller waits for the shared namespace
 	// informer, which is started only if it was requested before the
