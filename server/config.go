@@ -17,6 +17,7 @@ import (
 	"github.com/kcpsql/kcp/server/clusterrbac"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/satokens"
+	"github.com/kcpsql/kcp/server/serverwide"
 )
 
 // newConfig builds the configuration of the three upstream servers in the
@@ -64,7 +65,10 @@ func makeAuthClusterAware(g *genericapiserver.Config, rbac *clusterrbac.Authoriz
 		g.Authentication.Authenticator = satokens.WithServiceAccountIdentity(g.Authentication.Authenticator)
 	}
 	if g.Authorization.Authorizer != nil {
-		g.Authorization.Authorizer = clusterauthz.Authorizer{Delegate: g.Authorization.Authorizer, Clusters: rbac, State: clusters.State, Owner: clusters.Owner}
+		// serverwide leaves the server's own endpoints (metrics, debug,
+		// health) to root's RBAC, whatever /clusters prefix reaches them.
+		cluster := clusterauthz.Authorizer{Delegate: g.Authorization.Authorizer, Clusters: rbac, State: clusters.State, Owner: clusters.Owner}
+		g.Authorization.Authorizer = serverwide.Authorizer{Root: g.Authorization.Authorizer, Next: cluster, AuditAnnotation: clusterauthz.AuditAnnotation}
 	}
 	if g.RuleResolver != nil {
 		g.RuleResolver = clusterauthz.RuleResolver{Delegate: g.RuleResolver, Clusters: rbac}

@@ -28,7 +28,9 @@ import (
 	"github.com/kcpsql/kcp/server/admission/crdlimits"
 	"github.com/kcpsql/kcp/server/admission/logicalclusterprotection"
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
+	"github.com/kcpsql/kcp/server/admission/webhookurls"
 	"github.com/kcpsql/kcp/server/admission/workspaceowner"
+	"github.com/kcpsql/kcp/server/outbound"
 	"github.com/kcpsql/kcp/server/pki"
 	"github.com/kcpsql/kcp/server/satokens"
 	"github.com/kcpsql/kcp/storage/datastore"
@@ -61,6 +63,12 @@ type Options struct {
 	TokenGetter *satokens.Getter
 	// CRDLimits caps what one logical cluster's CRDs may cost.
 	CRDLimits *crdlimits.Limits
+	// WebhookAllowedNetworks may be reached by tenants' webhook URLs although
+	// outbound refuses them by default (loopback, private, link-local).
+	WebhookAllowedNetworks []net.IPNet
+	// Outbound is the policy for tenants' webhook URLs; Complete fills it in
+	// from WebhookAllowedNetworks (the admission plugin holds it already).
+	Outbound *outbound.Policy
 }
 
 // clusterUnawarePlugins read their configuration through informers of the
@@ -94,9 +102,11 @@ func NewOptions() *Options {
 	crdLimits := crdlimits.DefaultLimits
 	crdlimits.Register(up.Admission.GenericAdmission.Plugins, &crdLimits)
 	logicalclusterprotection.Register(up.Admission.GenericAdmission.Plugins)
+	policy := &outbound.Policy{}
+	webhookurls.Register(up.Admission.GenericAdmission.Plugins, policy)
 	// Namespace lifecycle first, as upstream orders its own plugin.
 	up.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{namespacelifecycle.PluginName},
-		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName)...)
+		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName)...)
 	// Upstream caches token authentication results by token alone and
 	// validates in a context without the request's cluster; a result from
 	// one cluster would then be accepted in another. Service-account tokens
@@ -106,7 +116,7 @@ func NewOptions() *Options {
 	tg := satokens.New()
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
 	return &Options{RootDir: ".kcp", DatastoreNotify: true, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
-		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits}
+		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy}
 }
 
 // hiddenUpstreamGroups are flag groups kcp owns itself: storage is the
@@ -141,6 +151,8 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"Refuse a CustomResourceDefinition when the schemas of all CustomResourceDefinitions of its logical cluster would exceed this many bytes of JSON, so that no tenant can cost the others their memory. 0: no limit.")
 	fs.BoolVar(&o.Upstream.Etcd.EnableWatchCache, "watch-cache", o.Upstream.Etcd.EnableWatchCache,
 		"Serve lists, watches and reads at a resource version from one in-memory cache per built-in resource across all logical clusters (upstream's watch cache, keyed by cluster). Costs memory for every stored object; false reads everything from the datastore. Custom resources are never cached.")
+	fs.IPNetSliceVar(&o.WebhookAllowedNetworks, "webhook-allowed-networks", o.WebhookAllowedNetworks,
+		"Networks (CIDRs, comma-separated) that webhook URLs of tenants' CRDs may reach although they are refused by default: loopback, link-local (cloud metadata), private and other special-purpose ranges. Public addresses are always allowed. Example: 10.20.0.0/16.")
 	var up cliflag.NamedFlagSets
 	o.Upstream.AddFlags(&up)
 	for _, name := range up.Order {
@@ -171,6 +183,8 @@ type CompletedOptions struct {
 	// ServerURL is how local clients reach the server.
 	ServerURL   string
 	TokenGetter *satokens.Getter
+	// Outbound decides what tenants' webhook URLs may reach.
+	Outbound *outbound.Policy
 }
 
 // Complete parses the datastore, creates missing credentials and completes
@@ -232,7 +246,7 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter}, nil
+	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy()}, nil
 }
 
 // Validate reports every invalid option.
@@ -242,4 +256,15 @@ func (c *CompletedOptions) Validate() []error {
 		errs = append(errs, fmt.Errorf("--audit-to-datastore needs --audit-policy-file to say which requests to record"))
 	}
 	return errs
+}
+
+func (o *Options) outboundPolicy() *outbound.Policy {
+	if o.Outbound == nil {
+		o.Outbound = &outbound.Policy{}
+	}
+	o.Outbound.Allowed = nil
+	for i := range o.WebhookAllowedNetworks {
+		o.Outbound.Allowed = append(o.Outbound.Allowed, &o.WebhookAllowedNetworks[i])
+	}
+	return o.Outbound
 }

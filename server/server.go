@@ -23,7 +23,9 @@ import (
 	"github.com/kcpsql/kcp/server/clusterrbac"
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/errorlimit"
+	"github.com/kcpsql/kcp/server/incarnations"
 	"github.com/kcpsql/kcp/server/logicalclusters"
+	"github.com/kcpsql/kcp/server/requestlimits"
 	"github.com/kcpsql/kcp/server/routing"
 	"github.com/kcpsql/kcp/storage/auditevents"
 	"github.com/kcpsql/kcp/storage/changehistory"
@@ -73,7 +75,16 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	}
 	crds := crdserving.New(o.CRDHandlerIdle)
 	crdlimits.SetCRDs(crds.CRDs)
-	makeClusterAware(config, crds)
+	createRevision, closeRevisions, err := incarnations.EtcdCreateRevision(o.Upstream.Etcd.StorageConfig.Transport.ServerList[0], o.Upstream.Etcd.StorageConfig.Prefix)
+	if err != nil {
+		return err
+	}
+	defer closeRevisions()
+	began := &incarnations.Tracker{CreateRevision: createRevision}
+	makeClusterAware(config, crds, began)
+	// Conversion webhooks of tenants' CRDs call what the tenant wrote; the
+	// policy decides where that may be (docs/tenancy.md).
+	config.APIExtensions.ExtraConfig.AuthResolverWrapper = o.Outbound.AuthResolverWrapper()
 	if o.AuditToDB {
 		if err := auditToDatastore(config, o, db); err != nil {
 			return err
@@ -114,10 +125,10 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 }
 
 // makeClusterAware hooks our layers into the upstream configuration: every
-// server's storage goes through clusterstore and the outermost handler chain
-// starts with routing (authentication and authorization were made
-// cluster-aware by newConfig).
-func makeClusterAware(c *genericcp.Config, crds *crdserving.Server) {
+// server's storage goes through clusterstore and the
+// outermost handler chain starts with requestlimits and routing
+// (authentication and authorization were made cluster-aware by newConfig).
+func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, began *incarnations.Tracker) {
 	// Upstream's system-namespaces controller waits for the shared namespace
 	// informer, which is started only if it was requested before the
 	// informers start; request it now so root gets its default namespace.
@@ -141,7 +152,9 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server) {
 
 	inner := c.Aggregator.GenericConfig.BuildHandlerChainFunc
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
-		return routing.WithLogicalCluster(errorlimit.WithLimit(inner(crds.Wrap(h), gc)))
+		// After authorization: reads at resource versions from before a
+		// cluster's current incarnation answer 410 (incarnations).
+		return requestlimits.WithURILimit(routing.WithLogicalCluster(errorlimit.WithLimit(inner(incarnations.WithIncarnations(crds.Wrap(h), began), gc))))
 	}
 }
 

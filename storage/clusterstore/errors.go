@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/kcpsql/kcp/storage/embeddedkine"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -41,7 +42,7 @@ func datastoreError(err error) error {
 	case codes.OK, codes.Canceled, codes.DeadlineExceeded:
 		return err
 	case codes.ResourceExhausted:
-		return apierrors.NewRequestEntityTooLargeError("the object is too large for the datastore; make it smaller")
+		return apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the object is too large for the datastore, which takes objects of up to %d MiB of JSON; store less in one object", embeddedkine.MaxRequestBytes>>20))
 	case codes.InvalidArgument, codes.OutOfRange, codes.FailedPrecondition:
 		// etcd's own answers (compacted, future revision, bad request)
 		// that the storage layer maps itself.

@@ -65,6 +65,10 @@ func NewConfig(ds *datastore.Datastore, socketDir string) Config {
 	}
 }
 
+// MaxRequestBytes is the largest write kine takes in one message: an object
+// (stored as JSON) of about this size. Larger ones answer 413.
+const MaxRequestBytes = 2 << 20
+
 // Kine is a running embedded kine.
 type Kine struct {
 	// Endpoint is the etcd client URL (unix://...).
@@ -145,7 +149,7 @@ func Start(cfg Config) (*Kine, error) {
 	// All of the server's stores share one client connection (clusterstore),
 	// which pings when idle for 30 s; gRPC's default policy (one ping per
 	// 5 minutes) would answer with GOAWAY and break every watch at once.
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(2 * 1024 * 1024), grpc.MaxSendMsgSize(1<<31 - 1),
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.MaxSendMsgSize(1<<31 - 1),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})}
 	if cfg.Datastore.Dialect == datastore.SQLite {
 		opts = append(opts, grpc.UnaryInterceptor(oneWriterAtATime()))

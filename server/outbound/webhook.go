@@ -1,0 +1,84 @@
+package outbound
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"k8s.io/apiserver/pkg/util/webhook"
+	"k8s.io/client-go/rest"
+)
+
+// maxAnswer bounds what is read of a webhook's answer before deciding
+// whether to pass it on; upstream's request limit for a whole object list.
+const maxAnswer = 64 << 20
+
+// AuthResolverWrapper replaces upstream's webhook credential resolver for
+// tenant webhooks. Upstream gives a webhook at kubernetes.default.svc the
+// server's loopback credentials and resolves service references through
+// the host's DNS; here every URL gets an empty client config (no
+// credentials, the policy's dialer, no proxy) and service references are
+// refused, since logical clusters have no Services to refer to.
+func (p *Policy) AuthResolverWrapper() webhook.AuthenticationInfoResolverWrapper {
+	return func(webhook.AuthenticationInfoResolver) webhook.AuthenticationInfoResolver {
+		return &webhook.AuthenticationInfoResolverDelegator{
+			ClientConfigForFunc: func(hostPort string) (*rest.Config, error) {
+				cfg := &rest.Config{Dial: p.DialContext, Proxy: NoProxy}
+				cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return quietAnswers{rt} })
+				return cfg, nil
+			},
+			ClientConfigForServiceFunc: func(name, namespace string, port int) (*rest.Config, error) {
+				return nil, fmt.Errorf("webhook service reference %s/%s:%d: %w (logical clusters have no Services; give the webhook a url)", namespace, name, port, ErrNotAllowed)
+			},
+		}
+	}
+}
+
+// quietAnswers keeps a webhook's answer from reaching the tenant unless it
+// is what a webhook answers: a JSON review object with a 2xx status. Anything
+// else (an internal service's page, an error text) becomes an empty answer
+// with the same status, so error messages say only the status code.
+type quietAnswers struct{ next http.RoundTripper }
+
+func (q quietAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := q.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return silence(resp, resp.StatusCode), nil
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	resp.Body.Close()
+	if err != nil {
+		return nil, fmt.Errorf("reading the webhook's answer: %v", err)
+	}
+	var head struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}
+	if len(body) > maxAnswer || json.Unmarshal(body, &head) != nil || head.APIVersion == "" ||
+		(head.Kind != "ConversionReview" && head.Kind != "AdmissionReview") {
+		// 502: the webhook answered, but not as a webhook.
+		return silence(resp, http.StatusBadGateway), nil
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	return resp, nil
+}
+
+func silence(resp *http.Response, code int) *http.Response {
+	if resp.Body != nil {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+	}
+	resp.StatusCode = code
+	resp.Status = strconv.Itoa(code) + " " + http.StatusText(code)
+	resp.Header = http.Header{"Content-Type": {"text/plain"}}
+	resp.Body = io.NopCloser(bytes.NewReader(nil))
+	resp.ContentLength = 0
+	return resp
+}
