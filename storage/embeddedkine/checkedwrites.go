@@ -16,6 +16,11 @@ import (
 // that into 503 Service Unavailable with Retry-After.
 var ErrWriteNotStored = status.Error(codes.Unavailable, "kcp: the datastore did not store the write")
 
+// ErrWriteUnknown is the error a write gets when the datastore could not be
+// asked whether it stored it (the connection failed again). Also 503: the
+// client retries, and a retried create that finds its object answers 409.
+var ErrWriteUnknown = status.Error(codes.Unavailable, "kcp: the datastore could not confirm the write")
+
 // checkedWrites is kine's backend with writes that report what the database
 // did, not what kine's error handling concluded. In kine v0.17.5,
 // LogStructured.Create answers an INSERT that failed (database restarted,
@@ -44,14 +49,21 @@ func (b checkedWrites) Create(ctx context.Context, key string, value []byte, lea
 	switch {
 	case errors.Is(err, kineserver.ErrKeyExists):
 		// Our own row, stored by an INSERT whose commit reported failure?
-		if own, ok := b.ownRow(ctx, key, value, lease); ok {
+		own, ok, gerr := b.ownRow(ctx, key, value, lease)
+		switch {
+		case ok:
 			return own, nil
+		case gerr != nil:
+			// Unknown whether the key is ours: not a 409 a client
+			// would take for "someone else made it".
+			b.health.failed(fmt.Errorf("create %s: checking an AlreadyExists: %w", key, gerr))
+			return 0, ErrWriteUnknown
 		}
 		return rev, err
 	case err != nil:
 		// The INSERT may have committed before the error (a connection
 		// lost on the way back): then it is this create's row.
-		if own, ok := b.ownRow(ctx, key, value, lease); ok {
+		if own, ok, _ := b.ownRow(ctx, key, value, lease); ok {
 			return own, nil
 		}
 		b.health.failed(fmt.Errorf("create %s: %w", key, err))
@@ -61,7 +73,7 @@ func (b checkedWrites) Create(ctx context.Context, key string, value []byte, lea
 	_, kv, gerr := b.Backend.Get(ctx, key, rev, false)
 	if gerr != nil {
 		b.health.failed(fmt.Errorf("confirming the create of %s at revision %d: %w", key, rev, gerr))
-		return 0, ErrWriteNotStored
+		return 0, ErrWriteUnknown
 	}
 	if kv != nil && kv.ModRevision == rev && bytes.Equal(kv.Value, value) {
 		b.health.succeeded()
@@ -77,15 +89,19 @@ func (b checkedWrites) Create(ctx context.Context, key string, value []byte, lea
 }
 
 // ownRow reports whether the key's current row is the one this create
-// wrote. The value carries the object's fresh UID, so equal bytes mean this
-// create's row, not someone else's object.
-func (b checkedWrites) ownRow(ctx context.Context, key string, value []byte, lease int64) (int64, bool) {
+// wrote, or the error that kept it from finding out. The value carries the
+// object's fresh UID, so equal bytes mean this create's row, not someone
+// else's object.
+func (b checkedWrites) ownRow(ctx context.Context, key string, value []byte, lease int64) (int64, bool, error) {
 	_, kv, err := b.Backend.Get(ctx, key, 0, false)
-	if err != nil || kv == nil || kv.Lease != lease || !bytes.Equal(kv.Value, value) {
-		return 0, false
+	if err != nil {
+		return 0, false, err
+	}
+	if kv == nil || kv.Lease != lease || !bytes.Equal(kv.Value, value) {
+		return 0, false, nil
 	}
 	b.health.succeeded()
-	return kv.ModRevision, true
+	return kv.ModRevision, true, nil
 }
 
 func (b checkedWrites) Update(ctx context.Context, key string, value []byte, revision, lease int64) (int64, *kineserver.KeyValue, bool, error) {
