@@ -130,7 +130,11 @@ func Start(cfg Config) (*Kine, error) {
 	if cfg.Datastore.Dialect == datastore.SQLite {
 		health.dataDir = filepath.Dir(cfg.Datastore.Path)
 	}
-	backend = checkedWrites{Backend: backend, health: health}
+	checked := checkedWrites{Backend: backend, health: health}
+	if cfg.Datastore.Dialect == datastore.SQLite {
+		checked.oneWriter = &sync.Mutex{}
+	}
+	backend = checked
 	socket := SocketPath(cfg.SocketDir)
 	if err := os.Remove(socket); err != nil && !os.IsNotExist(err) {
 		cancel()
@@ -151,9 +155,6 @@ func Start(cfg Config) (*Kine, error) {
 	// 5 minutes) would answer with GOAWAY and break every watch at once.
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.MaxSendMsgSize(1<<31 - 1),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})}
-	if cfg.Datastore.Dialect == datastore.SQLite {
-		opts = append(opts, grpc.UnaryInterceptor(oneWriterAtATime()))
-	}
 	gs := grpc.NewServer(opts...)
 	kineserver.New(backend, "unix", cfg.NotifyInterval, cfg.EmulatedVersion).Register(gs)
 	wg.Add(1)
@@ -169,24 +170,6 @@ func Start(cfg Config) (*Kine, error) {
 		go func() { defer wg.Done(); k.listen(ctx, cfg.Datastore.URL.String()) }()
 	}
 	return k, nil
-}
-
-// oneWriterAtATime lets one write at a time through to SQLite, which has one
-// writer anyway: concurrent writes on kine's other connections would wait in
-// SQLite's busy handler, which sleeps in growing steps (up to 100 ms each)
-// rather than waking when the lock is free, and gave writes under 16
-// concurrent clients a p99 of about half a second. Waiting on a Go mutex
-// hands the lock over at once. Reads (Range) and watches are not held.
-func oneWriterAtATime() grpc.UnaryServerInterceptor {
-	var mu sync.Mutex
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		switch info.FullMethod {
-		case "/etcdserverpb.KV/Txn", "/etcdserverpb.KV/Put", "/etcdserverpb.KV/DeleteRange":
-			mu.Lock()
-			defer mu.Unlock()
-		}
-		return handler(ctx, req)
-	}
 }
 
 // Stop stops serving, closes the database and waits for kine's goroutines.
