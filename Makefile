@@ -7,7 +7,7 @@ export CGO_ENABLED := 1
 .PHONY: build run test unit e2e faults physical-cluster conformance bench bench-quick lint clean
 
 build:
-	go build $(GOFLAGS_BUILD) -o bin/ ./cmd/kcp ./cmd/kubectl-kcp
+	go build $(GOFLAGS_BUILD) -o bin/ ./cmd/kcp ./cmd/kubectl-kcp ./cmd/syncer
 	ln -sf kubectl-kcp bin/kubectl-ws
 
 bin/kubectl:

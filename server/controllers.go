@@ -19,6 +19,7 @@ import (
 	"github.com/kcpsql/kcp/server/controllers/garbagecollector"
 	"github.com/kcpsql/kcp/server/controllers/namespacedefaults"
 	"github.com/kcpsql/kcp/server/controllers/namespacedeletion"
+	"github.com/kcpsql/kcp/server/controllers/synctarget"
 	"github.com/kcpsql/kcp/server/controllers/workspace"
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/leaderelection"
@@ -45,7 +46,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 	})
 	s.AddPostStartHookOrDie("kcp-tenancy", func(hc genericapiserver.PostStartHookContext) error {
 		if err := systemcrds.Install(hc.Context, clusterinformer.ForCluster(hc.LoopbackClientConfig, crdserving.SystemCluster)); err != nil {
-			return fmt.Errorf("installing the tenancy.kcp.io CRDs: %v", err)
+			return fmt.Errorf("installing the tenancy.kcp.io and workload.kcp.io CRDs: %v", err)
 		}
 		if err := clusters.Start(hc.Context, hc.LoopbackClientConfig); err != nil {
 			return err
@@ -56,6 +57,11 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 		}
 		writers := func(ctx context.Context) {
 			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), clusters, crds, deleteClusterData)
+			if c, err := synctarget.NewController(hc.LoopbackClientConfig, o.SyncTargetHeartbeatTimeout); err == nil {
+				go c.Run(ctx, 2)
+			} else {
+				klog.ErrorS(err, "SyncTarget heartbeat controller")
+			}
 		}
 		if o.Datastore.Dialect == datastore.SQLite {
 			// One process owns a SQLite file: no election, no wait on restart.

@@ -63,6 +63,9 @@ type Options struct {
 	TokenGetter *satokens.Getter
 	// CRDLimits caps what one logical cluster's CRDs may cost.
 	CRDLimits *crdlimits.Limits
+	// SyncTargetHeartbeatTimeout is how long a SyncTarget stays Ready
+	// without a heartbeat from its syncer.
+	SyncTargetHeartbeatTimeout time.Duration
 	// WebhookAllowedNetworks may be reached by tenants' webhook URLs although
 	// outbound refuses them by default (loopback, private, link-local).
 	WebhookAllowedNetworks []net.IPNet
@@ -116,7 +119,8 @@ func NewOptions() *Options {
 	tg := satokens.New()
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
 	return &Options{RootDir: ".kcp", DatastoreNotify: true, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
-		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy}
+		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy,
+		SyncTargetHeartbeatTimeout: 40 * time.Second}
 }
 
 // hiddenUpstreamGroups are flag groups kcp owns itself: storage is the
@@ -149,6 +153,8 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"Refuse a CustomResourceDefinition whose schemas list more enum values than this (all versions together); a huge enum costs memory in every replica. 0: no limit.")
 	fs.Int64Var(&o.CRDLimits.MaxSchemaBytesPerCluster, "max-crd-schema-bytes-per-workspace", o.CRDLimits.MaxSchemaBytesPerCluster,
 		"Refuse a CustomResourceDefinition when the schemas of all CustomResourceDefinitions of its logical cluster would exceed this many bytes of JSON, so that no tenant can cost the others their memory. 0: no limit.")
+	fs.DurationVar(&o.SyncTargetHeartbeatTimeout, "synctarget-heartbeat-timeout", o.SyncTargetHeartbeatTimeout,
+		"A SyncTarget (physical cluster) becomes NotReady when its syncer has not reported for this long; a SyncTarget's spec.heartbeatTimeout overrides it.")
 	fs.BoolVar(&o.Upstream.Etcd.EnableWatchCache, "watch-cache", o.Upstream.Etcd.EnableWatchCache,
 		"Serve lists, watches and reads at a resource version from one in-memory cache per built-in resource across all logical clusters (upstream's watch cache, keyed by cluster). Costs memory for every stored object; false reads everything from the datastore. Custom resources are never cached.")
 	fs.IPNetSliceVar(&o.WebhookAllowedNetworks, "webhook-allowed-networks", o.WebhookAllowedNetworks,
@@ -167,11 +173,13 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 // CompletedOptions are options with the datastore parsed and the root
 // directory's credentials in place.
 type CompletedOptions struct {
-	RootDir         string
-	Datastore       *datastore.Datastore
-	DatastoreNotify bool
-	ChangeHistory   bool
-	Retention       time.Duration
+	// SyncTargetHeartbeatTimeout: see Options.
+	SyncTargetHeartbeatTimeout time.Duration
+	RootDir                    string
+	Datastore                  *datastore.Datastore
+	DatastoreNotify            bool
+	ChangeHistory              bool
+	Retention                  time.Duration
 	// kine's compaction (interval, newest revisions kept)
 	CompactInterval  time.Duration
 	CompactMinRetain int64
@@ -246,7 +254,8 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy()}, nil
+	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
+		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout}, nil
 }
 
 // Validate reports every invalid option.
@@ -254,6 +263,9 @@ func (c *CompletedOptions) Validate() []error {
 	errs := c.Upstream.Validate()
 	if c.AuditToDB && c.Upstream.Audit.PolicyFile == "" {
 		errs = append(errs, fmt.Errorf("--audit-to-datastore needs --audit-policy-file to say which requests to record"))
+	}
+	if c.SyncTargetHeartbeatTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--synctarget-heartbeat-timeout must be positive, got %s", c.SyncTargetHeartbeatTimeout))
 	}
 	return errs
 }

@@ -21,6 +21,7 @@ import (
 	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
+	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/rbacescalation"
 	"github.com/kcpsql/kcp/server/tokenreview"
@@ -98,6 +99,6 @@ func setUpCRDServing(c genericcp.CompletedConfig, ae *apiextensionsapiserver.Cus
 			x.GenericConfig.RequestTimeout, time.Duration(x.GenericConfig.MinRequestTimeout)*time.Second,
 			static, x.GenericConfig.MaxRequestBodyBytes)
 	}
-	crds.SetUp(newHandler, crdserving.ReservedGroups(agg.GenericAPIServer.ListedPaths(), tenancy.Group, "apiregistration.k8s.io", "apiextensions.k8s.io"))
+	crds.SetUp(newHandler, crdserving.ReservedGroups(agg.GenericAPIServer.ListedPaths(), tenancy.Group, workload.Group, "apiregistration.k8s.io", "apiextensions.k8s.io"))
 	return nil
 }

@@ -1,4 +1,4 @@
-// Package systemcrds installs kcp's own CRDs (tenancy.kcp.io) in root at
+// Package systemcrds installs kcp's own CRDs (tenancy.kcp.io, workload.kcp.io) in root at
 // start-up and waits until they are established. Custom resources are served
 // from root's definitions in every logical cluster, so these APIs exist in
 // all of them while each cluster keeps its own objects.
@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
+	"github.com/kcpsql/kcp/schema/workload"
 )
 
 // Install creates or updates the CRDs and waits for them to be established.
@@ -27,21 +28,23 @@ func Install(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	files, err := fs.Glob(tenancy.CRDs, "crds/*.yaml")
-	if err != nil {
-		return err
-	}
-	for _, f := range files {
-		raw, err := fs.ReadFile(tenancy.CRDs, f)
+	for _, defs := range []fs.FS{tenancy.CRDs, workload.CRDs} {
+		files, err := fs.Glob(defs, "crds/*.yaml")
 		if err != nil {
 			return err
 		}
-		var crd apiextensionsv1.CustomResourceDefinition
-		if err := yaml.UnmarshalStrict(raw, &crd); err != nil {
-			return fmt.Errorf("%s: %v", f, err)
-		}
-		if err := apply(ctx, client, &crd); err != nil {
-			return fmt.Errorf("installing %s: %v", crd.Name, err)
+		for _, f := range files {
+			raw, err := fs.ReadFile(defs, f)
+			if err != nil {
+				return err
+			}
+			var crd apiextensionsv1.CustomResourceDefinition
+			if err := yaml.UnmarshalStrict(raw, &crd); err != nil {
+				return fmt.Errorf("%s: %v", f, err)
+			}
+			if err := apply(ctx, client, &crd); err != nil {
+				return fmt.Errorf("installing %s: %v", crd.Name, err)
+			}
 		}
 	}
 	return nil

@@ -57,12 +57,16 @@ func Build(name, pkg string, log func(string, ...any)) (string, error) {
 		return out, nil
 	}
 	log("building %s from %s (minutes on a cold cache) ...", name, pkg)
-	cmd := exec.Command("go", "build", "-ldflags", versionLDFlags(), "-o", out, pkg)
+	// Built under a temporary name and renamed: test binaries of several
+	// packages may build the same program at once.
+	tmp := fmt.Sprintf("%s.tmp-%d", out, os.Getpid())
+	cmd := exec.Command("go", "build", "-ldflags", versionLDFlags(), "-o", tmp, pkg)
 	cmd.Dir = moduleRoot()
 	if b, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(tmp)
 		return "", fmt.Errorf("building %s: %v\n%s", pkg, err, b)
 	}
-	return out, nil
+	return out, os.Rename(tmp, out)
 }
 
 func versionLDFlags() string {

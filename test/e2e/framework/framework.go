@@ -39,14 +39,15 @@ func RepoRoot() string {
 var buildOnce sync.Once
 var buildErr error
 
-// Binaries returns the paths of bin/kcp and bin/kubectl, building them once
-// when they are missing (make test builds them first).
+// Binaries returns the paths of bin/kcp and bin/kubectl, building them (and
+// bin/kubectl-kcp, bin/syncer) once when they are missing (make test builds
+// them first).
 func Binaries(t testing.TB) (kcp, kubectl string) {
 	t.Helper()
 	root := RepoRoot()
 	kcp, kubectl = filepath.Join(root, "bin", "kcp"), filepath.Join(root, "bin", "kubectl")
 	buildOnce.Do(func() {
-		for bin, pkg := range map[string]string{kcp: "./cmd/kcp", kubectl: "./test/tools/kubectl", filepath.Join(root, "bin", "kubectl-kcp"): "./cmd/kubectl-kcp"} {
+		for bin, pkg := range map[string]string{kcp: "./cmd/kcp", kubectl: "./test/tools/kubectl", filepath.Join(root, "bin", "kubectl-kcp"): "./cmd/kubectl-kcp", filepath.Join(root, "bin", "syncer"): "./cmd/syncer"} {
 			if _, err := os.Stat(bin); err == nil {
 				continue
 			}

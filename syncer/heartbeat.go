@@ -1,0 +1,128 @@
+// Package syncer is the library behind cmd/syncer (pull mode, beside the
+// physical cluster) and, later, push mode inside kcp: it connects one
+// physical cluster ("downstream") to its SyncTarget in kcp ("upstream").
+// Today it reports the cluster's health and capacity (heartbeat.go); syncing
+// workloads follows (issue 14).
+package syncer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/kcpsql/kcp/schema/workload"
+)
+
+// Heartbeat reports, every interval until ctx ends, the downstream cluster's
+// Kubernetes version, its nodes and their summed capacity and allocatable
+// resources into the status of SyncTarget name, with Ready=True: kcp marks
+// the target NotReady when heartbeats stop. A failed beat is logged and
+// retried at the next interval.
+func Heartbeat(ctx context.Context, upstream dynamic.Interface, name string, downstream kubernetes.Interface, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := beat(ctx, upstream, name, downstream); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "heartbeat failed", "syncTarget", name)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func beat(ctx context.Context, upstream dynamic.Interface, name string, downstream kubernetes.Interface) error {
+	st, err := observe(ctx, downstream)
+	if err != nil {
+		return fmt.Errorf("reading the physical cluster: %v", err)
+	}
+	targets := upstream.Resource(workload.SyncTargetsResource)
+	obj, err := targets.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading SyncTarget %s: %v", name, err)
+	}
+	var target workload.SyncTarget
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &target); err != nil {
+		return err
+	}
+	now := metav1.Now()
+	target.Status.LastHeartbeatTime = &now
+	target.Status.KubernetesVersion = st.version
+	target.Status.Nodes, target.Status.ReadyNodes = st.nodes, st.readyNodes
+	target.Status.Capacity, target.Status.Allocatable = st.capacity, st.allocatable
+	meta.SetStatusCondition(&target.Status.Conditions, metav1.Condition{
+		Type: workload.ConditionReady, Status: metav1.ConditionTrue, Reason: workload.ReasonHeartbeat,
+		Message: fmt.Sprintf("the syncer reached the physical cluster (%d of %d nodes Ready)", st.readyNodes, st.nodes),
+	})
+	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&target.Status)
+	if err != nil {
+		return err
+	}
+	obj.Object["status"] = status
+	_, err = targets.UpdateStatus(ctx, &unstructured.Unstructured{Object: obj.Object}, metav1.UpdateOptions{FieldManager: "kcp-syncer"})
+	return err
+}
+
+type observation struct {
+	version               string
+	nodes, readyNodes     int
+	capacity, allocatable corev1.ResourceList
+}
+
+// observe reads what the heartbeat reports. Capacity counts Ready,
+// schedulable nodes only: it is what placement may use.
+func observe(ctx context.Context, c kubernetes.Interface) (observation, error) {
+	var o observation
+	v, err := c.Discovery().ServerVersion()
+	if err != nil {
+		return o, err
+	}
+	o.version = v.GitVersion
+	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return o, err
+	}
+	o.capacity, o.allocatable = corev1.ResourceList{}, corev1.ResourceList{}
+	for _, n := range nodes.Items {
+		o.nodes++
+		if !ready(&n) || n.Spec.Unschedulable {
+			continue
+		}
+		o.readyNodes++
+		add(o.capacity, n.Status.Capacity)
+		add(o.allocatable, n.Status.Allocatable)
+	}
+	return o, nil
+}
+
+func ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func add(sum, more corev1.ResourceList) {
+	for k, v := range more {
+		q, ok := sum[k]
+		if !ok {
+			q = resource.Quantity{}
+		}
+		q.Add(v)
+		sum[k] = q
+	}
+}
