@@ -1,6 +1,7 @@
 // Command kubectl-kcp is the kubectl plugin for kcp on SQL: `kubectl kcp ws`
 // creates, enters, lists and deletes workspaces by editing the server URL of
-// the kubeconfig's current cluster. Installed also as kubectl-ws, it is
+// the kubeconfig's current cluster; `kubectl kcp workload sync` registers a
+// physical cluster and writes its syncer's credentials. Installed also as kubectl-ws, it is
 // `kubectl ws`.
 package main
 
@@ -26,7 +27,7 @@ func main() {
 		ws.Use = "kubectl ws"
 		cmd = ws
 	} else {
-		root.AddCommand(ws)
+		root.AddCommand(ws, newWorkloadCommand())
 	}
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)

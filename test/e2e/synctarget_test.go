@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
-
 	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/test/e2e/framework"
 	"github.com/kcpsql/kcp/test/physical"
@@ -31,12 +29,31 @@ func TestSyncTargetHeartbeat(t *testing.T) {
 	s := framework.StartServer(t, "", "--synctarget-heartbeat-timeout=6s")
 	const compute = "root:compute"
 	s.CreateWorkspaces(compute, "root:other")
-	s.Kubectl(compute, "apply", "-f", writeFile(t, "st.yaml", `apiVersion: workload.kcp.io/v1alpha1
-kind: SyncTarget
-metadata:
-  name: pc1
-  labels: {region: eu}
-`))
+	// Registration with the plugin, from inside the compute workspace.
+	dir := t.TempDir()
+	adminCopy := filepath.Join(dir, "admin.kubeconfig")
+	raw, err := os.ReadFile(s.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(adminCopy, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := s.KubectlPlugin(adminCopy, "kcp", "ws", "use", compute); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	kcpConfig, manifest := filepath.Join(dir, "pc1-syncer.kubeconfig"), filepath.Join(dir, "syncer-pc1.yaml")
+	out, err := s.KubectlPlugin(adminCopy, "kcp", "workload", "sync", "pc1", "--labels", "region=eu,provider=laptop",
+		"-o", manifest, "--kcp-kubeconfig-out", kcpConfig)
+	if err != nil || !strings.Contains(out, "syncer --kcp-kubeconfig "+kcpConfig+" --sync-target pc1") {
+		t.Fatalf("kubectl kcp workload sync: %v\n%s", err, out)
+	}
+	if labels := s.Kubectl(compute, "get", "synctarget", "pc1", "-o", "jsonpath={.metadata.labels}"); !strings.Contains(labels, `"region":"eu"`) {
+		t.Errorf("SyncTarget labels: %s", labels)
+	}
+	if out, err := s.KubectlPlugin(adminCopy, "kcp", "workload", "sync", "Bad_Name"); err == nil || !strings.Contains(out, "Bad_Name") {
+		t.Errorf("an invalid SyncTarget name: want a clear error, got %v\n%s", err, out)
+	}
 	ready := func() (status, reason string, st workload.SyncTarget) {
 		out := s.Kubectl(compute, "get", "synctarget", "pc1", "-o", "json")
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
@@ -60,16 +77,14 @@ metadata:
 	}
 	t.Cleanup(pc.Stop)
 
-	// The syncer's kubeconfig for kcp points at the compute workspace.
-	cfg, err := clientcmd.LoadFromFile(s.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
+	// The manifest for the physical cluster applies there (KWOK runs any
+	// image, so its Deployment even becomes Available).
+	if out, err := exec.Command(filepath.Join(framework.RepoRoot(), "bin", "kubectl"), "--kubeconfig", pc.Kubeconfig,
+		"apply", "-f", manifest).CombinedOutput(); err != nil {
+		t.Errorf("applying the syncer manifest to the physical cluster: %v\n%s", err, out)
 	}
-	cfg.Clusters["root"].Server = s.URL() + "/clusters/" + compute
-	kcpConfig := filepath.Join(t.TempDir(), "kcp.kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, kcpConfig); err != nil {
-		t.Fatal(err)
-	}
+
+	// The syncer runs with the credential the plugin wrote.
 	syncer := exec.Command(filepath.Join(framework.RepoRoot(), "bin", "syncer"), "--kcp-kubeconfig", kcpConfig, "--sync-target", "pc1",
 		"--kubeconfig", pc.Kubeconfig, "--heartbeat-interval", "1s")
 	logf, _ := os.Create(filepath.Join(t.TempDir(), "syncer.log"))
@@ -91,6 +106,32 @@ metadata:
 	}
 	if out, err := s.KubectlErr("root:other", "", "get", "synctarget", "pc1"); err == nil || !strings.Contains(out, "NotFound") {
 		t.Errorf("another workspace sees the SyncTarget of %s: %v\n%s", compute, err, out)
+	}
+
+	// The syncer's credential reads its SyncTarget and writes its status,
+	// nothing else.
+	s.Kubectl(compute, "apply", "-f", writeFile(t, "pc2.yaml", "apiVersion: workload.kcp.io/v1alpha1\nkind: SyncTarget\nmetadata: {name: pc2}\n"))
+	kubectl := filepath.Join(framework.RepoRoot(), "bin", "kubectl")
+	asSyncer := func(args ...string) (string, error) {
+		out, err := exec.Command(kubectl, append([]string{"--kubeconfig", kcpConfig}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	for _, attempt := range [][]string{
+		{"get", "secrets", "-A"},
+		{"get", "synctarget", "pc2"},
+		{"label", "synctarget", "pc1", "hacked=yes"},
+		{"get", "synctargets"},
+		{"create", "namespace", "syncer-was-here"},
+		{"--server", s.URL() + "/clusters/root:other", "get", "synctargets"},
+		{"--server", s.URL() + "/clusters/*", "get", "synctargets"},
+		{"--server", s.URL() + "/clusters/root", "get", "namespaces"},
+	} {
+		if out, err := asSyncer(attempt...); err == nil || !(strings.Contains(out, "Forbidden") || strings.Contains(out, "forbidden") || strings.Contains(out, "provide credentials")) {
+			t.Errorf("the syncer's credential: %v answered %v:\n%s", attempt, err, out)
+		}
+	}
+	if out, err := asSyncer("get", "synctarget", "pc1"); err != nil {
+		t.Errorf("the syncer's credential cannot read its own SyncTarget: %v\n%s", err, out)
 	}
 
 	// The syncer stops: NotReady after the timeout.
