@@ -63,20 +63,7 @@ func userClient(t *testing.T, s *framework.Server, user string, groups ...string
 
 func do(t *testing.T, c *http.Client, method, url, body string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return doWith(t, c, method, url, body, nil)
 }
 
 // TestCrossClusterAttempts is a table of requests that try to reach another
