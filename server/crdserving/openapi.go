@@ -218,7 +218,10 @@ func writeDocument(w http.ResponseWriter, req *http.Request, doc []byte, protoTy
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	writeBody(w, req, protoType+"@v1.0+protobuf", pb)
+	// Upstream answers both the old "@v1.0" and the ".v1.0" request with the
+	// ".v1.0" type: "@" is not valid in a media type, and Go clients fail
+	// to parse it.
+	writeBody(w, req, protoType+".v1.0+protobuf", pb)
 }
 
 // innerJSON asks the upstream servers for the JSON form of what req asks

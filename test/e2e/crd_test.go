@@ -352,3 +352,38 @@ func testPerClusterCRDs(t *testing.T, datastore string) {
 		t.Fatalf("a serves widgets after restart:\n%s", out)
 	}
 }
+
+// TestOpenAPIV2ProtobufWithCRD: in a workspace with a CRD, the protobuf
+// OpenAPI v2 document has the media type upstream uses, so client-go's v2
+// readers (kubectl explain with v2, kubectl apply's fallback) parse it.
+func TestOpenAPIV2ProtobufWithCRD(t *testing.T) {
+	s := framework.StartServer(t, "")
+	s.CreateWorkspaces("root:v2")
+	out, err := s.KubectlErr("root:v2", `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.v2.example.com}
+spec:
+  group: v2.example.com
+  scope: Namespaced
+  names: {plural: gadgets, kind: Gadget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, description: what the gadget does, properties: {size: {type: integer}}}
+`, "apply", "-f", "-")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if out, err := s.KubectlErr("root:v2", "", "wait", "--for=condition=Established", "crd/gadgets.v2.example.com"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	framework.Eventually(t, 30*time.Second, "kubectl explain with OpenAPI v2", func() (bool, string) {
+		out, err := s.KubectlErr("root:v2", "", "explain", "gadgets.spec", "--output=plaintext-openapiv2")
+		return err == nil && strings.Contains(out, "what the gadget does"), out
+	})
+}
