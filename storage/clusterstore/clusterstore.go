@@ -260,6 +260,22 @@ func annotate(obj runtime.Object, cluster logicalcluster.Name) error {
 	return nil
 }
 
+// unchangedCluster refuses an update that sets the kcp.io/cluster annotation
+// to another logical cluster: the annotation is the server's, and an update
+// that looked accepted but was overwritten would mislead (kubectl annotate
+// printed "annotated"). An update that drops it gets it back from annotate.
+func unchangedCluster(obj runtime.Object, cluster logicalcluster.Name) error {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return err
+	}
+	if v, ok := m.GetAnnotations()[logicalcluster.Annotation]; ok && v != string(cluster) {
+		return errors.NewBadRequest(fmt.Sprintf("metadata.annotations[%s] is set by the server to the object's logical cluster (%s) and cannot be changed to %q; objects move between workspaces with kcp export and kcp import",
+			logicalcluster.Annotation, cluster, v))
+	}
+	return nil
+}
+
 func (s *Store) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
 	k, cluster, err := s.key(ctx, key, false)
 	if err != nil {
@@ -324,6 +340,9 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, dest runtime.O
 		out, ttl, err := tryUpdate(in, res)
 		if err != nil {
 			return out, ttl, err
+		}
+		if err := unchangedCluster(out, cluster); err != nil {
+			return nil, nil, err
 		}
 		if err := annotate(out, cluster); err != nil {
 			return nil, nil, err

@@ -61,6 +61,14 @@ func watchCacheIsolation(t *testing.T, s *framework.Server, cached bool) {
 	if got := forged.Annotations[clusterAnnotation]; got != a {
 		t.Fatalf("the server kept a client's %s annotation: %q", clusterAnnotation, got)
 	}
+	// Changing it later is refused with a message, not accepted and ignored
+	// (kubectl annotate used to print "annotated").
+	if out, err := s.KubectlErr(a, "", "-n", "vault", "annotate", "--overwrite", "configmap", "forged", clusterAnnotation+"="+b); err == nil || !strings.Contains(out, "cannot be changed") {
+		t.Errorf("kubectl annotate %s=%s: want a refusal, got %v:\n%s", clusterAnnotation, b, err, out)
+	}
+	if got, err := s.Client(a).CoreV1().ConfigMaps("vault").Get(ctx, "forged", metav1.GetOptions{}); err != nil || got.Annotations[clusterAnnotation] != a {
+		t.Errorf("after the refused annotate: %v, annotation %q", err, got.Annotations[clusterAnnotation])
+	}
 
 	admin := userClient(t, s, "admin-2", "system:masters")
 	u := s.URL()
