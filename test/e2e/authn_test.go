@@ -77,3 +77,28 @@ subjects:
 		t.Errorf("a wrong-scope request: %d", code)
 	}
 }
+
+// TestWhoAmIAnywhere: kubectl auth whoami (SelfSubjectReview) answers every
+// authenticated user, in a workspace they may not enter and in one that
+// does not exist alike, so it tells nothing about workspaces.
+func TestWhoAmIAnywhere(t *testing.T) {
+	s := framework.StartServer(t, "")
+	s.CreateWorkspaces("root:private")
+	c := userClient(t, s, "nobody")
+	body := `{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`
+	answers := map[string]string{}
+	for _, cluster := range []string{"root:private", "root:no-such-workspace"} {
+		code, out := do(t, c, "POST", s.URL()+"/clusters/"+cluster+"/apis/authentication.k8s.io/v1/selfsubjectreviews", body)
+		if code != http.StatusCreated || !strings.Contains(out, `"username":"nobody"`) {
+			t.Errorf("whoami in %s: %d %s", cluster, code, out)
+		}
+		answers[cluster] = strings.ReplaceAll(out, cluster, "")
+		// Anything else there stays refused.
+		if code, _ := do(t, c, "GET", s.URL()+"/clusters/"+cluster+"/api/v1/namespaces", ""); code != http.StatusForbidden {
+			t.Errorf("list namespaces in %s as nobody: %d, want 403", cluster, code)
+		}
+	}
+	if answers["root:private"] != answers["root:no-such-workspace"] {
+		t.Errorf("whoami answers differ between an existing and a missing workspace:\n%s\n%s", answers["root:private"], answers["root:no-such-workspace"])
+	}
+}
