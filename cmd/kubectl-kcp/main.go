@@ -15,16 +15,21 @@ import (
 )
 
 func main() {
+	// The display names make usage read "kubectl kcp ws use" and
+	// "kubectl ws use": cobra builds it from the first word of each Use.
 	root := &cobra.Command{
-		Use:           "kubectl kcp",
+		Use:           "kcp",
 		Short:         "Work with kcp on SQL logical clusters",
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl kcp"},
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	ws := newWorkspaceCommand()
 	cmd := root
 	if strings.HasPrefix(filepath.Base(os.Args[0]), "kubectl-ws") {
-		ws.Use = "kubectl ws"
+		// Installed as kubectl-ws, the workspace command is the root.
+		ws.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl ws"}
+		ws.SilenceUsage, ws.SilenceErrors = true, true
 		cmd = ws
 	} else {
 		root.AddCommand(ws, newWorkloadCommand())

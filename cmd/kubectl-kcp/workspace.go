@@ -68,6 +68,10 @@ kubeconfig's current cluster (https://host:6443/clusters/root:acme);
 	}
 	create.Flags().StringVar(&wsType, "type", "", "free-form type of the workspace (organization, team, ...)")
 	create.Flags().BoolVar(&enter, "enter", false, "enter the workspace once it is ready")
+	wait := true
+	deleteCmd := &cobra.Command{Use: "delete NAME", Short: "Delete a workspace of the current one, with everything it holds, and wait until it is gone", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return o.delete(cmd.OutOrStdout(), args[0], wait) }}
+	deleteCmd.Flags().BoolVar(&wait, "wait", true, "wait until the workspace and its data are gone (up to --timeout)")
 	cmd.AddCommand(create,
 		&cobra.Command{Use: "use PATH|NAME|..|-", Short: "Enter a workspace", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error { return o.use(cmd.OutOrStdout(), args[0]) }},
@@ -75,8 +79,7 @@ kubeconfig's current cluster (https://host:6443/clusters/root:acme);
 			RunE: func(cmd *cobra.Command, _ []string) error { return o.current(cmd.OutOrStdout()) }},
 		&cobra.Command{Use: "tree", Short: "Print the workspaces below the current one", Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error { return o.tree(cmd.OutOrStdout()) }},
-		&cobra.Command{Use: "delete NAME", Short: "Delete a workspace of the current one, with everything it holds", Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error { return o.delete(cmd.OutOrStdout(), args[0]) }},
+		deleteCmd,
 	)
 	return cmd
 }
@@ -270,7 +273,7 @@ func (o *wsOptions) create(out io.Writer, name, wsType string, enter bool) error
 	return nil
 }
 
-func (o *wsOptions) delete(out io.Writer, name string) error {
+func (o *wsOptions) delete(out io.Writer, name string, wait bool) error {
 	s, err := o.load()
 	if err != nil {
 		return err
@@ -279,11 +282,29 @@ func (o *wsOptions) delete(out io.Writer, name string) error {
 	if err != nil {
 		return err
 	}
+	target := s.current.Join(name)
 	if err := ws.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
-		return fmt.Errorf("deleting workspace %q: %v", s.current.Join(name), err)
+		return fmt.Errorf("deleting workspace %q: %v", target, err)
 	}
-	fmt.Fprintf(out, "Workspace %q is being deleted with everything it holds.\n", s.current.Join(name))
-	return nil
+	if !wait {
+		fmt.Fprintf(out, "Workspace %q is being deleted with everything it holds.\n", target)
+		return nil
+	}
+	fmt.Fprintf(out, "Deleting workspace %q with everything it holds ...\n", target)
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	for {
+		_, err := ws.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			fmt.Fprintf(out, "Workspace %q is deleted.\n", target)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("workspace %q is still being deleted after %s (deletion goes on; check with kubectl get workspace %s)", target, o.timeout, name)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 func (o *wsOptions) tree(out io.Writer) error {

@@ -65,9 +65,19 @@ func TestWorkspacePlugin(t *testing.T) {
 		}
 	}
 	expect(run("kcp", "ws", "current"), `Current workspace is "root:acme".`)
-	expect(run("kcp", "ws", "delete", "db"), `"root:acme:db" is being deleted`)
-	framework.Eventually(t, 30e9, "db to be gone", func() (bool, string) {
-		out := run("ws", "tree")
-		return !strings.Contains(out, "db"), out
-	})
+	// Delete waits until the workspace is gone, like kubectl delete.
+	expect(run("kcp", "ws", "delete", "db"), `Workspace "root:acme:db" is deleted.`)
+	if out := run("ws", "tree"); strings.Contains(out, "db") {
+		t.Errorf("ws delete returned before the workspace was gone:\n%s", out)
+	}
+	// An error is printed once, without the usage text.
+	for _, plugin := range [][]string{{"kcp", "ws"}, {"ws"}} {
+		out, err := s.KubectlPlugin(kc, append(plugin, "create", "Bad_Name")...)
+		if err == nil || strings.Count(out, "invalid workspace name") != 1 || strings.Contains(out, "Usage:") {
+			t.Errorf("kubectl %s create Bad_Name: %v\n%s", strings.Join(plugin, " "), err, out)
+		}
+	}
+	// Usage names the commands as users type them.
+	expect(run("ws", "use", "--help"), "kubectl ws use")
+	expect(run("kcp", "ws", "use", "--help"), "kubectl kcp ws use")
 }
