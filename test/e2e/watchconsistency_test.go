@@ -27,7 +27,8 @@ import (
 // must be delivered by the watch, in order; and a watch from the first list
 // replays every later write, the final state of every object included. On
 // both dialects, for config maps read straight from the datastore (watch
-// cache off) and for a custom resource.
+// cache off) and for a custom resource; on PostgreSQL the observers use
+// another replica than the writers.
 func TestWatchConsistency(t *testing.T) {
 	for _, d := range framework.Dialects {
 		t.Run(string(d), func(t *testing.T) {
@@ -39,6 +40,16 @@ func TestWatchConsistency(t *testing.T) {
 				t.Fatal(err)
 			}
 			installWidgetCRD(t, s)
+			// On PostgreSQL the observers use a second replica: writes of
+			// one replica reach the other's watches through the database.
+			observe := dyn
+			if d == framework.Postgres {
+				rcfg := framework.StartReplica(t, s).Config("root")
+				rcfg.QPS, rcfg.Burst = -1, 0
+				if observe, err = dynamic.NewForConfig(rcfg); err != nil {
+					t.Fatal(err)
+				}
+			}
 			resources := map[string]schema.GroupVersionResource{
 				"configmaps": {Version: "v1", Resource: "configmaps"},
 				"widgets":    {Group: "consistency.example.com", Version: "v1", Resource: "widgets"},
@@ -46,7 +57,7 @@ func TestWatchConsistency(t *testing.T) {
 			var wg sync.WaitGroup
 			results := map[string]*consistencyRun{}
 			for name, gvr := range resources {
-				r := &consistencyRun{dyn: dyn, gvr: gvr, ns: "default", writers: 8, objects: 6, observers: 2, duration: 12 * time.Second}
+				r := &consistencyRun{dyn: dyn, observe: observe, gvr: gvr, ns: "default", writers: 8, objects: 6, observers: 2, duration: 12 * time.Second}
 				results[name] = r
 				wg.Add(1)
 				go func() { defer wg.Done(); r.run() }()
@@ -102,7 +113,7 @@ type ackedWrite struct {
 }
 
 type consistencyRun struct {
-	dyn                         dynamic.Interface
+	dyn, observe                dynamic.Interface // writers', observers' clients
 	gvr                         schema.GroupVersionResource
 	ns                          string
 	writers, objects, observers int
@@ -145,11 +156,12 @@ func (r *consistencyRun) object(name string, gen int) *unstructured.Unstructured
 func (r *consistencyRun) run() {
 	r.acked, r.unsure = map[string][]int64{}, map[string]bool{}
 	client := r.dyn.Resource(r.gvr).Namespace(r.ns)
+	observed := r.observe.Resource(r.gvr).Namespace(r.ns)
 	ctx := context.Background()
 	prefix := "c-" + r.gvr.Resource + "-"
 
 	// The first list: the watch from its resourceVersion must replay all.
-	first, err := client.List(ctx, metav1.ListOptions{})
+	first, err := observed.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		r.fatal = err
 		return
@@ -213,7 +225,7 @@ func (r *consistencyRun) run() {
 				if round%2 == 1 {
 					opts.ResourceVersion = "0"
 				}
-				list, err := client.List(ctx, opts)
+				list, err := observed.List(ctx, opts)
 				if err != nil {
 					r.violate("observer %d: list: %v", o, err)
 					continue
@@ -224,7 +236,7 @@ func (r *consistencyRun) run() {
 					seen[list.Items[i].GetName()] = rvOf(&list.Items[i])
 				}
 				wctx, cancel := context.WithTimeout(ctx, time.Duration(500+300*(round%5))*time.Millisecond)
-				events, err := watchEvents(wctx, client, list.GetResourceVersion(), nil)
+				events, err := watchEvents(wctx, observed, list.GetResourceVersion(), nil)
 				cancel()
 				if err != nil {
 					r.violate("observer %d: watch from %d: %v", o, listRV, err)
@@ -252,7 +264,7 @@ func (r *consistencyRun) run() {
 	}
 	r.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	events, err := watchEvents(wctx, client, first.GetResourceVersion(), final)
+	events, err := watchEvents(wctx, observed, first.GetResourceVersion(), final)
 	cancel()
 	if err != nil {
 		r.fatal = fmt.Errorf("replaying from %d: %v", firstRV, err)
