@@ -28,6 +28,7 @@ import (
 	"github.com/kcpsql/kcp/server/admission/crdlimits"
 	"github.com/kcpsql/kcp/server/admission/logicalclusterprotection"
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
+	"github.com/kcpsql/kcp/server/admission/notenforced"
 	"github.com/kcpsql/kcp/server/admission/webhookurls"
 	"github.com/kcpsql/kcp/server/admission/workspaceowner"
 	"github.com/kcpsql/kcp/server/outbound"
@@ -105,11 +106,12 @@ func NewOptions() *Options {
 	crdLimits := crdlimits.DefaultLimits
 	crdlimits.Register(up.Admission.GenericAdmission.Plugins, &crdLimits)
 	logicalclusterprotection.Register(up.Admission.GenericAdmission.Plugins)
+	notenforced.Register(up.Admission.GenericAdmission.Plugins)
 	policy := &outbound.Policy{}
 	webhookurls.Register(up.Admission.GenericAdmission.Plugins, policy)
 	// Namespace lifecycle first, as upstream orders its own plugin.
 	up.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{namespacelifecycle.PluginName},
-		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName)...)
+		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, notenforced.PluginName)...)
 	// Upstream caches token authentication results by token alone and
 	// validates in a context without the request's cluster; a result from
 	// one cluster would then be accepted in another. Service-account tokens
