@@ -124,12 +124,13 @@ data:
 			t.Errorf("forged object visible in %s: %v", b, err)
 		}
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, clusterAnnotation, b)
-		patched, err := s.Client(a).CoreV1().ConfigMaps("shop").Patch(context.Background(), "forged", types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-		if err != nil {
-			t.Fatal(err)
+		// Changing it later is refused, not accepted and silently overwritten.
+		if _, err := s.Client(a).CoreV1().ConfigMaps("shop").Patch(context.Background(), "forged", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); !apierrors.IsBadRequest(err) {
+			t.Errorf("patching %s to %s: got %v, want 400 Bad Request", clusterAnnotation, b, err)
 		}
-		if got := patched.Annotations[clusterAnnotation]; got != a {
-			t.Errorf("patched annotation kept: %q", got)
+		got, err := s.Client(a).CoreV1().ConfigMaps("shop").Get(context.Background(), "forged", metav1.GetOptions{})
+		if err != nil || got.Annotations[clusterAnnotation] != a {
+			t.Errorf("after the refused patch: %v, annotation %q", err, got.Annotations[clusterAnnotation])
 		}
 	})
 }
