@@ -62,7 +62,7 @@ func TestRealWorldCRDs(t *testing.T) {
 		}
 	}
 	for _, c := range []string{std, exp} {
-		s.Kubectl(c, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+		s.WaitEstablished(c, "crd", "--all")
 	}
 	mustNotContain(t, "x-k8s.io kinds in standard", s.Kubectl(std, "api-resources"), "xbackends")
 	mustContain(t, "x-k8s.io kinds in experimental", s.Kubectl(exp, "api-resources"), "xbackends")

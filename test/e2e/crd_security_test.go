@@ -19,7 +19,7 @@ func TestCRDIsolation(t *testing.T) {
 		if out, err := s.KubectlErr(c, crd, "apply", "-f", "-"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		s.Kubectl(c, "wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=30s")
+		s.WaitEstablished(c, "crd/widgets.example.com")
 	}
 	s.KubectlErr(a, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: mine, namespace: default}\nspec: {size: 1}\n", "apply", "-f", "-")
 	if out, err := s.KubectlErr(b, "apiVersion: example.com/v2\nkind: Widget\nmetadata: {name: secret-widget, namespace: default}\nspec: {color: blue}\n", "apply", "-f", "-"); err != nil {

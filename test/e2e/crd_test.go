@@ -143,7 +143,7 @@ func testPerClusterCRDs(t *testing.T, datastore string) {
 		}
 	}
 	for _, c := range []string{a, b} {
-		s.Kubectl(c, "wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=30s")
+		s.WaitEstablished(c, "crd/widgets.example.com")
 	}
 
 	// Discovery per cluster.
@@ -379,9 +379,7 @@ spec:
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if out, err := s.KubectlErr("root:v2", "", "wait", "--for=condition=Established", "crd/gadgets.v2.example.com"); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	s.WaitEstablished("root:v2", "crd/gadgets.v2.example.com")
 	framework.Eventually(t, 30*time.Second, "kubectl explain with OpenAPI v2", func() (bool, string) {
 		out, err := s.KubectlErr("root:v2", "", "explain", "gadgets.spec", "--output=plaintext-openapiv2")
 		return err == nil && strings.Contains(out, "what the gadget does"), out

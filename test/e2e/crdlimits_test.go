@@ -54,9 +54,7 @@ func TestCRDLimits(t *testing.T) {
 	if out, err := s.KubectlErr("root:greedy", crdWithEnum("bigs", 9000, 0), "create", "-f", "-"); err != nil {
 		t.Fatalf("a CRD with 9,000 enum values: %v\n%s", err, out)
 	}
-	if out, err := s.KubectlErr("root:greedy", "", "wait", "--for=condition=Established", "crd/bigs.limits.example.com"); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	s.WaitEstablished("root:greedy", "crd/bigs.limits.example.com")
 	obj := "apiVersion: limits.example.com/v1\nkind: Kbigs\nmetadata: {name: x, namespace: default}\ncolor: " + strings.Repeat("nope", 10) + "\n"
 	for i := 0; i < 6; i++ {
 		obj += fmt.Sprintf("---\napiVersion: limits.example.com/v1\nkind: Kbigs\nmetadata: {name: x%d, namespace: default}\ncolor: bad%d\n", i, i)

@@ -352,7 +352,7 @@ func TestReusedWorkspaceNameHistory(t *testing.T) {
 		if out, err := s.KubectlErr(ws, widgetsA, "apply", "-f", "-"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		s.Kubectl(ws, "wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=30s")
+		s.WaitEstablished(ws, "crd/widgets.example.com")
 		if out, err := s.KubectlErr(ws, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: old-widget, namespace: default}\nspec: {size: 7}\n", "apply", "-f", "-"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
@@ -399,7 +399,7 @@ func TestReusedWorkspaceNameHistory(t *testing.T) {
 		if out, err := s.KubectlErr(ws, widgetsA, "apply", "-f", "-"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		s.Kubectl(ws, "wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=30s")
+		s.WaitEstablished(ws, "crd/widgets.example.com")
 		runAttempts(t, s, []attempt{
 			{"exact list of old widgets, CRD recreated", admin, "GET", p + "/apis/example.com/v1/widgets?resourceVersion=" + widgetRV + "&resourceVersionMatch=Exact", "", gone},
 			{"watch replay of old widgets, CRD recreated", admin, "GET", p + "/apis/example.com/v1/widgets?watch=1&timeoutSeconds=2&resourceVersion=" + widgetRV, "", gone},
@@ -427,7 +427,7 @@ spec:
 	if out, err := s.KubectlErr(ws, blobs, "apply", "-f", "-"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	s.Kubectl(ws, "wait", "--for=condition=Established", "crd/blobs.example.com", "--timeout=30s")
+	s.WaitEstablished(ws, "crd/blobs.example.com")
 	admin := userClient(t, s, "big-admin", "system:masters")
 	big := strings.Repeat("x", 2500*1024)
 	obj := `{"apiVersion":"example.com/v1","kind":"Blob","metadata":{"name":"big","namespace":"default"},"data":"` + big + `"}`

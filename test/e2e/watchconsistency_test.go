@@ -102,9 +102,7 @@ spec:
 	if err != nil {
 		t.Fatalf("installing the CRD: %v\n%s", err, out)
 	}
-	if out, err := s.KubectlErr("root", "", "wait", "--for=condition=Established", "--timeout=60s", "crd/widgets.consistency.example.com"); err != nil {
-		t.Fatalf("waiting for the CRD: %v\n%s", err, out)
-	}
+	s.WaitEstablished("root", "crd/widgets.consistency.example.com")
 }
 
 type ackedWrite struct {

@@ -434,3 +434,23 @@ func (s *Server) Terminate(limit time.Duration) (time.Duration, error) {
 		return time.Since(start), fmt.Errorf("kcp did not exit within %s of SIGTERM", limit)
 	}
 }
+
+// WaitEstablished waits until the CRD (a "crd/NAME" argument, or "crd
+// --all") is Established in cluster. kubectl wait fails at once while a new
+// CRD has no conditions yet (issue 15: conditions appear only once kcp's
+// CRD controller has seen it), so it is retried until the deadline.
+func (s *Server) WaitEstablished(cluster string, crd ...string) {
+	s.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	args := append([]string{"wait", "--for=condition=Established", "--timeout=30s"}, crd...)
+	for {
+		out, err := s.KubectlErr(cluster, "", args...)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("waiting for %v to be Established in %s: %v\n%s", crd, cluster, err, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
