@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -80,15 +79,7 @@ func (o *wsOptions) sync(ctx context.Context, out, errOut io.Writer, name, label
 	if err != nil {
 		return err
 	}
-	s, err := o.load()
-	if err != nil {
-		return err
-	}
-	cfg, err := s.config(s.current)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	s, cfg, dyn, err := o.loadCurrent()
 	if err != nil {
 		return err
 	}

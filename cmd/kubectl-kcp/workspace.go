@@ -123,6 +123,21 @@ func (o *wsOptions) load() (*state, error) {
 	return &state{rules: rules, raw: *raw, context: ctxName, cluster: kctx.Cluster, base: base, current: current}, nil
 }
 
+// loadCurrent loads the kubeconfig and returns the client configuration
+// and a dynamic client of the current workspace.
+func (o *wsOptions) loadCurrent() (*state, *rest.Config, dynamic.Interface, error) {
+	s, err := o.load()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cfg, err := s.config(s.current)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	return s, cfg, dyn, err
+}
+
 // splitServer turns https://h:6443/clusters/root:a into (https://h:6443, root:a).
 func splitServer(server string) (string, logicalcluster.Name, error) {
 	u, err := url.Parse(server)
@@ -246,19 +261,11 @@ func (o *wsOptions) create(out io.Writer, name, wsType string, enter bool) error
 	if err := logicalcluster.ValidateLabel(name); err != nil {
 		return fmt.Errorf("invalid workspace name %q: %v", name, err)
 	}
-	s, err := o.load()
+	s, _, dyn, err := o.loadCurrent()
 	if err != nil {
 		return err
 	}
 	target, err := logicalcluster.Parse(string(s.current.Join(name)))
-	if err != nil {
-		return err
-	}
-	cfg, err := s.config(s.current)
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,13 +22,14 @@ type Health struct {
 	backend kineserver.Backend
 	dataDir string // SQLite's directory: its free space goes into the reason
 
-	mu          sync.Mutex
-	failing     bool
-	since       time.Time
-	lastErr     error
-	lastLog     time.Time
-	lastProbe   time.Time
-	lastProbeOK bool
+	// failing is read on every successful write without the lock; the
+	// rest changes only while writes fail.
+	failing   atomic.Bool
+	mu        sync.Mutex
+	since     time.Time
+	lastErr   error
+	lastLog   time.Time
+	lastProbe time.Time
 }
 
 const (
@@ -42,8 +44,9 @@ func (h *Health) failed(err error) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.failing {
-		h.failing, h.since = true, time.Now()
+	if !h.failing.Load() {
+		h.failing.Store(true)
+		h.since = time.Now()
 	}
 	h.lastErr = err
 	if time.Since(h.lastLog) >= logEvery {
@@ -53,14 +56,14 @@ func (h *Health) failed(err error) {
 }
 
 func (h *Health) succeeded() {
-	if h == nil {
+	if h == nil || !h.failing.Load() {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.failing {
+	if h.failing.Load() {
 		klog.InfoS("the datastore stores writes again", "failingFor", time.Since(h.since).Round(time.Millisecond))
-		h.failing = false
+		h.failing.Store(false)
 	}
 }
 
@@ -87,7 +90,7 @@ func (h *Health) Name() string { return "datastore-writes" }
 // Check fails while the datastore does not store writes.
 func (h *Health) Check(r *http.Request) error {
 	h.mu.Lock()
-	failing, since, lastErr := h.failing, h.since, h.lastErr
+	failing, since, lastErr := h.failing.Load(), h.since, h.lastErr
 	probe := failing && time.Since(h.lastProbe) >= probeEvery
 	if probe {
 		h.lastProbe = time.Now()

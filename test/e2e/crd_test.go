@@ -94,6 +94,21 @@ func widget(version, name string, spec map[string]interface{}) *unstructured.Uns
 	}}
 }
 
+// namespacedCRD is a CustomResourceDefinition with one version, v1, whose
+// openAPIV3Schema is schema (YAML flow style).
+func namespacedCRD(group, plural, kind, schema string) string {
+	return fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: %[2]s.%[1]s}
+spec:
+  group: %[1]s
+  scope: Namespaced
+  names: {plural: %[2]s, kind: %[3]s}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: %[4]s}}
+`, group, plural, kind, schema)
+}
+
 func mustContain(t *testing.T, what, out string, wants ...string) {
 	t.Helper()
 	for _, w := range wants {
@@ -359,23 +374,8 @@ func testPerClusterCRDs(t *testing.T, datastore string) {
 func TestOpenAPIV2ProtobufWithCRD(t *testing.T) {
 	s := framework.StartServer(t, "")
 	s.CreateWorkspaces("root:v2")
-	out, err := s.KubectlErr("root:v2", `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: gadgets.v2.example.com}
-spec:
-  group: v2.example.com
-  scope: Namespaced
-  names: {plural: gadgets, kind: Gadget}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec: {type: object, description: what the gadget does, properties: {size: {type: integer}}}
-`, "apply", "-f", "-")
+	out, err := s.KubectlErr("root:v2", namespacedCRD("v2.example.com", "gadgets", "Gadget",
+		`{type: object, properties: {spec: {type: object, description: what the gadget does, properties: {size: {type: integer}}}}}`), "apply", "-f", "-")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

@@ -15,25 +15,8 @@ func crdWithEnum(plural string, n, pad int) string {
 	for i := 0; i < n; i++ {
 		values = append(values, fmt.Sprintf("v%d", i))
 	}
-	return fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: %[1]s.limits.example.com
-spec:
-  group: limits.example.com
-  scope: Namespaced
-  names: {plural: %[1]s, kind: K%[1]s}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        description: "%[4]s"
-        properties:
-          color: {type: string, enum: [%[2]s]}
-`, plural, strings.Join(values, ","), n, strings.Repeat("p", pad))
+	return namespacedCRD("limits.example.com", plural, "K"+plural, fmt.Sprintf(
+		`{type: object, description: "%s", properties: {color: {type: string, enum: [%s]}}}`, strings.Repeat("p", pad), strings.Join(values, ",")))
 }
 
 // TestCRDLimits: a tenant cannot install CRDs built to cost the server its

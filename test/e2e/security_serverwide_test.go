@@ -414,16 +414,7 @@ func TestOversizedRequests(t *testing.T) {
 	s := framework.StartServer(t, "")
 	const ws = "root:big-a"
 	s.CreateWorkspaces(ws)
-	blobs := `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: blobs.example.com}
-spec:
-  group: example.com
-  scope: Namespaced
-  names: {plural: blobs, singular: blob, kind: Blob}
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
-`
+	blobs := namespacedCRD("example.com", "blobs", "Blob", `{type: object, x-kubernetes-preserve-unknown-fields: true}`)
 	if out, err := s.KubectlErr(ws, blobs, "apply", "-f", "-"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

@@ -81,24 +81,8 @@ func TestWatchConsistency(t *testing.T) {
 
 func installWidgetCRD(t *testing.T, s *framework.Server) {
 	t.Helper()
-	out, err := s.KubectlErr("root", `apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: widgets.consistency.example.com
-spec:
-  group: consistency.example.com
-  scope: Namespaced
-  names: {plural: widgets, singular: widget, kind: Widget}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          data: {type: object, x-kubernetes-preserve-unknown-fields: true}
-`, "apply", "-f", "-")
+	out, err := s.KubectlErr("root", namespacedCRD("consistency.example.com", "widgets", "Widget",
+		`{type: object, properties: {data: {type: object, x-kubernetes-preserve-unknown-fields: true}}}`), "apply", "-f", "-")
 	if err != nil {
 		t.Fatalf("installing the CRD: %v\n%s", err, out)
 	}
