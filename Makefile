@@ -4,7 +4,7 @@ K8S_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/ve
 GOFLAGS_BUILD := -ldflags "-s -w $(K8S_LDFLAGS)"
 export CGO_ENABLED := 1
 
-.PHONY: build run test unit e2e faults physical-cluster conformance bench bench-quick lint clean
+.PHONY: build run test unit e2e faults physical-cluster conformance bench bench-quick bench-sync lint clean
 
 build:
 	go build $(GOFLAGS_BUILD) -o bin/ ./cmd/kcp ./cmd/kubectl-kcp ./cmd/syncer
@@ -49,6 +49,11 @@ clean:
 
 bench: build
 	go run ./test/bench -write docs/performance.md
+	go run ./test/bench -sync
+
+# Multi-cluster numbers only: a physical cluster, a syncer, placed workspaces.
+bench-sync: build
+	go run ./test/bench -sync
 
 bench-quick: build
 	go run ./test/bench -creates 500 -clusters 4 -workspaces 200 -crd-clusters 50 -list-totals 10000:100 -list-samples 100 -compare-ops 300 -compare-rounds 1 -feature-cost=false -latency-samples 50

@@ -18,6 +18,8 @@ import (
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/satokens"
 	"github.com/kcpsql/kcp/server/serverwide"
+	"github.com/kcpsql/kcp/server/syncerview"
+	"github.com/kcpsql/kcp/server/workloadapis"
 )
 
 // newConfig builds the configuration of the three upstream servers in the
@@ -28,9 +30,11 @@ import (
 // storage (the RBAC escalation check). Wrapped later, those would keep
 // root's RBAC and answer every cluster with it.
 func newConfig(opts cpoptions.CompletedOptions, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry) (*genericcp.Config, error) {
+	resources := controlplane.DefaultGenericAPIResourceConfigSource()
+	workloadapis.Enable(resources)
 	generic, informers, storageFactory, err := controlplaneapiserver.BuildGenericConfig(opts,
 		[]*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme},
-		controlplane.DefaultGenericAPIResourceConfigSource(), generatedopenapi.GetOpenAPIDefinitions, nil)
+		resources, generatedopenapi.GetOpenAPIDefinitions, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +66,9 @@ func newConfig(opts cpoptions.CompletedOptions, rbac *clusterrbac.Authorizer, cl
 // parent.
 func makeAuthClusterAware(g *genericapiserver.Config, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry) {
 	if g.Authentication.Authenticator != nil {
-		g.Authentication.Authenticator = satokens.WithServiceAccountIdentity(g.Authentication.Authenticator)
+		// A request the syncer view accepted continues as the view's
+		// identity (syncerview).
+		g.Authentication.Authenticator = syncerview.WithViewIdentity(satokens.WithServiceAccountIdentity(g.Authentication.Authenticator))
 	}
 	if g.Authorization.Authorizer != nil {
 		// serverwide leaves the server's own endpoints (metrics, debug,

@@ -13,17 +13,22 @@ import (
 	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
+	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/clusterrbac"
 	"github.com/kcpsql/kcp/server/controllers/crdlifecycle"
 	"github.com/kcpsql/kcp/server/controllers/garbagecollector"
 	"github.com/kcpsql/kcp/server/controllers/namespacedefaults"
 	"github.com/kcpsql/kcp/server/controllers/namespacedeletion"
+	"github.com/kcpsql/kcp/server/controllers/negotiation"
+	"github.com/kcpsql/kcp/server/controllers/placement"
+	"github.com/kcpsql/kcp/server/controllers/pushsyncer"
 	"github.com/kcpsql/kcp/server/controllers/synctarget"
 	"github.com/kcpsql/kcp/server/controllers/workspace"
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/leaderelection"
 	"github.com/kcpsql/kcp/server/logicalclusters"
+	"github.com/kcpsql/kcp/server/negotiated"
 	"github.com/kcpsql/kcp/server/systemcrds"
 	"github.com/kcpsql/kcp/storage/datastore"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
@@ -33,7 +38,7 @@ import (
 // runs once per process, watches all logical clusters, and /readyz waits for
 // the hooks, so a ready server has its APIs installed.
 func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, rbac *clusterrbac.Authorizer,
-	clusters *logicalclusters.Registry, crds *crdserving.Server, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) {
+	clusters *logicalclusters.Registry, crds *crdserving.Server, negotiatedAPIs *negotiated.Index, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) {
 	s.AddPostStartHookOrDie("kcp-service-account-tokens", func(hc genericapiserver.PostStartHookContext) error {
 		o.TokenGetter.SetLoopback(hc.LoopbackClientConfig)
 		return nil
@@ -46,7 +51,15 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 	})
 	s.AddPostStartHookOrDie("kcp-tenancy", func(hc genericapiserver.PostStartHookContext) error {
 		if err := systemcrds.Install(hc.Context, clusterinformer.ForCluster(hc.LoopbackClientConfig, crdserving.SystemCluster)); err != nil {
-			return fmt.Errorf("installing the tenancy.kcp.io and workload.kcp.io CRDs: %v", err)
+			return fmt.Errorf("installing the tenancy.kcp.io, workload.kcp.io and apiresource.kcp.io CRDs: %v", err)
+		}
+		// Watches of kcp's own resources start once their CRDs exist (before,
+		// their first lists fail and back off for seconds).
+		if err := placementadmission.Start(hc.Context, hc.LoopbackClientConfig); err != nil {
+			return err
+		}
+		if err := negotiatedAPIs.Start(hc.Context, hc.LoopbackClientConfig); err != nil {
+			return err
 		}
 		if err := clusters.Start(hc.Context, hc.LoopbackClientConfig); err != nil {
 			return err
@@ -61,6 +74,21 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 				go c.Run(ctx, 2)
 			} else {
 				klog.ErrorS(err, "SyncTarget heartbeat controller")
+			}
+			if c, err := negotiation.NewController(hc.LoopbackClientConfig); err == nil {
+				go c.Run(ctx, 2)
+			} else {
+				klog.ErrorS(err, "API negotiation controller")
+			}
+			if c, err := pushsyncer.NewController(hc.LoopbackClientConfig, o.PushMode, o.Outbound); err == nil {
+				go c.Run(ctx, 2)
+			} else {
+				klog.ErrorS(err, "push-mode syncers")
+			}
+			if c, err := placement.NewController(hc.LoopbackClientConfig, o.PlacementEvictionDelay, negotiatedAPIs.Resources); err == nil {
+				go c.Run(ctx, 2)
+			} else {
+				klog.ErrorS(err, "placement controller")
 			}
 		}
 		if o.Datastore.Dialect == datastore.SQLite {

@@ -29,6 +29,7 @@ import (
 	"github.com/kcpsql/kcp/server/admission/logicalclusterprotection"
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	"github.com/kcpsql/kcp/server/admission/notenforced"
+	"github.com/kcpsql/kcp/server/admission/placement"
 	"github.com/kcpsql/kcp/server/admission/webhookurls"
 	"github.com/kcpsql/kcp/server/admission/workspaceowner"
 	"github.com/kcpsql/kcp/server/outbound"
@@ -67,6 +68,11 @@ type Options struct {
 	// SyncTargetHeartbeatTimeout is how long a SyncTarget stays Ready
 	// without a heartbeat from its syncer.
 	SyncTargetHeartbeatTimeout time.Duration
+	// PushMode lets kcp run the syncers of SyncTargets that ask for it.
+	PushMode bool
+	// PlacementEvictionDelay is how long a namespace stays on a NotReady
+	// SyncTarget before it moves to another.
+	PlacementEvictionDelay time.Duration
 	// WebhookAllowedNetworks may be reached by tenants' webhook URLs although
 	// outbound refuses them by default (loopback, private, link-local).
 	WebhookAllowedNetworks []net.IPNet
@@ -107,11 +113,12 @@ func NewOptions() *Options {
 	crdlimits.Register(up.Admission.GenericAdmission.Plugins, &crdLimits)
 	logicalclusterprotection.Register(up.Admission.GenericAdmission.Plugins)
 	notenforced.Register(up.Admission.GenericAdmission.Plugins)
+	placement.Register(up.Admission.GenericAdmission.Plugins)
 	policy := &outbound.Policy{}
 	webhookurls.Register(up.Admission.GenericAdmission.Plugins, policy)
 	// Namespace lifecycle first, as upstream orders its own plugin.
 	up.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{namespacelifecycle.PluginName},
-		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, notenforced.PluginName)...)
+		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, notenforced.PluginName, placement.PluginName)...)
 	// Upstream caches token authentication results by token alone and
 	// validates in a context without the request's cluster; a result from
 	// one cluster would then be accepted in another. Service-account tokens
@@ -122,7 +129,7 @@ func NewOptions() *Options {
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
 	return &Options{RootDir: ".kcp", DatastoreNotify: true, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
 		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy,
-		SyncTargetHeartbeatTimeout: 40 * time.Second}
+		SyncTargetHeartbeatTimeout: 40 * time.Second, PlacementEvictionDelay: 10 * time.Second}
 }
 
 // hiddenUpstreamGroups are flag groups kcp owns itself: storage is the
@@ -157,6 +164,10 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"Refuse a CustomResourceDefinition when the schemas of all CustomResourceDefinitions of its logical cluster would exceed this many bytes of JSON, so that no tenant can cost the others their memory. 0: no limit.")
 	fs.DurationVar(&o.SyncTargetHeartbeatTimeout, "synctarget-heartbeat-timeout", o.SyncTargetHeartbeatTimeout,
 		"A SyncTarget (physical cluster) becomes NotReady when its syncer has not reported for this long; a SyncTarget's spec.heartbeatTimeout overrides it.")
+	fs.DurationVar(&o.PlacementEvictionDelay, "placement-eviction-delay", o.PlacementEvictionDelay,
+		"How long a namespace stays assigned to a NotReady SyncTarget before its workloads move to another Ready target its Placement selects (failover takes about --synctarget-heartbeat-timeout plus this).")
+	fs.BoolVar(&o.PushMode, "push-mode", o.PushMode,
+		"Run the syncer of every SyncTarget whose spec.push names a Secret with its physical cluster's kubeconfig inside kcp (push mode). Off by default: a tenant's kubeconfig makes the server dial an address of the tenant's choosing; connections obey --webhook-allowed-networks, and only inline credentials are accepted (docs/multicluster.md).")
 	fs.BoolVar(&o.Upstream.Etcd.EnableWatchCache, "watch-cache", o.Upstream.Etcd.EnableWatchCache,
 		"Serve lists, watches and reads at a resource version from one in-memory cache per built-in resource across all logical clusters (upstream's watch cache, keyed by cluster). Costs memory for every stored object; false reads everything from the datastore. Custom resources are never cached.")
 	fs.IPNetSliceVar(&o.WebhookAllowedNetworks, "webhook-allowed-networks", o.WebhookAllowedNetworks,
@@ -175,8 +186,10 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 // CompletedOptions are options with the datastore parsed and the root
 // directory's credentials in place.
 type CompletedOptions struct {
-	// SyncTargetHeartbeatTimeout: see Options.
+	// SyncTargetHeartbeatTimeout, PushMode, PlacementEvictionDelay: see Options.
 	SyncTargetHeartbeatTimeout time.Duration
+	PushMode                   bool
+	PlacementEvictionDelay     time.Duration
 	RootDir                    string
 	Datastore                  *datastore.Datastore
 	DatastoreNotify            bool
@@ -257,7 +270,7 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 		return nil, err
 	}
 	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
-		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout}, nil
+		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout, PushMode: o.PushMode, PlacementEvictionDelay: o.PlacementEvictionDelay}, nil
 }
 
 // Validate reports every invalid option.
@@ -268,6 +281,9 @@ func (c *CompletedOptions) Validate() []error {
 	}
 	if c.SyncTargetHeartbeatTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--synctarget-heartbeat-timeout must be positive, got %s", c.SyncTargetHeartbeatTimeout))
+	}
+	if c.PlacementEvictionDelay < 0 {
+		errs = append(errs, fmt.Errorf("--placement-eviction-delay must not be negative, got %s", c.PlacementEvictionDelay))
 	}
 	return errs
 }

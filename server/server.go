@@ -18,6 +18,7 @@ import (
 
 	"github.com/kcpsql/kcp/migrations"
 	"github.com/kcpsql/kcp/server/admission/crdlimits"
+	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
 	"github.com/kcpsql/kcp/server/clusterauthz"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/clusterrbac"
@@ -25,8 +26,10 @@ import (
 	"github.com/kcpsql/kcp/server/errorlimit"
 	"github.com/kcpsql/kcp/server/incarnations"
 	"github.com/kcpsql/kcp/server/logicalclusters"
+	"github.com/kcpsql/kcp/server/negotiated"
 	"github.com/kcpsql/kcp/server/requestlimits"
 	"github.com/kcpsql/kcp/server/routing"
+	"github.com/kcpsql/kcp/server/syncerview"
 	"github.com/kcpsql/kcp/storage/auditevents"
 	"github.com/kcpsql/kcp/storage/changehistory"
 	"github.com/kcpsql/kcp/storage/clusterdata"
@@ -74,7 +77,11 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 		return err
 	}
 	crds := crdserving.New(o.CRDHandlerIdle)
-	crdlimits.SetCRDs(crds.CRDs)
+	negotiatedAPIs := negotiated.New()
+	crds.SetExtra(negotiatedAPIs)
+	negotiatedAPIs.OnChange(crds.Invalidate)
+	placementadmission.SetNegotiated(negotiatedAPIs.Resources)
+	crdlimits.SetCRDs(crds.LocalCRDs)
 	createRevision, closeRevisions, err := incarnations.EtcdCreateRevision(o.Upstream.Etcd.StorageConfig.Transport.ServerList[0], o.Upstream.Etcd.StorageConfig.Prefix)
 	if err != nil {
 		return err
@@ -101,7 +108,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	deleteClusterData := func(ctx context.Context, c logicalcluster.Name) (int, error) {
 		return clusterdata.DeleteAll(ctx, db, o.Datastore.Dialect, kine, c)
 	}
-	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, deleteClusterData)
+	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, negotiatedAPIs, deleteClusterData)
 	if err := chain.GenericAPIServer.AddReadyzChecks(kine.Health); err != nil {
 		return err
 	}
@@ -154,7 +161,12 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, began *incar
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
 		// After authorization: reads at resource versions from before a
 		// cluster's current incarnation answer 410 (incarnations).
-		return requestlimits.WithURILimit(routing.WithLogicalCluster(errorlimit.WithLimit(inner(incarnations.WithIncarnations(crds.Wrap(h), began), gc))))
+		routed := routing.WithLogicalCluster(errorlimit.WithLimit(inner(incarnations.WithIncarnations(crds.Wrap(h), began), gc)))
+		view, err := syncerview.New(routed, gc.Authentication.Authenticator, gc.Authorization.Authorizer, gc.LoopbackClientConfig)
+		if err != nil {
+			klog.Fatalf("building the syncer view: %v", err)
+		}
+		return requestlimits.WithURILimit(view)
 	}
 }
 

@@ -20,11 +20,13 @@ import (
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
 
+	"github.com/kcpsql/kcp/schema/apiresource"
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/rbacescalation"
 	"github.com/kcpsql/kcp/server/tokenreview"
+	"github.com/kcpsql/kcp/server/workloadapis"
 )
 
 // createServerChain assembles the three upstream servers (CRDs, built-in
@@ -51,6 +53,7 @@ func createServerChain(c genericcp.CompletedConfig, crds *crdserving.Server) (*a
 	if err != nil {
 		return nil, fmt.Errorf("creating storage providers: %w", err)
 	}
+	providers = workloadapis.Providers(providers)
 	providers = tokenreview.WrapProviders(providers, c.ControlPlane.Generic.Authentication.Authenticator, c.ControlPlane.Generic.Authentication.APIAudiences)
 	providers = rbacescalation.WrapProviders(providers, c.ControlPlane.Generic.Authorization.Authorizer)
 	if err := native.InstallAPIs(providers...); err != nil {
@@ -99,6 +102,6 @@ func setUpCRDServing(c genericcp.CompletedConfig, ae *apiextensionsapiserver.Cus
 			x.GenericConfig.RequestTimeout, time.Duration(x.GenericConfig.MinRequestTimeout)*time.Second,
 			static, x.GenericConfig.MaxRequestBodyBytes)
 	}
-	crds.SetUp(newHandler, crdserving.ReservedGroups(agg.GenericAPIServer.ListedPaths(), tenancy.Group, workload.Group, "apiregistration.k8s.io", "apiextensions.k8s.io"))
+	crds.SetUp(newHandler, crdserving.ReservedGroups(agg.GenericAPIServer.ListedPaths(), tenancy.Group, workload.Group, apiresource.Group, "apiregistration.k8s.io", "apiextensions.k8s.io"))
 	return nil
 }

@@ -1,8 +1,8 @@
 // Package syncer is the library behind cmd/syncer (pull mode, beside the
 // physical cluster) and, later, push mode inside kcp: it connects one
 // physical cluster ("downstream") to its SyncTarget in kcp ("upstream").
-// Today it reports the cluster's health and capacity (heartbeat.go); syncing
-// workloads follows (issue 14).
+// It reports the cluster's health and capacity (heartbeat.go) and syncs the
+// objects assigned to the target through kcp's syncer view (sync.go).
 package syncer
 
 import (
@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -28,11 +29,11 @@ import (
 // resources into the status of SyncTarget name, with Ready=True: kcp marks
 // the target NotReady when heartbeats stop. A failed beat is logged and
 // retried at the next interval.
-func Heartbeat(ctx context.Context, upstream dynamic.Interface, name string, downstream kubernetes.Interface, interval time.Duration) {
+func Heartbeat(ctx context.Context, upstream dynamic.Interface, name string, downstream kubernetes.Interface, interval time.Duration, resources []schema.GroupVersionResource) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if err := beat(ctx, upstream, name, downstream); err != nil && ctx.Err() == nil {
+		if err := beat(ctx, upstream, name, downstream, resources); err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "heartbeat failed", "syncTarget", name)
 		}
 		select {
@@ -43,8 +44,8 @@ func Heartbeat(ctx context.Context, upstream dynamic.Interface, name string, dow
 	}
 }
 
-func beat(ctx context.Context, upstream dynamic.Interface, name string, downstream kubernetes.Interface) error {
-	st, err := observe(ctx, downstream)
+func beat(ctx context.Context, upstream dynamic.Interface, name string, downstream kubernetes.Interface, resources []schema.GroupVersionResource) error {
+	st, err := observe(ctx, downstream, resources)
 	if err != nil {
 		return fmt.Errorf("reading the physical cluster: %v", err)
 	}
@@ -62,6 +63,7 @@ func beat(ctx context.Context, upstream dynamic.Interface, name string, downstre
 	target.Status.KubernetesVersion = st.version
 	target.Status.Nodes, target.Status.ReadyNodes = st.nodes, st.readyNodes
 	target.Status.Capacity, target.Status.Allocatable = st.capacity, st.allocatable
+	target.Status.SyncedResources = st.resources
 	meta.SetStatusCondition(&target.Status.Conditions, metav1.Condition{
 		Type: workload.ConditionReady, Status: metav1.ConditionTrue, Reason: workload.ReasonHeartbeat,
 		Message: fmt.Sprintf("the syncer reached the physical cluster (%d of %d nodes Ready)", st.readyNodes, st.nodes),
@@ -79,11 +81,12 @@ type observation struct {
 	version               string
 	nodes, readyNodes     int
 	capacity, allocatable corev1.ResourceList
+	resources             []workload.ResourceState
 }
 
 // observe reads what the heartbeat reports. Capacity counts Ready,
 // schedulable nodes only: it is what placement may use.
-func observe(ctx context.Context, c kubernetes.Interface) (observation, error) {
+func observe(ctx context.Context, c kubernetes.Interface, resources []schema.GroupVersionResource) (observation, error) {
 	var o observation
 	v, err := c.Discovery().ServerVersion()
 	if err != nil {
@@ -103,6 +106,21 @@ func observe(ctx context.Context, c kubernetes.Interface) (observation, error) {
 		o.readyNodes++
 		add(o.capacity, n.Status.Capacity)
 		add(o.allocatable, n.Status.Allocatable)
+	}
+	for _, r := range resources {
+		name := r.Resource + "." + r.Group + "/" + r.Version
+		if r.Group == "" {
+			name = r.Resource + "/" + r.Version
+		}
+		state := workload.ResourceNotServed
+		if list, err := c.Discovery().ServerResourcesForGroupVersion(r.GroupVersion().String()); err == nil {
+			for _, res := range list.APIResources {
+				if res.Name == r.Resource {
+					state = workload.ResourceAccepted
+				}
+			}
+		}
+		o.resources = append(o.resources, workload.ResourceState{Resource: name, State: state})
 	}
 	return o, nil
 }

@@ -17,12 +17,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kcpsql/kcp/schema/apiresource"
 	"github.com/kcpsql/kcp/schema/workload"
 )
 
@@ -64,8 +66,46 @@ and writes:
 	sync.Flags().StringVar(&kubeconfigOut, "kcp-kubeconfig-out", "", "where to write the syncer's kubeconfig for kcp (default: NAME-syncer.kubeconfig)")
 	sync.Flags().StringVar(&image, "syncer-image", "kcp-syncer:latest", "image of cmd/syncer for the manifest's Deployment (build and push it yourself)")
 	sync.Flags().DurationVar(&expiration, "token-expiration", 365*24*time.Hour, "how long the syncer's token is valid; run sync again to renew it")
-	cmd.AddCommand(sync)
+	cmd.AddCommand(sync, o.cordonCommand(true), o.cordonCommand(false))
 	return cmd
+}
+
+// cordonCommand is "cordon NAME" (unschedulable: no new namespaces go to
+// the physical cluster; those there stay) or "uncordon NAME".
+func (o *wsOptions) cordonCommand(cordon bool) *cobra.Command {
+	use, short := "uncordon NAME", "Let Placements assign namespaces to a SyncTarget again"
+	if cordon {
+		use, short = "cordon NAME", "Keep new namespaces off a SyncTarget (those already there stay)"
+	}
+	return &cobra.Command{
+		Use:     use,
+		Short:   short,
+		Example: "  kubectl kcp workload " + strings.Fields(use)[0] + " pc1",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			s, _, dyn, err := o.loadCurrent()
+			if err != nil {
+				return err
+			}
+			patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, cordon)
+			if _, err := dyn.Resource(workload.SyncTargetsResource).Patch(ctx, args[0], types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				if apierrors.IsNotFound(err) {
+					return fmt.Errorf("no SyncTarget %s in workspace %s", args[0], s.current)
+				}
+				return err
+			}
+			verb := "uncordoned"
+			if cordon {
+				verb = "cordoned"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "SyncTarget %s %s in workspace %s\n", args[0], verb, s.current)
+			return nil
+		},
+	}
 }
 
 func (o *wsOptions) sync(ctx context.Context, out, errOut io.Writer, name, labelArg, output, kubeconfigOut, image string, expiration time.Duration) error {
@@ -124,8 +164,10 @@ func (o *wsOptions) sync(ctx context.Context, out, errOut io.Writer, name, label
 		return fmt.Errorf("creating service account %s/%s: %v", syncerNamespace, sa, err)
 	}
 	cr := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{workload.Group}, Resources: []string{"synctargets"}, ResourceNames: []string{name}, Verbs: []string{"get"}},
+		{APIGroups: []string{workload.Group}, Resources: []string{"synctargets"}, ResourceNames: []string{name}, Verbs: []string{"get", workload.VerbSync}},
 		{APIGroups: []string{workload.Group}, Resources: []string{"synctargets/status"}, ResourceNames: []string{name}, Verbs: []string{"get", "update", "patch"}},
+		// Its API imports (--resources); admission lets it write only its own.
+		{APIGroups: []string{apiresource.Group}, Resources: []string{"apiresourceimports"}, Verbs: []string{"get", "create", "update"}},
 	}}
 	crb := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
@@ -228,7 +270,9 @@ func parseLabels(arg string) (map[string]string, error) {
 }
 
 // syncerManifest is what the physical cluster needs to run the syncer: the
-// least it may do there today is read nodes (for the heartbeat's capacity).
+// least it may do there is read nodes (for the heartbeat's capacity) and
+// manage namespaces and the synced resources (it writes only the namespaces
+// it creates, kcp-<hash>, and what is in them).
 func syncerManifest(name, image string, kubeconfig []byte) ([]byte, error) {
 	ns := "kcp-syncer-" + name
 	app := map[string]string{"app.kubernetes.io/name": "kcp-syncer", "kcp.io/sync-target": name}
@@ -237,7 +281,12 @@ func syncerManifest(name, image string, kubeconfig []byte) ([]byte, error) {
 		&corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: ns}},
 		&corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: metav1.ObjectMeta{Name: "kcp-syncer", Namespace: ns}},
 		&rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"}, ObjectMeta: metav1.ObjectMeta{Name: ns},
-			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{""}, Resources: []string{"namespaces", "configmaps", "secrets", "serviceaccounts", "services"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+				{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+				{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+			}},
 		&rbacv1.ClusterRoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"}, ObjectMeta: metav1.ObjectMeta{Name: ns},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ns},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "kcp-syncer"}}},

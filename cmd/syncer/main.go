@@ -1,7 +1,8 @@
 // Command syncer connects one physical cluster to its SyncTarget in kcp
-// (pull mode: it runs beside the physical cluster and dials kcp). Today it
+// (pull mode: it runs beside the physical cluster and dials kcp). It
 // reports the cluster's health, version and capacity (the SyncTarget's
-// status and Ready condition); syncing workloads follows.
+// status and Ready condition), and runs the objects kcp assigns to the
+// target there: spec down, status up, deletion down first.
 //
 //	syncer --kcp-kubeconfig kcp.kubeconfig --sync-target pc1 [--kubeconfig physical.kubeconfig]
 package main
@@ -9,17 +10,24 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
+	_ "net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/syncer"
 )
 
@@ -29,6 +37,11 @@ func main() {
 	kcpContext := fs.String("kcp-context", "", "context in --kcp-kubeconfig (default: its current context)")
 	target := fs.String("sync-target", "", "name of the SyncTarget this physical cluster is (required)")
 	downstream := fs.String("kubeconfig", "", "kubeconfig for the physical cluster; empty: in-cluster configuration")
+	workers := fs.Int("workers", 8, "objects synced in parallel")
+	resources := fs.StringSlice("resources", nil, "more resources to sync besides Deployments, Services, Ingresses, ConfigMaps, Secrets and ServiceAccounts: names of CustomResourceDefinitions of the physical cluster (<plural>.<group>, comma-separated); their definitions are reported to kcp, which serves the least common denominator of every SyncTarget's in the workspaces placed on them")
+	qps := fs.Float32("qps", 50, "requests per second the syncer may send to kcp, and to the physical cluster (each)")
+	burst := fs.Int("burst", 100, "bursts above --qps allowed")
+	debugAddr := fs.String("debug-address", "", "serve Go's /debug/pprof on this address (for example 127.0.0.1:6060); empty: off")
 	interval := fs.Duration("heartbeat-interval", 10*time.Second, "how often to report health and capacity; keep it well below the SyncTarget's heartbeat timeout (kcp start --synctarget-heartbeat-timeout, default 40s)")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "syncer connects one physical Kubernetes cluster to its SyncTarget in kcp.\n\nUsage:\n  syncer --kcp-kubeconfig FILE --sync-target NAME [--kubeconfig FILE]\n\nFlags:\n%s", fs.FlagUsages())
@@ -53,6 +66,9 @@ func main() {
 	if err != nil {
 		fail("physical cluster configuration: %v (give --kubeconfig outside a cluster)", err)
 	}
+	// client-go's default of 5 requests per second would pace a syncer of
+	// many workspaces to minutes behind.
+	up.QPS, up.Burst, down.QPS, down.Burst = *qps, *burst, *qps, *burst
 	upClient, err := dynamic.NewForConfig(up)
 	if err != nil {
 		fail("%v", err)
@@ -63,8 +79,43 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
-	fmt.Fprintf(os.Stderr, "syncer: reporting physical cluster %s as SyncTarget %s at %s every %s\n", down.Host, *target, up.Host, *interval)
-	syncer.Heartbeat(ctx, upClient, *target, downClient, *interval)
+	// The SyncTarget's spec.resources, and --resources.
+	names := append([]string{}, *resources...)
+	if st, err := upClient.Resource(workload.SyncTargetsResource).Get(context.Background(), *target, metav1.GetOptions{}); err == nil {
+		more, _, _ := unstructured.NestedStringSlice(st.Object, "spec", "resources")
+		names = append(names, more...)
+	}
+	grs, err := syncer.ParseResources(names)
+	if err != nil {
+		fail("%v", err)
+	}
+	ext, err := apiextensionsclient.NewForConfig(down)
+	if err != nil {
+		fail("%v", err)
+	}
+	imports, err := syncer.ResolveImports(ctx, ext, grs)
+	if err != nil {
+		fail("%v", err)
+	}
+	synced := append([]schema.GroupVersionResource{}, workload.SyncedResources...)
+	for _, imp := range imports {
+		synced = append(synced, imp.Storage)
+	}
+	s, err := syncer.NewSyncer(up, *target, down, synced)
+	if err != nil {
+		fail("%v", err)
+	}
+	go syncer.ReportImports(ctx, upClient, *target, ext, imports, 30*time.Second)
+	fmt.Fprintf(os.Stderr, "syncer: reporting physical cluster %s as SyncTarget %s at %s every %s, and syncing %d resources\n", down.Host, *target, up.Host, *interval, len(synced))
+	if *debugAddr != "" {
+		go func() {
+			if err := http.ListenAndServe(*debugAddr, nil); err != nil {
+				fmt.Fprintf(os.Stderr, "syncer: --debug-address: %v\n", err)
+			}
+		}()
+	}
+	go s.Run(ctx, *workers)
+	syncer.Heartbeat(ctx, upClient, *target, downClient, *interval, synced)
 }
 
 func fail(format string, a ...any) {

@@ -6,7 +6,9 @@
 package workload
 
 import (
+	"crypto/sha256"
 	"embed"
+	"math/big"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,7 +45,30 @@ type SyncTargetSpec struct {
 	// HeartbeatTimeout overrides the server's --synctarget-heartbeat-timeout
 	// for this target.
 	HeartbeatTimeout *metav1.Duration `json:"heartbeatTimeout,omitempty"`
+	// Unschedulable (cordoned) targets get no new namespaces; namespaces
+	// already assigned stay.
+	Unschedulable bool `json:"unschedulable,omitempty"`
+	// Push, when set, asks kcp to run this target's syncer itself (push
+	// mode), with the physical cluster's kubeconfig from a Secret of this
+	// workspace. Only servers started with --push-mode do.
+	Push *PushSpec `json:"push,omitempty"`
+	// Resources are more resources to sync, names of CRDs the physical
+	// cluster serves (<plural>.<group>); read by the syncer at start, in
+	// both modes (bin/syncer adds its --resources).
+	Resources []string `json:"resources,omitempty"`
 }
+
+// PushSpec names the Secret (in the SyncTarget's workspace) whose key
+// "kubeconfig" holds a kubeconfig for the physical cluster: inline
+// credentials only (no files, no exec or auth-provider plugins).
+type PushSpec struct {
+	SecretNamespace string `json:"secretNamespace"`
+	SecretName      string `json:"secretName"`
+}
+
+// ConditionPushSyncer reports, for a push-mode SyncTarget, whether kcp runs
+// its syncer.
+const ConditionPushSyncer = "PushSyncer"
 
 // SyncTargetStatus is what the syncer reports.
 type SyncTargetStatus struct {
@@ -54,9 +79,127 @@ type SyncTargetStatus struct {
 	Capacity          corev1.ResourceList `json:"capacity,omitempty"`
 	Nodes             int                 `json:"nodes,omitempty"`
 	ReadyNodes        int                 `json:"readyNodes,omitempty"`
+	// SyncedResources are the resources the syncer syncs, and whether the
+	// physical cluster serves each.
+	SyncedResources []ResourceState `json:"syncedResources,omitempty"`
 }
+
+// ResourceState is one synced resource ("deployments.apps/v1") and its
+// state: Accepted when the physical cluster serves it, NotServed if not.
+type ResourceState struct {
+	Resource string `json:"resource"`
+	State    string `json:"state"`
+}
+
+// States of a synced resource.
+const (
+	ResourceAccepted  = "Accepted"
+	ResourceNotServed = "NotServed"
+)
 
 // CRDs are the YAML definitions kcp installs in root.
 //
 //go:embed crds/*.yaml
 var CRDs embed.FS
+
+// PlacementsResource is the resource of Placements.
+var PlacementsResource = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "placements"}
+
+// Placement, in a user's workspace, runs the namespaces it selects on the
+// SyncTargets of a location workspace. Creating or changing one needs the
+// verb "use" on synctargets in that location workspace.
+type Placement struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              PlacementSpec   `json:"spec,omitempty"`
+	Status            PlacementStatus `json:"status,omitempty"`
+}
+
+// PlacementSpec says where the selected namespaces may run.
+type PlacementSpec struct {
+	// LocationWorkspace is the workspace (logical cluster path, for
+	// example root:compute) whose SyncTargets this placement uses.
+	LocationWorkspace string `json:"locationWorkspace"`
+	// LocationSelector selects SyncTargets by their labels; empty: all.
+	LocationSelector *metav1.LabelSelector `json:"locationSelector,omitempty"`
+	// NamespaceSelector selects the namespaces of this workspace that run
+	// there; empty ({}): every namespace.
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+}
+
+// PlacementStatus reports what the placement selects.
+type PlacementStatus struct {
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// SelectedTargets are the Ready SyncTargets the placement may assign
+	// namespaces to (location workspace path and name).
+	SelectedTargets []string `json:"selectedTargets,omitempty"`
+	// Namespaces is how many namespaces are assigned.
+	Namespaces int `json:"namespaces,omitempty"`
+	// ShadowedAPIs are negotiated APIs of the location that this workspace
+	// is not served because a CRD of its own has the same name.
+	ShadowedAPIs []string `json:"shadowedAPIs,omitempty"`
+}
+
+// Conditions and reasons of a Placement.
+const (
+	ReasonTargetsSelected = "TargetsSelected"
+	ReasonNoReadyTarget   = "NoReadyTarget"
+)
+
+// VerbUse is the verb, on synctargets in a location workspace, that
+// creating a Placement needs. VerbSync, on one SyncTarget, lets its syncer
+// use the syncer view of that target.
+const (
+	VerbUse  = "use"
+	VerbSync = "sync"
+)
+
+// Assignment data on namespaces and synced objects.
+const (
+	// StateLabelPrefix + TargetKey(...) = "Sync" marks a namespace, and each
+	// object of a synced resource in it, as assigned to that SyncTarget.
+	StateLabelPrefix = "state.workload.kcp.io/"
+	// StateSync is the value of an assignment label.
+	StateSync = "Sync"
+	// FinalizerPrefix + TargetKey(...) keeps an upstream object until the
+	// target's syncer has deleted its downstream copy.
+	FinalizerPrefix = "workload.kcp.io/syncer-"
+	// AssignedTargetAnnotation names the assigned SyncTarget on a namespace
+	// for humans: "<location workspace>/<name>".
+	AssignedTargetAnnotation = "workload.kcp.io/sync-target"
+)
+
+// TargetKey is a short, stable key of one SyncTarget (its location
+// workspace and name), fit for a label name: 12 base-36 characters of a
+// SHA-256. It is the same everywhere, so kcp and the syncer agree on it.
+func TargetKey(location, name string) string {
+	sum := sha256.Sum256([]byte(location + "/" + name))
+	v := new(big.Int).SetBytes(sum[:10]).Text(36)
+	for len(v) < 12 {
+		v = "0" + v
+	}
+	return v[:12]
+}
+
+// StateLabel and Finalizer for one SyncTarget.
+func StateLabel(location, name string) string { return StateLabelPrefix + TargetKey(location, name) }
+func Finalizer(location, name string) string  { return FinalizerPrefix + TargetKey(location, name) }
+
+// SyncedResources are the resources a syncer syncs by default: every object
+// of them in an assigned namespace goes to the physical cluster.
+var SyncedResources = []schema.GroupVersionResource{
+	{Group: "apps", Version: "v1", Resource: "deployments"},
+	{Version: "v1", Resource: "services"},
+	{Group: "networking.k8s.io", Version: "v1", Resource: "ingresses"},
+	{Version: "v1", Resource: "configmaps"},
+	{Version: "v1", Resource: "secrets"},
+	{Version: "v1", Resource: "serviceaccounts"},
+}
+
+// WorkloadResources are the synced resources kcp serves only to run them:
+// creating one in a namespace that no Placement selects is refused.
+var WorkloadResources = []schema.GroupResource{
+	{Group: "apps", Resource: "deployments"},
+	{Resource: "services"},
+	{Group: "networking.k8s.io", Resource: "ingresses"},
+}

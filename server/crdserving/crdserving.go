@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -53,6 +54,17 @@ const byName = "name"
 // cluster's CRDs (or, for wildcard requests, one CRD per name).
 type NewHandlerFunc func(view *View) (http.Handler, error)
 
+// Extra provides definitions a cluster is served besides its own CRDs
+// (negotiated APIs of the locations it places on). Its definitions look
+// like established CRDs whose kcp.io/cluster annotation names where they
+// come from.
+type Extra interface {
+	Definitions(cluster logicalcluster.Name) []*apiextensionsv1.CustomResourceDefinition
+	Definition(cluster logicalcluster.Name, name string) (*apiextensionsv1.CustomResourceDefinition, bool)
+	AllNamed(name string) []*apiextensionsv1.CustomResourceDefinition
+	Names() []string
+}
+
 // Server is the per-cluster CRD serving layer. Create it with New, give it
 // its handler factory and reserved groups with SetUp once the upstream
 // servers exist, and start its informer with Start.
@@ -69,12 +81,38 @@ type Server struct {
 	listeners []cache.ResourceEventHandler
 
 	openapi openAPICache
+	extra   Extra
 }
 
 // New returns a Server that drops a cluster's handler after idle without
 // requests.
 func New(idle time.Duration) *Server {
 	return &Server{idle: idle, views: map[logicalcluster.Name]*View{}, reserved: func(string) bool { return true }}
+}
+
+// SetExtra adds a source of definitions served besides each cluster's own.
+func (s *Server) SetExtra(e Extra) { s.extra = e }
+
+// Invalidate drops the serving state of clusters whose extra definitions
+// changed (and of requests across all clusters); the next request rebuilds
+// it.
+func (s *Server) Invalidate(clusters []logicalcluster.Name) {
+	s.mu.Lock()
+	var dropped []*View
+	for _, c := range append(clusters, logicalcluster.Wildcard) {
+		if v := s.views[c]; v != nil {
+			delete(s.views, c)
+			dropped = append(dropped, v)
+		}
+		s.openapi.forget(c)
+	}
+	s.mu.Unlock()
+	for _, v := range dropped {
+		v.dead.Store(true)
+		for _, h := range v.handlers {
+			h.OnDelete(nil)
+		}
+	}
 }
 
 // SetUp gives the server its handler factory and the groups it must leave
@@ -123,8 +161,28 @@ func (s *Server) Listen(h cache.ResourceEventHandler) {
 	s.listeners = append(s.listeners, h)
 }
 
-// CRDs returns a cluster's CRDs from the shared cache.
+// CRDs returns the definitions a cluster is served: its own CRDs from the
+// shared cache and, for names it does not define itself, the extra ones.
 func (s *Server) CRDs(cluster logicalcluster.Name) []*apiextensionsv1.CustomResourceDefinition {
+	out := s.LocalCRDs(cluster)
+	if s.extra == nil || cluster.IsWildcard() {
+		return out
+	}
+	local := map[string]bool{}
+	for _, crd := range out {
+		local[crd.Name] = true
+	}
+	for _, crd := range s.extra.Definitions(cluster) {
+		if !local[crd.Name] {
+			out = append(out, crd)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// LocalCRDs returns a cluster's own CRDs from the shared cache.
+func (s *Server) LocalCRDs(cluster logicalcluster.Name) []*apiextensionsv1.CustomResourceDefinition {
 	if s.indexer == nil {
 		return nil
 	}
@@ -137,16 +195,20 @@ func (s *Server) CRDs(cluster logicalcluster.Name) []*apiextensionsv1.CustomReso
 	return out
 }
 
-// CRD returns one CRD of a cluster from the shared cache.
+// CRD returns one definition a cluster is served: its own CRD, else an
+// extra one.
 func (s *Server) CRD(cluster logicalcluster.Name, name string) (*apiextensionsv1.CustomResourceDefinition, bool) {
 	if s.indexer == nil {
 		return nil, false
 	}
 	obj, ok, err := s.indexer.GetByKey(clusterinformer.Key(cluster, "", name))
-	if err != nil || !ok {
-		return nil, false
+	if err == nil && ok {
+		return obj.(*apiextensionsv1.CustomResourceDefinition), true
 	}
-	return obj.(*apiextensionsv1.CustomResourceDefinition), true
+	if s.extra != nil && !cluster.IsWildcard() {
+		return s.extra.Definition(cluster, name)
+	}
+	return nil, false
 }
 
 // Synced reports whether the shared informer has synced.
@@ -262,7 +324,11 @@ func (s *Server) visible(cluster logicalcluster.Name) []*apiextensionsv1.CustomR
 		return s.CRDs(cluster)
 	}
 	names := s.indexer.ListIndexFuncValues(byName)
+	if s.extra != nil {
+		names = append(names, s.extra.Names()...)
+	}
 	sort.Strings(names)
+	names = slices.Compact(names)
 	var out []*apiextensionsv1.CustomResourceDefinition
 	for _, name := range names {
 		if crd, err := s.wildcardCRD(name); err == nil {
@@ -285,6 +351,11 @@ func (s *Server) representative(name string) (*apiextensionsv1.CustomResourceDef
 
 func (s *Server) allNamed(name string) (rep *apiextensionsv1.CustomResourceDefinition, all []*apiextensionsv1.CustomResourceDefinition) {
 	objs, _ := s.indexer.ByIndex(byName, name)
+	if s.extra != nil {
+		for _, crd := range s.extra.AllNamed(name) {
+			objs = append(objs, crd)
+		}
+	}
 	for _, o := range objs {
 		crd := o.(*apiextensionsv1.CustomResourceDefinition)
 		c := clusterinformer.ClusterOf(crd)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kcpsql/kcp/schema/apiresource"
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/schema/workload"
 )
@@ -28,7 +29,7 @@ func Install(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	for _, defs := range []fs.FS{tenancy.CRDs, workload.CRDs} {
+	for _, defs := range []fs.FS{tenancy.CRDs, workload.CRDs, apiresource.CRDs} {
 		files, err := fs.Glob(defs, "crds/*.yaml")
 		if err != nil {
 			return err

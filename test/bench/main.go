@@ -65,6 +65,15 @@ type result struct {
 func main() {
 	flag.Parse()
 	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }
+	if *syncOnly {
+		r, err := benchSync(log)
+		if err != nil {
+			log("sync benchmark failed: %v", err)
+			os.Exit(1)
+		}
+		printSync(r)
+		return
+	}
 	var results []result
 	var wsResults []wsResult
 	dss := []string{"sqlite"}

@@ -256,9 +256,15 @@ func TestDiscoveryAndOpenAPIPerCluster(t *testing.T) {
 			t.Errorf("api-resources in %s lacks %s", c, r)
 		}
 	}
-	for _, r := range []string{"pods", "deployments"} {
+	for _, r := range []string{"pods", "replicasets.apps", "nodes"} {
 		if strings.Contains(out, "\n"+r+"\n") {
-			t.Errorf("api-resources in %s lists %s, which a generic control plane does not serve", c, r)
+			t.Errorf("api-resources in %s lists %s, which kcp does not serve", c, r)
+		}
+	}
+	// The workload APIs a syncer runs on physical clusters (issue 14).
+	for _, r := range []string{"deployments.apps", "services", "ingresses.networking.k8s.io"} {
+		if !strings.Contains(out, "\n"+r+"\n") {
+			t.Errorf("api-resources in %s lacks %s", c, r)
 		}
 	}
 	out = s.Kubectl(c, "explain", "configmap.data")

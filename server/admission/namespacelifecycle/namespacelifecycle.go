@@ -129,3 +129,9 @@ func (p *Plugin) namespace(ctx context.Context, cluster logicalcluster.Name, nam
 	}
 	return client.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 }
+
+// Namespace returns a namespace of one cluster from the shared cache (or a
+// direct read while the cache fills): other admission plugins use it.
+func Namespace(ctx context.Context, cluster logicalcluster.Name, name string) (*corev1.Namespace, error) {
+	return instance.namespace(ctx, cluster, name)
+}

@@ -58,7 +58,7 @@ func (c *Controller) enqueue(obj interface{}) {
 		cl := clusterinformer.ClusterOf(crd)
 		c.queue.Add(clusterinformer.Key(cl, "", crd.Name))
 		// A change of one CRD's names may free names another waits for.
-		for _, other := range c.serving.CRDs(cl) {
+		for _, other := range c.serving.LocalCRDs(cl) {
 			if other.Spec.Group == crd.Spec.Group && other.Name != crd.Name {
 				c.queue.Add(clusterinformer.Key(cl, "", other.Name))
 			}

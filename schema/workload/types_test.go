@@ -1,0 +1,30 @@
+package workload
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+func TestTargetKey(t *testing.T) {
+	a := TargetKey("root:compute", "pc1")
+	if a != TargetKey("root:compute", "pc1") {
+		t.Fatal("TargetKey is not stable")
+	}
+	if len(a) != 12 {
+		t.Errorf("TargetKey %q: want 12 characters", a)
+	}
+	seen := map[string]string{}
+	for _, in := range [][2]string{{"root:compute", "pc1"}, {"root:compute", "pc2"}, {"root:compute:pc1", ""}, {"root", "compute/pc1"}, {"root:other", "pc1"}} {
+		k := TargetKey(in[0], in[1])
+		if prev, ok := seen[k]; ok {
+			t.Errorf("TargetKey(%v) = TargetKey(%v) = %s", in, prev, k)
+		}
+		seen[k] = in[0] + "|" + in[1]
+		for _, name := range []string{StateLabel(in[0], in[1]), Finalizer(in[0], in[1])} {
+			if errs := validation.IsQualifiedName(name); len(errs) > 0 {
+				t.Errorf("%s is not a valid label/finalizer name: %v", name, errs)
+			}
+		}
+	}
+}

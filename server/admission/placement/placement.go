@@ -1,0 +1,431 @@
+// Package placement is the admission side of Placements
+// (workload.kcp.io/v1alpha1):
+//
+//   - creating a Placement, or pointing one at another location or
+//     selector, needs the verb "use" on synctargets in its location
+//     workspace, checked with the requester's identity there (ordinary RBAC
+//     in that workspace decides);
+//   - a Deployment, Service or Ingress can be created only in a namespace
+//     that a Placement of its workspace selects: kcp runs no workload
+//     itself, so one that no physical cluster would run is refused with a
+//     message that says what to do, instead of being accepted and ignored;
+//   - an object of a synced resource created in a namespace already
+//     assigned to a SyncTarget gets that target's assignment label and
+//     finalizer at once (the placement controller labels what existed
+//     before the assignment).
+package placement
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kcpsql/kcp/schema/apiresource"
+	"github.com/kcpsql/kcp/schema/workload"
+	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
+	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// PluginName is the name under which the plugin is registered.
+const PluginName = "kcp.io/Placement"
+
+var (
+	placements = workload.PlacementsResource.GroupResource()
+	imports    = apiresource.ImportsResource.GroupResource()
+	synced     = sets.New[schema.GroupResource]()
+	workloads  = sets.New(workload.WorkloadResources...)
+)
+
+func init() {
+	for _, r := range workload.SyncedResources {
+		synced.Insert(r.GroupResource())
+	}
+}
+
+var negotiated atomic.Pointer[func(logicalcluster.Name) []schema.GroupVersionResource]
+
+// SetNegotiated gives the plugin the negotiated resources served in a
+// cluster: objects of them are synced too.
+func SetNegotiated(f func(logicalcluster.Name) []schema.GroupVersionResource) { negotiated.Store(&f) }
+
+func isSynced(cluster logicalcluster.Name, gr schema.GroupResource) bool {
+	if synced.Has(gr) {
+		return true
+	}
+	if f := negotiated.Load(); f != nil {
+		for _, r := range (*f)(cluster) {
+			if r.GroupResource() == gr {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// BuiltIn reports the objects kcp creates in every namespace itself (the
+// CA bundle, the default service account): they are not synced, since
+// every physical cluster has its own.
+func BuiltIn(gr schema.GroupResource, name string) bool {
+	return (gr == schema.GroupResource{Resource: "configmaps"} && name == "kube-root-ca.crt") ||
+		(gr == schema.GroupResource{Resource: "serviceaccounts"} && name == "default")
+}
+
+// Plugin is the admission plugin; Start gives it its Placement cache.
+type Plugin struct {
+	*admission.Handler
+	authz authorizer.Authorizer
+	state atomic.Pointer[state]
+}
+
+type state struct {
+	indexer cache.Indexer
+	synced  cache.InformerSynced
+	clients *clusterinformer.Clients
+}
+
+var instance = &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update)}
+
+// Register adds the plugin to a plugin registry (one instance per process).
+func Register(plugins *admission.Plugins) {
+	plugins.Register(PluginName, func(io.Reader) (admission.Interface, error) { return instance, nil })
+}
+
+// SetAuthorizer receives the server's (cluster-aware) authorizer.
+func (p *Plugin) SetAuthorizer(a authorizer.Authorizer) { p.authz = a }
+
+// ValidateInitialization fails when no authorizer was given.
+func (p *Plugin) ValidateInitialization() error {
+	if p.authz == nil {
+		return fmt.Errorf("%s needs an authorizer", PluginName)
+	}
+	return nil
+}
+
+// Start runs the shared watch of Placements in all clusters.
+func Start(ctx context.Context, loopback *rest.Config) error {
+	d, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
+	if err != nil {
+		return err
+	}
+	clients, err := clusterinformer.NewClients(loopback)
+	if err != nil {
+		return err
+	}
+	r := d.Resource(workload.PlacementsResource)
+	indexer, ctrl := clusterinformer.New(clusterinformer.ListWatch(r.List, r.Watch), &unstructured.Unstructured{}, clusterinformer.ClusterIndexers, nil)
+	go ctrl.RunWithContext(ctx)
+	instance.state.Store(&state{indexer: indexer, synced: ctrl.HasSynced, clients: clients})
+	return nil
+}
+
+// Decode reads a Placement from its unstructured form.
+func Decode(obj *unstructured.Unstructured) (*workload.Placement, error) {
+	var p workload.Placement
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Selects reports whether a Placement selects a namespace with these labels.
+func Selects(p *workload.Placement, nsLabels map[string]string) bool {
+	if p.DeletionTimestamp != nil || p.Spec.NamespaceSelector == nil {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(p.Spec.NamespaceSelector)
+	return err == nil && sel.Matches(labels.Set(nsLabels))
+}
+
+// selecting returns the names of the Placements of cluster that select a
+// namespace with these labels, from the cache and, if the cache has none
+// (a Placement created a moment ago), from a direct read.
+func (p *Plugin) selecting(ctx context.Context, cluster logicalcluster.Name, nsLabels map[string]string) ([]string, error) {
+	st := p.state.Load()
+	if st == nil {
+		return nil, fmt.Errorf("placement admission is starting")
+	}
+	var objs []*unstructured.Unstructured
+	if st.synced() {
+		cached, _ := st.indexer.ByIndex(clusterinformer.ByCluster, string(cluster))
+		for _, o := range cached {
+			objs = append(objs, o.(*unstructured.Unstructured))
+		}
+	}
+	names := matching(objs, nsLabels)
+	if len(names) > 0 {
+		return names, nil
+	}
+	d, err := st.clients.Dynamic(cluster)
+	if err != nil {
+		return nil, err
+	}
+	list, err := d.Resource(workload.PlacementsResource).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	objs = objs[:0]
+	for i := range list.Items {
+		objs = append(objs, &list.Items[i])
+	}
+	return matching(objs, nsLabels), nil
+}
+
+func matching(objs []*unstructured.Unstructured, nsLabels map[string]string) []string {
+	var names []string
+	for _, o := range objs {
+		if pl, err := Decode(o); err == nil && Selects(pl, nsLabels) {
+			names = append(names, pl.Name)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+var _ admission.MutationInterface = &Plugin{}
+var _ admission.ValidationInterface = &Plugin{}
+
+// Admit keeps the assignment data kcp's own: only kcp (and system:masters)
+// may set or change assignment labels and syncer finalizers on namespaces
+// and synced objects, and the SyncTarget annotation on namespaces; a
+// tenant's values are dropped on create and restored on update. A tenant
+// who could set them would run workloads on clusters it may not use. Then
+// it labels a new object of a synced resource in an assigned namespace.
+func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	gr := a.GetResource().GroupResource()
+	if a.GetSubresource() != "" || (a.GetOperation() != admission.Create && a.GetOperation() != admission.Update) {
+		return nil
+	}
+	cluster, ok := logicalcluster.From(ctx)
+	if !ok || cluster.IsWildcard() {
+		return nil
+	}
+	obj, err := meta.Accessor(a.GetObject())
+	if err != nil {
+		return nil
+	}
+	if u := a.GetUserInfo(); u == nil || !slices.Contains(u.GetGroups(), user.SystemPrivilegedGroup) {
+		var old metav1.Object
+		if a.GetOperation() == admission.Update && a.GetOldObject() != nil {
+			old, _ = meta.Accessor(a.GetOldObject())
+		}
+		KeepAssignment(obj, old)
+	}
+	if a.GetOperation() != admission.Create || a.GetNamespace() == "" || BuiltIn(gr, a.GetName()) || !isSynced(cluster, gr) {
+		return nil
+	}
+	ns, err := namespacelifecycle.Namespace(ctx, cluster, a.GetNamespace())
+	if err != nil {
+		return nil // namespacelifecycle answers for a missing namespace
+	}
+	AddAssignment(obj, ns)
+	return nil
+}
+
+var namespacesResource = corev1.Resource("namespaces")
+
+// assignmentLabel and syncerFinalizer recognize kcp's assignment data.
+func assignmentLabel(k string) bool { return strings.HasPrefix(k, workload.StateLabelPrefix) }
+func syncerFinalizer(f string) bool { return strings.HasPrefix(f, workload.FinalizerPrefix) }
+
+// KeepAssignment makes obj's assignment labels, syncer finalizers and
+// SyncTarget annotation those of old (none when old is nil).
+func KeepAssignment(obj, old metav1.Object) {
+	labels := map[string]string{}
+	for k, v := range obj.GetLabels() {
+		if !assignmentLabel(k) {
+			labels[k] = v
+		}
+	}
+	var fins []string
+	for _, f := range obj.GetFinalizers() {
+		if !syncerFinalizer(f) {
+			fins = append(fins, f)
+		}
+	}
+	ann := obj.GetAnnotations()
+	delete(ann, workload.AssignedTargetAnnotation)
+	if old != nil {
+		for k, v := range old.GetLabels() {
+			if assignmentLabel(k) {
+				labels[k] = v
+			}
+		}
+		for _, f := range old.GetFinalizers() {
+			if syncerFinalizer(f) {
+				fins = append(fins, f)
+			}
+		}
+		if v, ok := old.GetAnnotations()[workload.AssignedTargetAnnotation]; ok {
+			if ann == nil {
+				ann = map[string]string{}
+			}
+			ann[workload.AssignedTargetAnnotation] = v
+		}
+	}
+	if len(labels) == 0 {
+		labels = nil
+	}
+	obj.SetLabels(labels)
+	obj.SetFinalizers(fins)
+	obj.SetAnnotations(ann)
+}
+
+// AddAssignment copies a namespace's assignment labels onto an object, with
+// the finalizer of each assigned target. It reports whether it changed
+// anything.
+func AddAssignment(obj metav1.Object, ns *corev1.Namespace) bool {
+	changed := false
+	for k, v := range ns.Labels {
+		key, ok := strings.CutPrefix(k, workload.StateLabelPrefix)
+		if !ok || v != workload.StateSync {
+			continue
+		}
+		l := obj.GetLabels()
+		if l == nil {
+			l = map[string]string{}
+		}
+		if l[k] != v {
+			l[k] = v
+			obj.SetLabels(l)
+			changed = true
+		}
+		if f := workload.FinalizerPrefix + key; !slices.Contains(obj.GetFinalizers(), f) {
+			obj.SetFinalizers(append(obj.GetFinalizers(), f))
+			changed = true
+		}
+	}
+	return changed
+}
+
+// Validate checks "use" for Placements and that a workload's namespace is
+// placed.
+func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	if a.GetSubresource() != "" {
+		return nil
+	}
+	cluster, ok := logicalcluster.From(ctx)
+	if !ok || cluster.IsWildcard() {
+		return nil
+	}
+	gr := a.GetResource().GroupResource()
+	switch {
+	case gr == placements:
+		return p.validatePlacement(ctx, a)
+	case gr == imports:
+		return validateImport(a)
+	case workloads.Has(gr) && a.GetOperation() == admission.Create:
+		ns, err := namespacelifecycle.Namespace(ctx, cluster, a.GetNamespace())
+		if err != nil {
+			return nil // namespacelifecycle answers for a missing namespace
+		}
+		names, err := p.selecting(ctx, cluster, ns.Labels)
+		if err != nil {
+			return admission.NewForbidden(a, fmt.Errorf("cannot tell whether namespace %s is placed: %v", a.GetNamespace(), err))
+		}
+		if len(names) == 0 {
+			return admission.NewForbidden(a, fmt.Errorf("namespace %q of logical cluster %s runs on no physical cluster: "+
+				"kcp runs %s only on the physical clusters a Placement assigns the namespace to; create a Placement "+
+				"(workload.kcp.io/v1alpha1) that selects this namespace, see docs/multicluster.md", a.GetNamespace(), cluster, gr.Resource))
+		}
+	}
+	return nil
+}
+
+func (p *Plugin) validatePlacement(ctx context.Context, a admission.Attributes) error {
+	u, ok := a.GetObject().(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	pl, err := Decode(u)
+	if err != nil {
+		return admission.NewForbidden(a, err)
+	}
+	if a.GetOperation() == admission.Update {
+		if old, ok := a.GetOldObject().(*unstructured.Unstructured); ok {
+			if prev, err := Decode(old); err == nil && prev.Spec.LocationWorkspace == pl.Spec.LocationWorkspace &&
+				equalSelector(prev.Spec.LocationSelector, pl.Spec.LocationSelector) {
+				return nil
+			}
+		}
+	}
+	loc, err := logicalcluster.Parse(pl.Spec.LocationWorkspace)
+	if err != nil || loc.IsWildcard() {
+		return admission.NewForbidden(a, fmt.Errorf("spec.locationWorkspace %q is not a workspace path (for example root:compute)", pl.Spec.LocationWorkspace))
+	}
+	if pl.Spec.LocationSelector != nil {
+		if _, err := metav1.LabelSelectorAsSelector(pl.Spec.LocationSelector); err != nil {
+			return admission.NewForbidden(a, fmt.Errorf("spec.locationSelector: %v", err))
+		}
+	}
+	if pl.Spec.NamespaceSelector != nil {
+		if _, err := metav1.LabelSelectorAsSelector(pl.Spec.NamespaceSelector); err != nil {
+			return admission.NewForbidden(a, fmt.Errorf("spec.namespaceSelector: %v", err))
+		}
+	}
+	attr := authorizer.AttributesRecord{
+		User: a.GetUserInfo(), Verb: workload.VerbUse, APIGroup: workload.Group, APIVersion: workload.Version,
+		Resource: "synctargets", ResourceRequest: true,
+	}
+	d, _, err := p.authz.Authorize(logicalcluster.WithCluster(ctx, loc), attr)
+	if err != nil || d != authorizer.DecisionAllow {
+		name := ""
+		if a.GetUserInfo() != nil {
+			name = a.GetUserInfo().GetName()
+		}
+		return admission.NewForbidden(a, fmt.Errorf("%q may not use the SyncTargets of workspace %s: a Placement needs the verb %q on "+
+			"synctargets.%s there (granted with RBAC in that workspace), or the workspace does not exist", name, loc, workload.VerbUse, workload.Group))
+	}
+	return nil
+}
+
+// syncerPrefix starts the user name of every syncer's service account
+// (kubectl kcp workload sync creates kcp-syncers/syncer-<target>).
+const syncerPrefix = "system:serviceaccount:kcp-syncers:syncer-"
+
+// validateImport lets a syncer write the APIResourceImports of its own
+// SyncTarget only.
+func validateImport(a admission.Attributes) error {
+	u := a.GetUserInfo()
+	if u == nil {
+		return nil
+	}
+	target, ok := strings.CutPrefix(u.GetName(), syncerPrefix)
+	if !ok {
+		return nil
+	}
+	obj, ok := a.GetObject().(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	st, _, _ := unstructured.NestedString(obj.Object, "spec", "syncTarget")
+	if st != target || !strings.HasPrefix(obj.GetName(), target+".") {
+		return admission.NewForbidden(a, fmt.Errorf("the syncer of SyncTarget %s may write only its own APIResourceImports (named %s.<resource>.<group>, spec.syncTarget %s)", target, target, target))
+	}
+	return nil
+}
+
+func equalSelector(a, b *metav1.LabelSelector) bool {
+	sa, ea := metav1.LabelSelectorAsSelector(a)
+	sb, eb := metav1.LabelSelectorAsSelector(b)
+	return ea == nil && eb == nil && sa.String() == sb.String()
+}

@@ -1,0 +1,537 @@
+// Package placement assigns namespaces to physical clusters. For every
+// namespace that a Placement of its workspace selects, it picks one Ready,
+// schedulable SyncTarget of the Placement's location workspace (matching its
+// locationSelector), and records the choice as data the syncer can select
+// by: the label state.workload.kcp.io/<target key>=Sync on the namespace and
+// on every object of a synced resource in it, with the target's finalizer
+// on each object (its syncer removes it once the downstream copy is gone).
+// An assignment sticks while its target still matches the Placement and is
+// Ready; a namespace whose target has been NotReady for the eviction delay
+// moves to another usable target (failover: the syncer of the returning
+// cluster deletes the stale copies, which have left its view).
+//
+// One controller for all clusters: one watch each of Placements,
+// namespaces and SyncTargets across all logical clusters, and a queue
+// keyed by namespace (and Placement, for its status).
+package placement
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/kcpsql/kcp/schema/workload"
+	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
+	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/controllers/worker"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+const (
+	name         = "kcp-placement"
+	fieldManager = "kcp-placement"
+	byLocation   = "location"
+	// resync looks at assigned namespaces again now and then, a backstop
+	// for objects created while their namespace was being assigned that
+	// the look afterChange missed (each look lists the namespace's synced
+	// resources: with many namespaces, often is expensive).
+	resync = 10 * time.Minute
+	// afterChange is when a namespace whose assignment changed is looked
+	// at again.
+	afterChange = 2 * time.Second
+)
+
+// Controller assigns namespaces and keeps Placement status.
+type Controller struct {
+	queue      workqueue.TypedRateLimitingInterface[string]
+	placements cache.Indexer
+	namespaces cache.Indexer
+	targets    cache.Indexer
+	informers  []cache.Controller
+	clients    *clusterinformer.Clients
+	// evictionDelay is how long a namespace stays on a NotReady target
+	// before it moves to another one.
+	evictionDelay time.Duration
+	// negotiated returns the negotiated resources served in a cluster.
+	negotiated func(logicalcluster.Name) []schema.GroupVersionResource
+}
+
+// NewController watches Placements, namespaces and SyncTargets of all
+// logical clusters.
+func NewController(loopback *rest.Config, evictionDelay time.Duration, negotiated func(logicalcluster.Name) []schema.GroupVersionResource) (*Controller, error) {
+	wildcard, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
+	if err != nil {
+		return nil, err
+	}
+	core, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
+	if err != nil {
+		return nil, err
+	}
+	clients, err := clusterinformer.NewClients(loopback)
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{queue: worker.NewQueue[string](name), clients: clients, evictionDelay: evictionDelay, negotiated: negotiated}
+
+	placementIndexers := cache.Indexers{byLocation: func(obj interface{}) ([]string, error) {
+		loc, _, _ := unstructured.NestedString(obj.(*unstructured.Unstructured).Object, "spec", "locationWorkspace")
+		return []string{loc}, nil
+	}}
+	for k, v := range clusterinformer.ClusterIndexers {
+		placementIndexers[k] = v
+	}
+	onPlacement := func(obj interface{}) {
+		if m, err := meta.Accessor(unwrap(obj)); err == nil {
+			c.enqueueCluster(clusterinformer.ClusterOf(m))
+		}
+	}
+	pl := wildcard.Resource(workload.PlacementsResource)
+	var pinf, ninf, tinf cache.Controller
+	c.placements, pinf = clusterinformer.New(clusterinformer.ListWatch(pl.List, pl.Watch), &unstructured.Unstructured{}, placementIndexers,
+		cache.ResourceEventHandlerFuncs{AddFunc: onPlacement, UpdateFunc: func(_, o interface{}) { onPlacement(o) }, DeleteFunc: onPlacement})
+
+	onNamespace := func(obj interface{}) {
+		if key, err := clusterinformer.KeyFunc(unwrap(obj)); err == nil {
+			c.queue.Add("ns:" + key)
+		}
+		// A Placement counts its workspace's assigned namespaces.
+		if m, err := meta.Accessor(unwrap(obj)); err == nil {
+			c.enqueuePlacements(clusterinformer.ClusterOf(m))
+		}
+	}
+	nslw := cache.NewListWatchFromClient(core.CoreV1().RESTClient(), "namespaces", "", fields.Everything())
+	c.namespaces, ninf = clusterinformer.New(nslw, &corev1.Namespace{}, clusterinformer.ClusterIndexers,
+		cache.ResourceEventHandlerFuncs{AddFunc: onNamespace, UpdateFunc: func(_, o interface{}) { onNamespace(o) }, DeleteFunc: onNamespace})
+
+	onTarget := func(obj interface{}) {
+		m, err := meta.Accessor(unwrap(obj))
+		if err != nil {
+			return
+		}
+		users, _ := c.placements.ByIndex(byLocation, string(clusterinformer.ClusterOf(m)))
+		for _, u := range users {
+			c.enqueueCluster(clusterinformer.ClusterOf(u.(*unstructured.Unstructured)))
+		}
+	}
+	st := wildcard.Resource(workload.SyncTargetsResource)
+	c.targets, tinf = clusterinformer.New(clusterinformer.ListWatch(st.List, st.Watch), &unstructured.Unstructured{}, clusterinformer.ClusterIndexers,
+		cache.ResourceEventHandlerFuncs{AddFunc: onTarget, UpdateFunc: func(old, o interface{}) {
+			if readiness(old) != readiness(o) {
+				onTarget(o)
+			}
+		}, DeleteFunc: onTarget})
+	c.informers = []cache.Controller{pinf, ninf, tinf}
+	return c, nil
+}
+
+func unwrap(obj interface{}) interface{} {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return d.Obj
+	}
+	return obj
+}
+
+// readiness summarizes what of a SyncTarget matters to assignment.
+func readiness(obj interface{}) string {
+	t, err := decodeTarget(obj.(*unstructured.Unstructured))
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("%v/%v/%v", usable(t), t.Spec.Unschedulable, t.Labels)
+}
+
+// enqueueCluster looks again at every namespace and Placement of a cluster.
+func (c *Controller) enqueueCluster(cluster logicalcluster.Name) {
+	nss, _ := c.namespaces.ByIndex(clusterinformer.ByCluster, string(cluster))
+	for _, ns := range nss {
+		c.queue.Add("ns:" + clusterinformer.Key(cluster, "", ns.(*corev1.Namespace).Name))
+	}
+	pls, _ := c.placements.ByIndex(clusterinformer.ByCluster, string(cluster))
+	for _, p := range pls {
+		c.queue.Add("pl:" + clusterinformer.Key(cluster, "", p.(*unstructured.Unstructured).GetName()))
+	}
+}
+
+// Run processes the queue until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	worker.Run(ctx, name, c.queue, workers, c.informers, func(ctx context.Context, key string) (time.Duration, error) {
+		kind, k, _ := strings.Cut(key, ":")
+		cluster, _, objName, err := clusterinformer.SplitKey(k)
+		if err != nil {
+			return 0, nil
+		}
+		if kind == "pl" {
+			return 0, c.placementStatus(ctx, cluster, objName)
+		}
+		return c.namespace(ctx, cluster, objName)
+	})
+}
+
+type target struct {
+	location logicalcluster.Name
+	obj      *workload.SyncTarget
+}
+
+func (t target) ref() string { return string(t.location) + "/" + t.obj.Name }
+
+func decodeTarget(u *unstructured.Unstructured) (*workload.SyncTarget, error) {
+	var t workload.SyncTarget
+	err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &t)
+	return &t, err
+}
+
+// usable: Ready and not cordoned.
+func usable(t *workload.SyncTarget) bool {
+	return meta.IsStatusConditionTrue(t.Status.Conditions, workload.ConditionReady) && !t.Spec.Unschedulable
+}
+
+// matchingTargets returns the SyncTargets a Placement selects, by name.
+func (c *Controller) matchingTargets(p *workload.Placement) []target {
+	loc, err := logicalcluster.Parse(p.Spec.LocationWorkspace)
+	if err != nil {
+		return nil
+	}
+	sel := labels.Everything()
+	if p.Spec.LocationSelector != nil {
+		if sel, err = metav1.LabelSelectorAsSelector(p.Spec.LocationSelector); err != nil {
+			return nil
+		}
+	}
+	objs, _ := c.targets.ByIndex(clusterinformer.ByCluster, string(loc))
+	var out []target
+	for _, o := range objs {
+		t, err := decodeTarget(o.(*unstructured.Unstructured))
+		if err == nil && t.DeletionTimestamp == nil && sel.Matches(labels.Set(t.Labels)) {
+			out = append(out, target{location: loc, obj: t})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].obj.Name < out[j].obj.Name })
+	return out
+}
+
+// selecting returns the cluster's Placements that select a namespace,
+// by name.
+func (c *Controller) selecting(cluster logicalcluster.Name, ns *corev1.Namespace) []*workload.Placement {
+	objs, _ := c.placements.ByIndex(clusterinformer.ByCluster, string(cluster))
+	var out []*workload.Placement
+	for _, o := range objs {
+		if p, err := placementadmission.Decode(o.(*unstructured.Unstructured)); err == nil && placementadmission.Selects(p, ns.Labels) {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// choose picks the namespace's target: the current one while its Placement
+// still selects it and it is Ready (or cordoned, which moves nothing),
+// else a usable one, spread by a hash of the namespace. A current target
+// that is NotReady keeps the namespace for the eviction delay, and for good
+// if no other target can take it; the duration says when to look again.
+func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *corev1.Namespace) (target, bool, time.Duration) {
+	pls := c.selecting(cluster, ns)
+	if len(pls) == 0 {
+		return target{}, false, 0
+	}
+	targets := c.matchingTargets(pls[0])
+	cur := ns.Annotations[workload.AssignedTargetAnnotation]
+	var current *target
+	var candidates []target
+	for i, t := range targets {
+		if t.ref() == cur && ns.Labels[workload.StateLabel(string(t.location), t.obj.Name)] == workload.StateSync {
+			current = &targets[i]
+		}
+		if usable(t.obj) {
+			candidates = append(candidates, t)
+		}
+	}
+	if current != nil {
+		if ready(current.obj) {
+			return *current, true, 0
+		}
+		left := c.evictionDelay - now.Sub(notReadySince(current.obj))
+		if left > 0 {
+			return *current, true, left + 100*time.Millisecond
+		}
+		if len(candidates) == 0 {
+			return *current, true, 0
+		}
+	}
+	if len(candidates) == 0 {
+		return target{}, false, 0
+	}
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s/%s", cluster, ns.Name)
+	return candidates[int(h.Sum32()%uint32(len(candidates)))], true, 0
+}
+
+func ready(t *workload.SyncTarget) bool {
+	return meta.IsStatusConditionTrue(t.Status.Conditions, workload.ConditionReady)
+}
+
+// notReadySince is when the target stopped being Ready.
+func notReadySince(t *workload.SyncTarget) time.Time {
+	if c := meta.FindStatusCondition(t.Status.Conditions, workload.ConditionReady); c != nil {
+		return c.LastTransitionTime.Time
+	}
+	return t.CreationTimestamp.Time
+}
+
+// namespace brings one namespace's assignment, and its objects, up to date.
+func (c *Controller) namespace(ctx context.Context, cluster logicalcluster.Name, nsName string) (time.Duration, error) {
+	obj, ok, _ := c.namespaces.GetByKey(clusterinformer.Key(cluster, "", nsName))
+	if !ok {
+		return 0, nil
+	}
+	ns := obj.(*corev1.Namespace).DeepCopy()
+	if ns.DeletionTimestamp != nil {
+		return 0, nil
+	}
+	t, assigned, recheck := c.choose(time.Now(), cluster, ns)
+	want := ""
+	if assigned {
+		want = workload.StateLabel(string(t.location), t.obj.Name)
+	}
+	changed := false
+	for k := range ns.Labels {
+		if strings.HasPrefix(k, workload.StateLabelPrefix) && k != want {
+			delete(ns.Labels, k)
+			changed = true
+		}
+	}
+	if assigned && ns.Labels[want] != workload.StateSync {
+		if ns.Labels == nil {
+			ns.Labels = map[string]string{}
+		}
+		ns.Labels[want] = workload.StateSync
+		changed = true
+	}
+	ref := ""
+	if assigned {
+		ref = t.ref()
+	}
+	if ns.Annotations[workload.AssignedTargetAnnotation] != ref {
+		if ns.Annotations == nil {
+			ns.Annotations = map[string]string{}
+		}
+		if ref == "" {
+			delete(ns.Annotations, workload.AssignedTargetAnnotation)
+		} else {
+			ns.Annotations[workload.AssignedTargetAnnotation] = ref
+		}
+		changed = true
+	}
+	if !assigned && !changed {
+		// Never assigned, or cleaned up already: no object carries labels.
+		return 0, nil
+	}
+	// Objects first, the namespace last: should labelling fail half-way,
+	// the namespace still differs from what is wanted, and the retry
+	// finishes the job.
+	if err := c.labelObjects(ctx, cluster, ns); err != nil {
+		return 0, err
+	}
+	if changed {
+		core, err := c.clients.Core(cluster)
+		if err != nil {
+			return 0, err
+		}
+		if _, err = core.Namespaces().Update(ctx, ns, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+			return 0, err
+		}
+		// Objects created between the list above and the moment admission
+		// sees the new labels got none: look again shortly.
+		if recheck > 0 && recheck < afterChange {
+			return recheck, nil
+		}
+		return afterChange, nil
+	}
+	if recheck > 0 {
+		return recheck, nil
+	}
+	if assigned {
+		return resync, nil
+	}
+	return 0, nil
+}
+
+func (c *Controller) enqueuePlacements(cluster logicalcluster.Name) {
+	pls, _ := c.placements.ByIndex(clusterinformer.ByCluster, string(cluster))
+	for _, p := range pls {
+		c.queue.Add("pl:" + clusterinformer.Key(cluster, "", p.(*unstructured.Unstructured).GetName()))
+	}
+}
+
+// labelObjects gives every object of a synced resource in the namespace
+// exactly the namespace's assignment labels, and the finalizers of those
+// targets; labels and finalizers of targets no longer assigned go (their
+// syncers remove the downstream copies that left their view).
+func (c *Controller) labelObjects(ctx context.Context, cluster logicalcluster.Name, ns *corev1.Namespace) error {
+	d, err := c.clients.Dynamic(cluster)
+	if err != nil {
+		return err
+	}
+	resources := workload.SyncedResources
+	if c.negotiated != nil {
+		resources = append(append([]schema.GroupVersionResource{}, resources...), c.negotiated(cluster)...)
+	}
+	for _, gvr := range resources {
+		list, err := d.Resource(gvr).Namespace(ns.Name).List(ctx, metav1.ListOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("listing %s in %s|%s: %v", gvr.Resource, cluster, ns.Name, err)
+		}
+		for i := range list.Items {
+			o := &list.Items[i]
+			if placementadmission.BuiltIn(gvr.GroupResource(), o.GetName()) || !reconcileAssignment(o, ns) {
+				continue
+			}
+			if _, err := d.Resource(gvr).Namespace(ns.Name).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// reconcileAssignment makes an object's assignment labels and finalizers
+// those of its namespace; it reports whether anything changed.
+func reconcileAssignment(o *unstructured.Unstructured, ns *corev1.Namespace) bool {
+	changed := false
+	l := o.GetLabels()
+	fins := o.GetFinalizers()
+	for k := range l {
+		key, ok := strings.CutPrefix(k, workload.StateLabelPrefix)
+		if !ok || ns.Labels[k] == workload.StateSync {
+			continue
+		}
+		delete(l, k)
+		fins = slices.DeleteFunc(fins, func(f string) bool { return f == workload.FinalizerPrefix+key })
+		changed = true
+	}
+	if changed {
+		o.SetLabels(l)
+		o.SetFinalizers(fins)
+	}
+	if o.GetDeletionTimestamp() == nil && placementadmission.AddAssignment(o, ns) {
+		changed = true
+	}
+	return changed
+}
+
+// placementStatus reports the targets a Placement may use and how many
+// namespaces are assigned in its workspace.
+func (c *Controller) placementStatus(ctx context.Context, cluster logicalcluster.Name, plName string) error {
+	obj, ok, _ := c.placements.GetByKey(clusterinformer.Key(cluster, "", plName))
+	if !ok {
+		return nil
+	}
+	u := obj.(*unstructured.Unstructured).DeepCopy()
+	p, err := placementadmission.Decode(u)
+	if err != nil {
+		return nil
+	}
+	var selected []string
+	for _, t := range c.matchingTargets(p) {
+		if usable(t.obj) {
+			selected = append(selected, t.ref())
+		}
+	}
+	assigned := 0
+	nss, _ := c.namespaces.ByIndex(clusterinformer.ByCluster, string(cluster))
+	for _, o := range nss {
+		ns := o.(*corev1.Namespace)
+		if placementadmission.Selects(p, ns.Labels) && ns.Annotations[workload.AssignedTargetAnnotation] != "" {
+			assigned++
+		}
+	}
+	cond := metav1.Condition{Type: workload.ConditionReady, Status: metav1.ConditionTrue, Reason: workload.ReasonTargetsSelected,
+		Message: fmt.Sprintf("%d Ready SyncTarget(s) in %s match", len(selected), p.Spec.LocationWorkspace), ObservedGeneration: p.Generation}
+	if len(selected) == 0 {
+		cond.Status, cond.Reason = metav1.ConditionFalse, workload.ReasonNoReadyTarget
+		cond.Message = fmt.Sprintf("no Ready, schedulable SyncTarget in %s matches the locationSelector: new namespaces stay unassigned", p.Spec.LocationWorkspace)
+	}
+	shadowed, err := c.shadowed(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	prev := p.Status
+	p.Status.SelectedTargets, p.Status.Namespaces, p.Status.ShadowedAPIs = selected, assigned, shadowed
+	meta.SetStatusCondition(&p.Status.Conditions, cond)
+	if slices.Equal(prev.SelectedTargets, selected) && prev.Namespaces == assigned && sameCondition(prev.Conditions, cond) && slices.Equal(prev.ShadowedAPIs, shadowed) {
+		return nil
+	}
+	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&p.Status)
+	if err != nil {
+		return err
+	}
+	u.Object["status"] = status
+	d, err := c.clients.Dynamic(cluster)
+	if err != nil {
+		return err
+	}
+	_, err = d.Resource(workload.PlacementsResource).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: fieldManager})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// shadowed lists the negotiated APIs the cluster's own CRDs shadow.
+func (c *Controller) shadowed(ctx context.Context, cluster logicalcluster.Name) ([]string, error) {
+	if c.negotiated == nil {
+		return nil, nil
+	}
+	resources := c.negotiated(cluster)
+	if len(resources) == 0 {
+		return nil, nil
+	}
+	d, err := c.clients.Dynamic(cluster)
+	if err != nil {
+		return nil, err
+	}
+	crds, err := d.Resource(crdsResource).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	own := map[string]bool{}
+	for _, crd := range crds.Items {
+		own[crd.GetName()] = true
+	}
+	var out []string
+	for _, r := range resources {
+		if name := r.Resource + "." + r.Group; own[name] {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+var crdsResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+func sameCondition(conds []metav1.Condition, want metav1.Condition) bool {
+	c := meta.FindStatusCondition(conds, want.Type)
+	return c != nil && c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message && c.ObservedGeneration == want.ObservedGeneration
+}

@@ -1,0 +1,265 @@
+// Package syncerview serves a syncer its view of kcp: the objects assigned
+// to its SyncTarget, in every logical cluster that places onto it, with one
+// list and one watch per resource, and the few writes a syncer needs.
+//
+//	/services/syncer/<location workspace>/<sync target>/clusters/<cluster or *>/<API path>
+//
+// The caller authenticates as usual, in the location workspace (the
+// syncer's service-account token lives there), and needs the verb "sync"
+// on that SyncTarget there (kubectl kcp workload sync grants it to the
+// syncer's service account alone). Then, and only for the resources kcp
+// syncs (and namespaces):
+//
+//   - list and watch, across all clusters (*) or in one, with the label
+//     selector state.workload.kcp.io/<target key>=Sync added to whatever the
+//     caller asked: nothing unassigned, nothing of another target;
+//   - a merge patch of the status subresource whose body holds status only,
+//     of an object assigned to the target;
+//   - a JSON patch that removes exactly the target's own finalizer.
+//
+// Everything else is refused. An accepted request continues down the
+// normal handler chain as the identity system:kcp:syncer:<location>:<name>
+// (in system:masters, since it reads across clusters), which only this
+// filter can grant: the client's own credentials and any impersonation
+// headers are dropped.
+package syncerview
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/kcpsql/kcp/schema/workload"
+	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/routing"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// Prefix starts every view path.
+const Prefix = "/services/syncer/"
+
+// Path returns the view's URL path prefix for one SyncTarget (what a
+// syncer puts in front of /clusters/...).
+func Path(location logicalcluster.Name, target string) string {
+	return Prefix + string(location) + "/" + target
+}
+
+// maxPatch bounds the body a view patch may have (a status).
+const maxPatch = 2 << 20
+
+type identityKey struct{}
+
+// identity is the user a view request continues as.
+func identity(location logicalcluster.Name, target string) user.Info {
+	return &user.DefaultInfo{
+		Name:   "system:kcp:syncer:" + string(location) + ":" + target,
+		Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated},
+	}
+}
+
+// WithViewIdentity wraps the server's authenticator: a request that this
+// filter accepted authenticates as the view's identity. Nothing a client
+// sends can set it (a context value).
+func WithViewIdentity(delegate authenticator.Request) authenticator.Request {
+	return authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
+		if u, ok := req.Context().Value(identityKey{}).(user.Info); ok {
+			return &authenticator.Response{User: u}, true, nil
+		}
+		return delegate.AuthenticateRequest(req)
+	})
+}
+
+// Filter is the view's handler; build it with New.
+type Filter struct {
+	authn   authenticator.Request
+	authz   authorizer.Authorizer
+	clients *clusterinformer.Clients
+	infos   *apirequest.RequestInfoFactory
+	next    http.Handler
+}
+
+// New returns next, with view requests handled first.
+func New(next http.Handler, authn authenticator.Request, authz authorizer.Authorizer, loopback *rest.Config) (http.Handler, error) {
+	clients, err := clusterinformer.NewClients(loopback)
+	if err != nil {
+		return nil, err
+	}
+	return &Filter{
+		authn: authn, authz: authz, clients: clients, next: next,
+		infos: &apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")},
+	}, nil
+}
+
+func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	rest, ok := strings.CutPrefix(req.URL.Path, Prefix)
+	if !ok {
+		f.next.ServeHTTP(w, req)
+		return
+	}
+	locPart, rest, _ := strings.Cut(rest, "/")
+	target, rest, _ := strings.Cut(rest, "/")
+	location, err := logicalcluster.Parse(locPart)
+	if err != nil || location.IsWildcard() || target == "" || !strings.HasPrefix(rest, "clusters/") {
+		status(w, apierrors.NewNotFound(schema.GroupResource{}, req.URL.Path), "a syncer view path is "+Prefix+"<location workspace>/<sync target>/clusters/<cluster or *>/<API path>")
+		return
+	}
+	// Who is asking, in the location workspace.
+	authReq := req.WithContext(logicalcluster.WithCluster(req.Context(), location))
+	resp, ok, err := f.authn.AuthenticateRequest(authReq)
+	if err != nil || !ok || resp == nil || resp.User == nil {
+		status(w, apierrors.NewUnauthorized("Unauthorized"), "")
+		return
+	}
+	d, _, err := f.authz.Authorize(authReq.Context(), authorizer.AttributesRecord{
+		User: resp.User, Verb: workload.VerbSync, APIGroup: workload.Group, APIVersion: workload.Version,
+		Resource: "synctargets", Name: target, ResourceRequest: true,
+	})
+	if err != nil || d != authorizer.DecisionAllow {
+		status(w, apierrors.NewForbidden(workload.SyncTargetsResource.GroupResource(), target,
+			fmt.Errorf("%q may not use the syncer view of SyncTarget %s in %s (needs the verb %q on it there)", resp.User.GetName(), target, location, workload.VerbSync)), "")
+		return
+	}
+	// What it asks for.
+	escaped := "/" + rest
+	cluster, apiPath, err := routing.Split(escaped)
+	if err != nil {
+		status(w, apierrors.NewBadRequest(err.Error()), "")
+		return
+	}
+	probe := req.Clone(req.Context())
+	probe.URL.Path = apiPath
+	info, err := f.infos.NewRequestInfo(probe)
+	if err != nil || !info.IsResourceRequest {
+		status(w, apierrors.NewForbidden(schema.GroupResource{}, "", fmt.Errorf("the syncer view serves only the resources kcp syncs")), "")
+		return
+	}
+	// Any resource: only what kcp assigned to the target carries its
+	// label, and only kcp may set it (placement admission).
+	gr := schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}
+	key := workload.TargetKey(string(location), target)
+	q := req.URL.Query()
+	switch {
+	case info.Verb == "list" || info.Verb == "watch":
+		sel, err := labels.Parse(q.Get("labelSelector"))
+		if err != nil {
+			status(w, apierrors.NewBadRequest(err.Error()), "")
+			return
+		}
+		r, _ := labels.NewRequirement(workload.StateLabelPrefix+key, selection.Equals, []string{workload.StateSync})
+		q.Set("labelSelector", sel.Add(*r).String())
+	case info.Verb == "patch" && !cluster.IsWildcard() && gr.Resource != "namespaces":
+		if err := f.checkPatch(req, cluster, info, key); err != nil {
+			status(w, err, "")
+			return
+		}
+	default:
+		status(w, apierrors.NewForbidden(gr, info.Name, fmt.Errorf("the syncer view allows list and watch, a status merge patch and the removal of the syncer's own finalizer; not %s", info.Verb)), "")
+		return
+	}
+	// Continue as the view's identity, at the cluster path.
+	out := req.Clone(context.WithValue(req.Context(), identityKey{}, identity(location, target)))
+	for h := range out.Header {
+		if strings.HasPrefix(http.CanonicalHeaderKey(h), "Impersonate-") {
+			out.Header.Del(h)
+		}
+	}
+	out.Header.Del("Authorization")
+	u := *req.URL
+	u.Path, u.RawPath = "/"+rest, ""
+	if u.EscapedPath() != escaped {
+		u.RawPath = escaped
+	}
+	u.RawQuery = q.Encode()
+	out.URL = &u
+	out.RequestURI = u.RequestURI()
+	f.next.ServeHTTP(w, out)
+}
+
+// checkPatch allows a status-only merge patch of an assigned object, or a
+// JSON patch that removes exactly the target's finalizer from an object
+// that has it.
+func (f *Filter) checkPatch(req *http.Request, cluster logicalcluster.Name, info *apirequest.RequestInfo, key string) *apierrors.StatusError {
+	gr := schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}
+	body, err := io.ReadAll(io.LimitReader(req.Body, maxPatch+1))
+	if err != nil {
+		return apierrors.NewBadRequest(err.Error())
+	}
+	if len(body) > maxPatch {
+		return apierrors.NewRequestEntityTooLargeError("a syncer view patch is limited to 2 MiB")
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	ct := strings.TrimSpace(strings.Split(req.Header.Get("Content-Type"), ";")[0])
+	finalizer := workload.FinalizerPrefix + key
+	switch {
+	case info.Subresource == "status":
+		var patch map[string]json.RawMessage
+		if ct != "application/merge-patch+json" || json.Unmarshal(body, &patch) != nil || len(patch) != 1 || patch["status"] == nil {
+			return apierrors.NewForbidden(gr, info.Name, fmt.Errorf("a syncer may patch status only with a merge patch {\"status\": ...}"))
+		}
+	case info.Subresource == "":
+		var ops []struct {
+			Op    string `json:"op"`
+			Path  string `json:"path"`
+			Value any    `json:"value"`
+		}
+		if ct != "application/json-patch+json" || json.Unmarshal(body, &ops) != nil || len(ops) != 2 ||
+			ops[0].Op != "test" || ops[0].Value != finalizer || !strings.HasPrefix(ops[0].Path, "/metadata/finalizers/") ||
+			ops[1].Op != "remove" || ops[1].Path != ops[0].Path {
+			return apierrors.NewForbidden(gr, info.Name, fmt.Errorf("a syncer may change an object only by removing its finalizer %s (a JSON patch: test, then remove)", finalizer))
+		}
+	default:
+		return apierrors.NewForbidden(gr, info.Name, fmt.Errorf("the syncer view does not serve %s/%s", info.Resource, info.Subresource))
+	}
+	d, err := f.clients.Dynamic(cluster)
+	if err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	obj, err := d.Resource(gr.WithVersion(info.APIVersion)).Namespace(info.Namespace).Get(req.Context(), info.Name, metav1.GetOptions{})
+	if err != nil {
+		// Do not tell whether an unassigned object exists.
+		return apierrors.NewNotFound(gr, info.Name)
+	}
+	assigned := obj.GetLabels()[workload.StateLabelPrefix+key] == workload.StateSync
+	if info.Subresource == "" {
+		for _, f := range obj.GetFinalizers() {
+			if f == finalizer {
+				assigned = true
+			}
+		}
+	}
+	if !assigned {
+		return apierrors.NewNotFound(gr, info.Name)
+	}
+	return nil
+}
+
+func status(w http.ResponseWriter, err apierrors.APIStatus, detail string) {
+	s := err.(apierrors.APIStatus).Status()
+	s.Kind, s.APIVersion = "Status", "v1"
+	if detail != "" {
+		s.Message += ": " + detail
+	}
+	if s.Code >= 500 {
+		klog.V(2).InfoS("syncer view", "err", err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(int(s.Code))
+	_ = json.NewEncoder(w).Encode(s)
+}

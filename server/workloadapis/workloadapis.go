@@ -1,0 +1,141 @@
+// Package workloadapis serves, in every logical cluster, the built-in
+// workload APIs that kcp runs on physical clusters: apps/v1 Deployments,
+// v1 Services and networking.k8s.io/v1 Ingresses. kcp runs no controller
+// for them (no ReplicaSets, no Pods, no cluster IPs): a syncer copies them
+// to the physical cluster a Placement assigns their namespace to and copies
+// their status back (docs/multicluster.md).
+//
+// They are served by upstream's own registry code (strategies, validation,
+// defaulting, tables, the scale and status subresources) through the
+// public RESTStorageProvider interface, so kubectl's create, expose, scale,
+// set image, rollout status and strategic merge patches behave exactly as
+// on a cluster. Only Services need storage of our own: upstream's Service
+// REST allocates cluster IPs and node ports, which belong to the physical
+// cluster; kcp stores Services with upstream's strategy and no allocator.
+package workloadapis
+
+import (
+	"context"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	serverstorage "k8s.io/apiserver/pkg/server/storage"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	_ "k8s.io/kubernetes/pkg/apis/apps/install"
+	api "k8s.io/kubernetes/pkg/apis/core"
+	_ "k8s.io/kubernetes/pkg/apis/networking/install"
+	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
+	"k8s.io/kubernetes/pkg/printers"
+	printersinternal "k8s.io/kubernetes/pkg/printers/internalversion"
+	printerstorage "k8s.io/kubernetes/pkg/printers/storage"
+	appsrest "k8s.io/kubernetes/pkg/registry/apps/rest"
+	svcreg "k8s.io/kubernetes/pkg/registry/core/service"
+	networkingrest "k8s.io/kubernetes/pkg/registry/networking/rest"
+)
+
+// Enable turns on exactly the workload resources in a resource
+// configuration (not the rest of their groups: no ReplicaSets, StatefulSets,
+// NetworkPolicies, ...).
+func Enable(rc *serverstorage.ResourceConfig) {
+	rc.EnableResources(
+		appsv1.SchemeGroupVersion.WithResource("deployments"),
+		networkingv1.SchemeGroupVersion.WithResource("ingresses"),
+		corev1.SchemeGroupVersion.WithResource("services"),
+	)
+}
+
+// Providers adds the apps and networking.k8s.io storage providers and
+// Services to the core group's provider.
+func Providers(in []controlplaneapiserver.RESTStorageProvider) []controlplaneapiserver.RESTStorageProvider {
+	out := make([]controlplaneapiserver.RESTStorageProvider, 0, len(in)+2)
+	for _, p := range in {
+		if p.GroupName() == api.GroupName {
+			p = withServices{p}
+		}
+		out = append(out, p)
+	}
+	return append(out, appsrest.StorageProvider{}, networkingrest.RESTStorageProvider{})
+}
+
+type withServices struct {
+	controlplaneapiserver.RESTStorageProvider
+}
+
+func (p withServices) NewRESTStorage(rc serverstorage.APIResourceConfigSource, getter generic.RESTOptionsGetter) (genericapiserver.APIGroupInfo, error) {
+	info, err := p.RESTStorageProvider.NewRESTStorage(rc, getter)
+	if err != nil || !rc.ResourceEnabled(corev1.SchemeGroupVersion.WithResource("services")) {
+		return info, err
+	}
+	svc, status, err := newServiceStorage(getter)
+	if err != nil {
+		return info, err
+	}
+	if info.VersionedResourcesStorageMap["v1"] == nil {
+		info.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{}
+	}
+	info.VersionedResourcesStorageMap["v1"]["services"] = svc
+	info.VersionedResourcesStorageMap["v1"]["services/status"] = status
+	return info, nil
+}
+
+// serviceREST stores Services with upstream's strategy and without cluster
+// IP or node port allocation (the physical cluster allocates its own).
+type serviceREST struct{ *genericregistry.Store }
+
+func (*serviceREST) ShortNames() []string { return []string{"svc"} }
+func (*serviceREST) Categories() []string { return []string{"all"} }
+
+type serviceStatusREST struct{ store *genericregistry.Store }
+
+func newServiceStorage(getter generic.RESTOptionsGetter) (*serviceREST, *serviceStatusREST, error) {
+	store := &genericregistry.Store{
+		NewFunc:                   func() runtime.Object { return &api.Service{} },
+		NewListFunc:               func() runtime.Object { return &api.ServiceList{} },
+		DefaultQualifiedResource:  api.Resource("services"),
+		SingularQualifiedResource: api.Resource("service"),
+		PredicateFunc:             svcreg.Matcher,
+
+		CreateStrategy:      svcreg.Strategy,
+		UpdateStrategy:      svcreg.Strategy,
+		DeleteStrategy:      svcreg.Strategy,
+		ResetFieldsStrategy: svcreg.Strategy,
+
+		TableConvertor: printerstorage.TableConvertor{TableGenerator: printers.NewTableGenerator().With(printersinternal.AddHandlers)},
+	}
+	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: getter, AttrFunc: svcreg.GetAttrs}); err != nil {
+		return nil, nil, err
+	}
+	status := *store
+	status.UpdateStrategy = svcreg.StatusStrategy
+	status.ResetFieldsStrategy = svcreg.StatusStrategy
+	return &serviceREST{store}, &serviceStatusREST{&status}, nil
+}
+
+func (r *serviceStatusREST) New() runtime.Object { return &api.Service{} }
+func (r *serviceStatusREST) Destroy()            {}
+
+func (r *serviceStatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	return r.store.Get(ctx, name, options)
+}
+
+func (r *serviceStatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
+	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	// Status updates never create a Service.
+	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+}
+
+func (r *serviceStatusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return r.store.GetResetFields()
+}
+
+func (r *serviceStatusREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	return r.store.ConvertToTable(ctx, object, tableOptions)
+}

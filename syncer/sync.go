@@ -1,0 +1,536 @@
+package syncer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/kcpsql/kcp/schema/workload"
+	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// Labels and annotations the syncer writes downstream.
+const (
+	// TargetLabel marks every namespace and object the syncer owns
+	// downstream with its target key.
+	TargetLabel = "workload.kcp.io/sync-target"
+	// UpstreamClusterAnnotation and UpstreamNamespaceAnnotation map a
+	// downstream namespace or object back to kcp.
+	UpstreamClusterAnnotation   = "workload.kcp.io/upstream-cluster"
+	UpstreamNamespaceAnnotation = "workload.kcp.io/upstream-namespace"
+	// UpstreamGenerationAnnotation is the kcp generation a downstream copy
+	// was written from (status maps observedGeneration back with it).
+	UpstreamGenerationAnnotation = "workload.kcp.io/upstream-generation"
+	// FieldManager owns what the syncer applies downstream.
+	FieldManager = "kcp-syncer"
+)
+
+var namespacesGVR = corev1.SchemeGroupVersion.WithResource("namespaces")
+
+// DownstreamNamespace is the physical cluster's namespace for a namespace
+// of a logical cluster: a hash of both, so that equal names in different
+// workspaces never meet.
+func DownstreamNamespace(cluster logicalcluster.Name, namespace string) string {
+	sum := sha256.Sum256([]byte(string(cluster) + "/" + namespace))
+	return "kcp-" + hex.EncodeToString(sum[:])[:16]
+}
+
+// Syncer copies the objects assigned to one SyncTarget to its physical
+// cluster and their status back.
+type Syncer struct {
+	location  logicalcluster.Name
+	target    string
+	key       string
+	resources []schema.GroupVersionResource
+
+	viewBase string // https://kcp/services/syncer/<location>/<target>
+	upConfig *rest.Config
+	down     dynamic.Interface
+
+	mu       sync.Mutex
+	upByCl   map[logicalcluster.Name]dynamic.Interface
+	applied  map[item]applied
+	upstream map[schema.GroupVersionResource]cache.Indexer
+	dstream  map[schema.GroupVersionResource]cache.Indexer
+	queue    workqueue.TypedRateLimitingInterface[item]
+	infs     []cache.Controller
+}
+
+// item is one object to reconcile: a resource and its upstream key.
+type item struct {
+	gvr       schema.GroupVersionResource
+	cluster   logicalcluster.Name
+	namespace string
+	name      string
+}
+
+// SplitServer splits a kcp kubeconfig's server URL into the server's base
+// URL and the workspace it points at (root when it names none).
+func SplitServer(host string) (string, logicalcluster.Name, error) {
+	base, path, found := strings.Cut(host, "/clusters/")
+	if !found {
+		return strings.TrimSuffix(host, "/"), logicalcluster.Root, nil
+	}
+	cl, err := logicalcluster.Parse(strings.TrimSuffix(path, "/"))
+	return base, cl, err
+}
+
+// NewSyncer prepares a syncer for SyncTarget target, whose kcp kubeconfig
+// (pointing at the target's workspace) is upstream.
+func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, resources []schema.GroupVersionResource) (*Syncer, error) {
+	base, location, err := SplitServer(upstream.Host)
+	if err != nil {
+		return nil, fmt.Errorf("the kcp kubeconfig's server %q: %v", upstream.Host, err)
+	}
+	down, err := dynamic.NewForConfig(downstream)
+	if err != nil {
+		return nil, err
+	}
+	s := &Syncer{
+		location: location, target: target, key: workload.TargetKey(string(location), target), resources: resources,
+		viewBase: base + "/services/syncer/" + string(location) + "/" + target,
+		upConfig: rest.CopyConfig(upstream), down: down,
+		upByCl: map[logicalcluster.Name]dynamic.Interface{}, applied: map[item]applied{},
+		upstream: map[schema.GroupVersionResource]cache.Indexer{}, dstream: map[schema.GroupVersionResource]cache.Indexer{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
+			workqueue.TypedRateLimitingQueueConfig[item]{Name: "kcp-syncer"}),
+	}
+	wild, err := s.upClient(logicalcluster.Wildcard)
+	if err != nil {
+		return nil, err
+	}
+	for _, gvr := range append([]schema.GroupVersionResource{namespacesGVR}, resources...) {
+		gvr := gvr
+		// Upstream: one list and one watch per resource across every
+		// workspace placed on this target (the view filters by label).
+		r := wild.Resource(gvr)
+		enqueueUp := func(obj interface{}) {
+			if m, ok := unwrap(obj).(*unstructured.Unstructured); ok {
+				s.queue.Add(item{gvr: gvr, cluster: clusterinformer.ClusterOf(m), namespace: m.GetNamespace(), name: m.GetName()})
+			}
+		}
+		idx, inf := clusterinformer.New(clusterinformer.ListWatch(r.List, r.Watch), &unstructured.Unstructured{}, clusterinformer.ClusterIndexers,
+			cache.ResourceEventHandlerFuncs{AddFunc: enqueueUp, UpdateFunc: func(_, o interface{}) { enqueueUp(o) }, DeleteFunc: enqueueUp})
+		s.upstream[gvr], s.infs = idx, append(s.infs, inf)
+
+		// Downstream: what this syncer wrote, found by its label.
+		dr := down.Resource(gvr)
+		sel := TargetLabel + "=" + s.key
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.LabelSelector = sel
+				return dr.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.LabelSelector = sel
+				return dr.Watch(ctx, o)
+			},
+		}
+		enqueueDown := func(obj interface{}) {
+			m, ok := unwrap(obj).(*unstructured.Unstructured)
+			if !ok {
+				return
+			}
+			a := m.GetAnnotations()
+			cl, err := logicalcluster.Parse(a[UpstreamClusterAnnotation])
+			if err != nil {
+				return
+			}
+			it := item{gvr: gvr, cluster: cl, namespace: a[UpstreamNamespaceAnnotation], name: m.GetName()}
+			if gvr == namespacesGVR {
+				it.name, it.namespace = a[UpstreamNamespaceAnnotation], ""
+			}
+			s.queue.Add(it)
+		}
+		didx, dinf := cache.NewIndexerInformer(lw, &unstructured.Unstructured{}, 0,
+			cache.ResourceEventHandlerFuncs{AddFunc: enqueueDown, UpdateFunc: func(_, o interface{}) { enqueueDown(o) }, DeleteFunc: enqueueDown},
+			cache.Indexers{})
+		s.dstream[gvr], s.infs = didx, append(s.infs, dinf)
+	}
+	return s, nil
+}
+
+func unwrap(obj interface{}) interface{} {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return d.Obj
+	}
+	return obj
+}
+
+// upClient is a client of the syncer view in one cluster (or all).
+func (s *Syncer) upClient(cluster logicalcluster.Name) (dynamic.Interface, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.upByCl[cluster]; ok {
+		return c, nil
+	}
+	cfg := rest.CopyConfig(s.upConfig)
+	cfg.Host = s.viewBase + "/clusters/" + string(cluster)
+	c, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.upByCl[cluster] = c
+	return c, nil
+}
+
+// Run syncs until ctx ends.
+func (s *Syncer) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	defer s.queue.ShutDown()
+	synced := make([]cache.InformerSynced, 0, len(s.infs))
+	for _, inf := range s.infs {
+		go inf.RunWithContext(ctx)
+		synced = append(synced, inf.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return
+	}
+	klog.InfoS("syncer started", "syncTarget", s.target, "location", s.location, "resources", len(s.resources))
+	for i := 0; i < workers; i++ {
+		go wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for s.next(ctx) {
+			}
+		}, time.Second)
+	}
+	<-ctx.Done()
+}
+
+func (s *Syncer) next(ctx context.Context) bool {
+	it, quit := s.queue.Get()
+	if quit {
+		return false
+	}
+	defer s.queue.Done(it)
+	var after time.Duration
+	var err error
+	if it.gvr == namespacesGVR {
+		err = s.syncNamespace(ctx, it)
+	} else {
+		after, err = s.syncObject(ctx, it)
+	}
+	switch {
+	case err != nil:
+		klog.V(2).InfoS("will retry", "item", it, "err", err)
+		s.queue.AddRateLimited(it)
+	case after > 0:
+		s.queue.Forget(it)
+		s.queue.AddAfter(it, after)
+	default:
+		s.queue.Forget(it)
+	}
+	return true
+}
+
+func (s *Syncer) upstreamObj(it item) (*unstructured.Unstructured, bool) {
+	obj, ok, _ := s.upstream[it.gvr].GetByKey(clusterinformer.Key(it.cluster, it.namespace, it.name))
+	if !ok {
+		return nil, false
+	}
+	return obj.(*unstructured.Unstructured), true
+}
+
+func (s *Syncer) downstreamObj(gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, bool) {
+	key := name
+	if namespace != "" {
+		key = namespace + "/" + name
+	}
+	obj, ok, _ := s.dstream[gvr].GetByKey(key)
+	if !ok {
+		return nil, false
+	}
+	return obj.(*unstructured.Unstructured), true
+}
+
+// syncNamespace keeps a downstream namespace for each assigned upstream
+// namespace, and removes it once the namespace leaves this target.
+func (s *Syncer) syncNamespace(ctx context.Context, it item) error {
+	name := DownstreamNamespace(it.cluster, it.name)
+	up, ok := s.upstreamObj(it)
+	if !ok {
+		if _, exists := s.downstreamObj(namespacesGVR, "", name); !exists {
+			return nil
+		}
+		// Objects of the namespace can be assigned before the namespace
+		// itself is (kcp labels them first): the namespace stays while any
+		// is in the view, and is looked at again when the last one goes.
+		for _, gvr := range s.resources {
+			if objs, _ := s.upstream[gvr].ByIndex(clusterinformer.ByClusterNamespace, string(it.cluster)+"|"+it.name); len(objs) > 0 {
+				return nil
+			}
+		}
+		err := s.down.Resource(namespacesGVR).Delete(ctx, name, metav1.DeleteOptions{})
+		if err == nil {
+			klog.InfoS("deleted downstream namespace", "namespace", name, "cluster", it.cluster, "upstream", it.name)
+		}
+		return ignoreNotFound(err)
+	}
+	if up.GetDeletionTimestamp() != nil {
+		return nil // its objects go first; the namespace goes when it leaves the view
+	}
+	return s.ensureNamespace(ctx, it.cluster, it.name)
+}
+
+func (s *Syncer) ensureNamespace(ctx context.Context, cluster logicalcluster.Name, upstreamNS string) error {
+	name := DownstreamNamespace(cluster, upstreamNS)
+	if _, ok := s.downstreamObj(namespacesGVR, "", name); ok {
+		return nil
+	}
+	ns := &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "v1", "kind": "Namespace"}}
+	ns.SetName(name)
+	ns.SetLabels(map[string]string{TargetLabel: s.key})
+	ns.SetAnnotations(map[string]string{UpstreamClusterAnnotation: string(cluster), UpstreamNamespaceAnnotation: upstreamNS})
+	_, err := s.down.Resource(namespacesGVR).Create(ctx, ns, metav1.CreateOptions{FieldManager: FieldManager})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// syncObject moves one object's spec down and status up, and deletes the
+// downstream copy first when the upstream object goes.
+func (s *Syncer) syncObject(ctx context.Context, it item) (time.Duration, error) {
+	dns := DownstreamNamespace(it.cluster, it.namespace)
+	dr := s.down.Resource(it.gvr).Namespace(dns)
+	up, ok := s.upstreamObj(it)
+	down, downExists := s.downstreamObj(it.gvr, dns, it.name)
+	if !ok || up.GetDeletionTimestamp() != nil {
+		s.forget(it)
+	}
+	if !ok {
+		// Deleted, or no longer assigned to this target; its namespace may
+		// be left empty.
+		s.queue.Add(item{gvr: namespacesGVR, cluster: it.cluster, name: it.namespace})
+		if !downExists {
+			return 0, nil
+		}
+		return 0, ignoreNotFound(dr.Delete(ctx, it.name, metav1.DeleteOptions{}))
+	}
+	if up.GetDeletionTimestamp() != nil {
+		if downExists {
+			if err := dr.Delete(ctx, it.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return 0, err
+			}
+		}
+		// Check the physical cluster itself, not the cache: the finalizer
+		// goes only once the copy is really gone.
+		if _, err := dr.Get(ctx, it.name, metav1.GetOptions{}); err == nil {
+			return time.Second, nil
+		} else if !apierrors.IsNotFound(err) {
+			return 0, err
+		}
+		return 0, s.removeFinalizer(ctx, it, up)
+	}
+	if err := s.ensureNamespace(ctx, it.cluster, it.namespace); err != nil {
+		return 0, err
+	}
+	desired, err := s.downstreamCopy(up, dns)
+	if err != nil {
+		return 0, err
+	}
+	body, err := json.Marshal(desired.Object)
+	if err != nil {
+		return 0, err
+	}
+	// Apply only when there is something to apply: what kcp wants changed,
+	// or the downstream copy changed other than in status (drift: its
+	// generation, or for kinds without one its resourceVersion). Status
+	// changes, and the echoes of the syncer's own status writes, cost no
+	// request downstream.
+	sum := sha256.Sum256(body)
+	if down != nil && s.unchanged(it, sum, down) {
+		return 0, s.statusUp(ctx, it, up, down)
+	}
+	force := true
+	applied, err := dr.Patch(ctx, it.name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: FieldManager, Force: &force})
+	if err != nil {
+		return 0, fmt.Errorf("applying %s %s/%s downstream: %v", it.gvr.Resource, dns, it.name, err)
+	}
+	s.remember(it, sum, applied)
+	// The apply answered with the newest downstream state.
+	return 0, s.statusUp(ctx, it, up, applied)
+}
+
+// applied records what the syncer last applied to a downstream object and
+// what the object looked like then.
+type applied struct {
+	sum        [32]byte
+	generation int64
+	version    string
+}
+
+func (s *Syncer) unchanged(it item, sum [32]byte, down *unstructured.Unstructured) bool {
+	s.mu.Lock()
+	a, ok := s.applied[it]
+	s.mu.Unlock()
+	if !ok || a.sum != sum {
+		return false
+	}
+	if down.GetGeneration() > 0 {
+		return down.GetGeneration() == a.generation
+	}
+	return down.GetResourceVersion() == a.version
+}
+
+func (s *Syncer) remember(it item, sum [32]byte, obj *unstructured.Unstructured) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.applied[it] = applied{sum: sum, generation: obj.GetGeneration(), version: obj.GetResourceVersion()}
+}
+
+func (s *Syncer) forget(it item) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.applied, it)
+}
+
+// downstreamCopy is what the syncer applies: the upstream object without
+// its server-set metadata and status, in the downstream namespace, with
+// the mapping annotations; fields the physical cluster allocates itself
+// (a Service's cluster IPs and node ports) are left to it.
+func (s *Syncer) downstreamCopy(up *unstructured.Unstructured, namespace string) (*unstructured.Unstructured, error) {
+	out := &unstructured.Unstructured{Object: map[string]interface{}{}}
+	for k, v := range up.Object {
+		if k != "metadata" && k != "status" {
+			out.Object[k] = runtimeDeepCopy(v)
+		}
+	}
+	out.SetName(up.GetName())
+	out.SetNamespace(namespace)
+	labels := map[string]string{}
+	for k, v := range up.GetLabels() {
+		if !strings.HasPrefix(k, workload.StateLabelPrefix) {
+			labels[k] = v
+		}
+	}
+	labels[TargetLabel] = s.key
+	out.SetLabels(labels)
+	ann := map[string]string{}
+	for k, v := range up.GetAnnotations() {
+		if k != logicalcluster.Annotation && k != "kubectl.kubernetes.io/last-applied-configuration" && k != workload.AssignedTargetAnnotation {
+			ann[k] = v
+		}
+	}
+	ann[UpstreamClusterAnnotation] = string(clusterinformer.ClusterOf(up))
+	ann[UpstreamNamespaceAnnotation] = up.GetNamespace()
+	ann[UpstreamGenerationAnnotation] = fmt.Sprint(up.GetGeneration())
+	out.SetAnnotations(ann)
+	if up.GetKind() == "Service" {
+		unstructured.RemoveNestedField(out.Object, "spec", "clusterIP")
+		unstructured.RemoveNestedField(out.Object, "spec", "clusterIPs")
+		if ports, ok, _ := unstructured.NestedSlice(out.Object, "spec", "ports"); ok {
+			for _, p := range ports {
+				if m, ok := p.(map[string]interface{}); ok {
+					delete(m, "nodePort")
+				}
+			}
+			_ = unstructured.SetNestedSlice(out.Object, ports, "spec", "ports")
+		}
+	}
+	return out, nil
+}
+
+func runtimeDeepCopy(v interface{}) interface{} {
+	return (&unstructured.Unstructured{Object: map[string]interface{}{"v": v}}).DeepCopy().Object["v"]
+}
+
+// statusUp copies the downstream status to kcp (a merge patch of status
+// only, with null for what disappeared). A Deployment's
+// observedGeneration is kcp's generation once the physical cluster has
+// observed the copy written from it, so kubectl rollout status means what
+// it says.
+func (s *Syncer) statusUp(ctx context.Context, it item, up, down *unstructured.Unstructured) error {
+	st, ok, _ := unstructured.NestedMap(down.Object, "status")
+	if !ok {
+		return nil
+	}
+	st = runtimeDeepCopy(st).(map[string]interface{})
+	upStatus, _, _ := unstructured.NestedMap(up.Object, "status")
+	if _, has := st["observedGeneration"]; has {
+		observed, _, _ := unstructured.NestedInt64(down.Object, "status", "observedGeneration")
+		from := down.GetAnnotations()[UpstreamGenerationAnnotation]
+		if observed >= down.GetGeneration() && from == fmt.Sprint(up.GetGeneration()) {
+			st["observedGeneration"] = up.GetGeneration()
+		} else if prev, ok := upStatus["observedGeneration"]; ok {
+			st["observedGeneration"] = prev
+		} else {
+			delete(st, "observedGeneration")
+		}
+	}
+	if equality.Semantic.DeepEqual(jsonRound(st), jsonRound(upStatus)) {
+		return nil
+	}
+	before, _ := json.Marshal(map[string]interface{}{"status": upStatus})
+	after, _ := json.Marshal(map[string]interface{}{"status": st})
+	patch, err := jsonpatch.CreateMergePatch(before, after)
+	if err != nil || string(patch) == "{}" {
+		return err
+	}
+	c, err := s.upClient(it.cluster)
+	if err != nil {
+		return err
+	}
+	_, err = c.Resource(it.gvr).Namespace(it.namespace).Patch(ctx, it.name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}, "status")
+	return ignoreNotFound(err)
+}
+
+// jsonRound normalizes numbers (int64 against float64) for comparison.
+func jsonRound(v interface{}) interface{} {
+	b, _ := json.Marshal(v)
+	var out interface{}
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+// removeFinalizer lets kcp delete an object whose downstream copy is gone.
+func (s *Syncer) removeFinalizer(ctx context.Context, it item, up *unstructured.Unstructured) error {
+	f := workload.FinalizerPrefix + s.key
+	for i, have := range up.GetFinalizers() {
+		if have != f {
+			continue
+		}
+		path := fmt.Sprintf("/metadata/finalizers/%d", i)
+		patch, _ := json.Marshal([]map[string]interface{}{{"op": "test", "path": path, "value": f}, {"op": "remove", "path": path}})
+		c, err := s.upClient(it.cluster)
+		if err != nil {
+			return err
+		}
+		_, err = c.Resource(it.gvr).Namespace(it.namespace).Patch(ctx, it.name, types.JSONPatchType, patch, metav1.PatchOptions{})
+		if err == nil {
+			klog.V(2).InfoS("downstream copy deleted; finalizer removed", "resource", it.gvr.Resource, "cluster", it.cluster, "namespace", it.namespace, "name", it.name)
+		}
+		return ignoreNotFound(err)
+	}
+	return nil
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

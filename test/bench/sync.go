@@ -1,0 +1,351 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kcpsql/kcp/schema/workload"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+	"github.com/kcpsql/kcp/syncer"
+	"github.com/kcpsql/kcp/test/physical"
+)
+
+var (
+	syncOnly       = flag.Bool("sync", false, "run only the multi-cluster sync benchmark (a real physical cluster, a syncer, -sync-workspaces placed workspaces)")
+	syncWorkspaces = flag.String("sync-workspaces", "10,100,1000", "placed workspaces (one Deployment each) at which the syncer's goroutines and memory are measured")
+	syncSamples    = flag.Int("sync-samples", 200, "objects per sync-latency measurement")
+)
+
+type syncResult struct {
+	registerToReady          time.Duration
+	downP50, downP99         time.Duration
+	upP50, upP99             time.Duration
+	steps                    []syncStep
+	syncerBaseGo, kcpBaseGo  int
+	syncerBaseRSS, kcpBaseMB float64
+}
+
+type syncStep struct {
+	workspaces        int
+	syncerGo, kcpGo   int
+	syncerRSS, kcpRSS float64
+	fill              time.Duration
+}
+
+// benchSync: register a physical cluster with the plugin and time it to
+// Ready; place workspaces on it with a Deployment each, and measure the
+// syncer (goroutines, RSS) and kcp as their number grows; then the latency
+// of a create in a workspace until it exists downstream, and of a status
+// change downstream until kcp shows it.
+func benchSync(log func(string, ...any)) (syncResult, error) {
+	var r syncResult
+	bins, err := physical.EnsureBinaries(log)
+	if err != nil {
+		return r, err
+	}
+	tmp, err := os.MkdirTemp("", "kcp-bench-sync-")
+	if err != nil {
+		return r, err
+	}
+	if os.Getenv("KCP_BENCH_KEEP") == "" {
+		defer os.RemoveAll(tmp)
+	}
+	ctx := context.Background()
+	pc, err := physical.Start(ctx, bins, physical.Options{Name: "pc1", Dir: filepath.Join(tmp, "pc1"), Log: log})
+	if err != nil {
+		return r, err
+	}
+	defer pc.Stop()
+	down, err := pc.Client()
+	if err != nil {
+		return r, err
+	}
+	s := &server{dir: filepath.Join(tmp, "kcp"), port: freePort()}
+	if _, err := s.start(); err != nil {
+		return r, err
+	}
+	defer s.stop()
+	if err := s.createWorkspaces([][2]string{{"root", "compute"}}); err != nil {
+		return r, err
+	}
+
+	// Registration: the plugin, then the syncer, until Ready.
+	kubeconfig := filepath.Join(tmp, "admin.kubeconfig")
+	raw, _ := os.ReadFile(filepath.Join(s.dir, "admin.kubeconfig"))
+	os.WriteFile(kubeconfig, raw, 0o600)
+	plugin := func(args ...string) error {
+		cmd := exec.Command(filepath.Join(filepath.Dir(*kcpBin), "kubectl-kcp"), args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("kubectl kcp %v: %v\n%s", args, err, out)
+		}
+		return nil
+	}
+	if err := plugin("ws", "use", "root:compute"); err != nil {
+		return r, err
+	}
+	syncerConfig := filepath.Join(tmp, "pc1-syncer.kubeconfig")
+	debug := fmt.Sprintf("127.0.0.1:%d", freePort())
+	t0 := time.Now()
+	if err := plugin("workload", "sync", "pc1", "--labels", "region=eu", "--kcp-kubeconfig-out", syncerConfig); err != nil {
+		return r, err
+	}
+	logf, _ := os.Create(filepath.Join(tmp, "syncer.log"))
+	sy := exec.Command(filepath.Join(filepath.Dir(*kcpBin), "syncer"), "--kcp-kubeconfig", syncerConfig, "--sync-target", "pc1",
+		"--kubeconfig", pc.Kubeconfig, "--heartbeat-interval", "1s", "--debug-address", debug)
+	sy.Stdout, sy.Stderr = logf, logf
+	if err := sy.Start(); err != nil {
+		return r, err
+	}
+	defer func() { sy.Process.Kill(); sy.Wait() }()
+	cfg, err := s.config("root:compute")
+	if err != nil {
+		return r, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return r, err
+	}
+	for {
+		obj, err := dyn.Resource(workload.SyncTargetsResource).Get(ctx, "pc1", metav1.GetOptions{})
+		if err == nil && readyCondition(obj) == "True" {
+			break
+		}
+		if time.Since(t0) > 2*time.Minute {
+			return r, fmt.Errorf("SyncTarget pc1 not Ready after 2 minutes; see %s", logf.Name())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.registerToReady = time.Since(t0)
+	log("registration to Ready: %s", r.registerToReady.Round(time.Millisecond))
+	time.Sleep(2 * time.Second)
+	r.syncerBaseGo, r.syncerBaseRSS = syncerGoroutines(debug), rssMiB(sy.Process.Pid)
+	r.kcpBaseGo, r.kcpBaseMB = s.goroutines(), rssMiB(s.cmd.Process.Pid)
+
+	// Placed workspaces, one Deployment each.
+	created := 0
+	for _, step := range strings.Split(*syncWorkspaces, ",") {
+		var n int
+		fmt.Sscan(step, &n)
+		if n <= created {
+			continue
+		}
+		start := time.Now()
+		var pairs [][2]string
+		for i := created; i < n; i++ {
+			pairs = append(pairs, [2]string{"root", fmt.Sprintf("app-%d", i)})
+		}
+		if err := s.createWorkspaces(pairs); err != nil {
+			return r, err
+		}
+		wsDone := time.Since(start)
+		if err := parallel(n-created, func(i int) error { return placeAndDeploy(s, fmt.Sprintf("root:app-%d", created+i)) }); err != nil {
+			return r, err
+		}
+		log("  %d workspaces in %s, Placements and Deployments created after %s", n-created, wsDone.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+		// Until every Deployment exists downstream.
+		for {
+			// From the physical cluster's watch cache, once a second, so that
+			// counting does not load what is measured.
+			list, err := down.AppsV1().Deployments("").List(ctx, metav1.ListOptions{LabelSelector: syncer.TargetLabel, ResourceVersion: "0"})
+			if err == nil && len(list.Items) >= n {
+				break
+			}
+			if time.Since(start) > 20*time.Minute {
+				return r, fmt.Errorf("only %d of %d Deployments downstream after 20 minutes", len(list.Items), n)
+			}
+			time.Sleep(time.Second)
+		}
+		created = n
+		time.Sleep(2 * time.Second)
+		st := syncStep{workspaces: n, fill: time.Since(start), syncerGo: syncerGoroutines(debug), syncerRSS: rssMiB(sy.Process.Pid),
+			kcpGo: s.goroutines(), kcpRSS: rssMiB(s.cmd.Process.Pid)}
+		log("%d placed workspaces: syncer %d goroutines, %.0f MiB RSS; kcp %d goroutines, %.0f MiB RSS (filled in %s)",
+			n, st.syncerGo, st.syncerRSS, st.kcpGo, st.kcpRSS, st.fill.Round(time.Millisecond))
+		r.steps = append(r.steps, st)
+	}
+
+	// Down: create a ConfigMap in kcp, until it exists on the physical cluster.
+	ws := "root:app-0"
+	if created == 0 {
+		if err := s.createWorkspaces([][2]string{{"root", "app-0"}}); err != nil {
+			return r, err
+		}
+		if err := placeAndDeploy(s, ws); err != nil {
+			return r, err
+		}
+	}
+	up, err := s.client(ws)
+	if err != nil {
+		return r, err
+	}
+	dns := syncer.DownstreamNamespace(logicalcluster.Name(ws), "default")
+	var downLat []time.Duration
+	for i := 0; i < *syncSamples; i++ {
+		name := fmt.Sprintf("lat-%d", i)
+		w, err := down.CoreV1().ConfigMaps(dns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		if err != nil {
+			return r, err
+		}
+		t := time.Now()
+		if _, err := up.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			w.Stop()
+			return r, err
+		}
+		if err := waitFor(w, 30*time.Second, func(watch.Event) bool { return true }); err != nil {
+			return r, fmt.Errorf("%s downstream: %v", name, err)
+		}
+		downLat = append(downLat, time.Since(t))
+	}
+	r.downP50, r.downP99 = percentile(downLat, 0.5), percentile(downLat, 0.99)
+
+	// Up: a Service's load balancer address set downstream, until kcp shows it.
+	if _, err := up.CoreV1().Services("default").Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "lb"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 80}}}}, metav1.CreateOptions{}); err != nil {
+		return r, err
+	}
+	var upLat []time.Duration
+	for i := 0; i < *syncSamples; i++ {
+		var svc *corev1.Service
+		for svc == nil {
+			got, err := down.CoreV1().Services(dns).Get(ctx, "lb", metav1.GetOptions{})
+			if err == nil {
+				svc = got
+			} else {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		ip := fmt.Sprintf("203.0.113.%d", i%250+1)
+		if i%250 == 0 && i > 0 {
+			ip = fmt.Sprintf("198.51.100.%d", i/250)
+		}
+		w, err := up.CoreV1().Services("default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=lb"})
+		if err != nil {
+			return r, err
+		}
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
+		t := time.Now()
+		if _, err := down.CoreV1().Services(dns).UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
+			w.Stop()
+			return r, err
+		}
+		if err := waitFor(w, 30*time.Second, func(e watch.Event) bool {
+			s, ok := e.Object.(*corev1.Service)
+			return ok && len(s.Status.LoadBalancer.Ingress) == 1 && s.Status.LoadBalancer.Ingress[0].IP == ip
+		}); err != nil {
+			return r, fmt.Errorf("status up: %v", err)
+		}
+		upLat = append(upLat, time.Since(t))
+	}
+	r.upP50, r.upP99 = percentile(upLat, 0.5), percentile(upLat, 0.99)
+	log("sync latency: down p50 %s p99 %s; status up p50 %s p99 %s", r.downP50, r.downP99, r.upP50, r.upP99)
+	return r, nil
+}
+
+func readyCondition(obj *unstructured.Unstructured) string {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]interface{}); ok && m["type"] == workload.ConditionReady {
+			return fmt.Sprint(m["status"])
+		}
+	}
+	return ""
+}
+
+// placeAndDeploy creates a Placement on root:compute and a one-replica
+// Deployment in a workspace.
+func placeAndDeploy(s *server, ws string) error {
+	ctx := context.Background()
+	cfg, err := s.config(ws)
+	if err != nil {
+		return err
+	}
+	d, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	pl := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": workload.Group + "/" + workload.Version, "kind": "Placement",
+		"metadata": map[string]interface{}{"name": "compute"},
+		"spec":     map[string]interface{}{"locationWorkspace": "root:compute", "namespaceSelector": map[string]interface{}{}},
+	}}
+	if _, err := d.Resource(workload.PlacementsResource).Create(ctx, pl, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	one := int32(1)
+	labels := map[string]string{"app": "web"}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: appsv1.DeploymentSpec{Replicas: &one,
+		Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}}}}}
+	// The namespace's assignment follows the Placement within moments; a
+	// Deployment created before it is labelled by the placement controller.
+	for i := 0; ; i++ {
+		_, err = c.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{})
+		if err == nil || i > 50 {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func waitFor(w watch.Interface, timeout time.Duration, ok func(watch.Event) bool) error {
+	defer w.Stop()
+	t := time.After(timeout)
+	for {
+		select {
+		case e, open := <-w.ResultChan():
+			if !open {
+				return fmt.Errorf("watch closed")
+			}
+			if ok(e) {
+				return nil
+			}
+		case <-t:
+			return fmt.Errorf("timed out after %s", timeout)
+		}
+	}
+}
+
+func syncerGoroutines(addr string) int {
+	resp, err := http.Get("http://" + addr + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var n int
+	fmt.Fscanf(resp.Body, "goroutine profile: total %d", &n)
+	return n
+}
+
+func printSync(r syncResult) {
+	fmt.Printf("\n### Multi-cluster sync (one physical cluster, pull-mode syncer, SQLite)\n\n")
+	fmt.Printf("| measure | value |\n|---|---|\n")
+	fmt.Printf("| `kubectl kcp workload sync` to SyncTarget Ready | %s |\n", r.registerToReady.Round(time.Millisecond))
+	fmt.Printf("| create in a workspace -> exists downstream, p50 / p99 (%d) | %s / %s |\n", *syncSamples, r.downP50.Round(100*time.Microsecond), r.downP99.Round(100*time.Microsecond))
+	fmt.Printf("| downstream status change -> visible in kcp, p50 / p99 (%d) | %s / %s |\n", *syncSamples, r.upP50.Round(100*time.Microsecond), r.upP99.Round(100*time.Microsecond))
+	fmt.Printf("\n| placed workspaces (1 Deployment each) | syncer goroutines | syncer RSS MiB | kcp goroutines | kcp RSS MiB | all downstream after |\n|---|---|---|---|---|---|\n")
+	fmt.Printf("| 0 | %d | %.0f | %d | %.0f | |\n", r.syncerBaseGo, r.syncerBaseRSS, r.kcpBaseGo, r.kcpBaseMB)
+	for _, st := range r.steps {
+		fmt.Printf("| %d | %d | %.0f | %d | %.0f | %s |\n", st.workspaces, st.syncerGo, st.syncerRSS, st.kcpGo, st.kcpRSS, st.fill.Round(100*time.Millisecond))
+	}
+}

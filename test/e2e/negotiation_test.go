@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+	"github.com/kcpsql/kcp/syncer"
+	"github.com/kcpsql/kcp/test/e2e/framework"
+	"github.com/kcpsql/kcp/test/physical"
+)
+
+// TestAPINegotiation: two physical clusters serve the same CRD with
+// different schemas (pc2's widgets lack spec.color) and a CRD whose field
+// types conflict (gadgets' spec.size). Their syncers import both
+// (--resources); kcp publishes the least common denominator of widgets and
+// pc1's gadgets, reports pc2's gadgets Incompatible, and serves the result
+// in a workspace placed on the location: explain shows it, a widget with
+// color is refused, a widget runs on the physical cluster and its status
+// comes back. A workspace's own CRD of the same name wins.
+func TestAPINegotiation(t *testing.T) {
+	bins, err := physical.EnsureBinaries(t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := framework.StartServer(t, "", "--synctarget-heartbeat-timeout=10s")
+	const compute, team, local = "root:compute", "root:apps", "root:own"
+	s.CreateWorkspaces(compute, team, local)
+	admin := adminIn(t, s, compute)
+	kubectl := filepath.Join(framework.RepoRoot(), "bin", "kubectl")
+	schemas := map[string][2]string{
+		"pc1": {"size: {type: integer}, color: {type: string}", "size: {type: integer}"},
+		"pc2": {"size: {type: integer}", "size: {type: string}"},
+	}
+	configs := map[string]string{}
+	pcs := startPhysical(t, bins, "pc1", "pc2")
+	for _, name := range []string{"pc1", "pc2"} {
+		pc := pcs[name]
+		crds := namespacedCRDWithStatus("widgets", "Widget", schemas[name][0]) + "---\n" + namespacedCRDWithStatus("gadgets", "Gadget", schemas[name][1])
+		if out, err := exec.Command(kubectl, "--kubeconfig", pc.Kubeconfig, "apply", "-f", writeFile(t, name+"-crds.yaml", crds)).CombinedOutput(); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		exec.Command(kubectl, "--kubeconfig", pc.Kubeconfig, "wait", "--for=condition=Established", "crd/widgets.example.com", "crd/gadgets.example.com").Run()
+		region := map[string]string{"pc1": "eu", "pc2": "us"}[name]
+		configs[name] = register(t, s, admin, name, "region="+region, pc, "--resources", "widgets.example.com,gadgets.example.com").kubeconfig
+	}
+
+	framework.Eventually(t, 60*time.Second, "widgets negotiated from both imports, without color", func() (bool, string) {
+		out := s.Kubectl(compute, "get", "negotiatedapiresource", "widgets.example.com", "-o", "jsonpath={.status.imports} {.status.dropped}", "--ignore-not-found")
+		return strings.Contains(out, "pc1.widgets.example.com") && strings.Contains(out, "pc2.widgets.example.com") && strings.Contains(out, "spec.color: narrower: field removed"), out
+	})
+	if out := s.Kubectl(compute, "get", "negotiatedapiresource", "widgets.example.com", "-o", "yaml"); strings.Contains(out, "color") && !strings.Contains(out, "dropped") {
+		t.Errorf("the negotiated widgets keep color:\n%s", out)
+	}
+	framework.Eventually(t, 60*time.Second, "pc2's gadgets to be reported Incompatible", func() (bool, string) {
+		out := s.Kubectl(compute, "get", "apiresourceimport", "pc2.gadgets.example.com", "-o", `jsonpath={.status.conditions[?(@.type=="Compatible")].status} {.status.conditions[?(@.type=="Compatible")].message}`, "--ignore-not-found")
+		return strings.HasPrefix(out, "False") && strings.Contains(out, `type "integer" against "string"`), out
+	})
+	if out := s.Kubectl(compute, "get", "negotiatedapiresource", "gadgets.example.com", "-o", "jsonpath={.status.imports} {.status.incompatible}"); out != `["pc1.gadgets.example.com"] ["pc2.gadgets.example.com"]` {
+		t.Errorf("gadgets: %s", out)
+	}
+
+	// A syncer writes only its own imports.
+	if out, err := exec.Command(kubectl, "--kubeconfig", configs["pc1"], "apply", "-f", writeFile(t, "fake-import.yaml", `apiVersion: apiresource.kcp.io/v1alpha1
+kind: APIResourceImport
+metadata: {name: pc2.fakes.example.com}
+spec: {syncTarget: pc2, crd: {group: example.com}}
+`)).CombinedOutput(); err == nil || !strings.Contains(string(out), "may write only its own") {
+		t.Errorf("pc1's syncer wrote pc2's import: %v\n%s", err, out)
+	}
+
+	// Not served where nothing is placed on the location.
+	if out, _ := s.KubectlErr(team, "", "get", "widgets"); !strings.Contains(out, "doesn't have a resource type") && !strings.Contains(out, "the server could not find") {
+		t.Errorf("widgets served before a Placement: %s", out)
+	}
+	placement := writeFile(t, "placement.yaml", `apiVersion: workload.kcp.io/v1alpha1
+kind: Placement
+metadata: {name: eu}
+spec: {locationWorkspace: "root:compute", locationSelector: {matchLabels: {region: eu}}, namespaceSelector: {}}
+`)
+	s.Kubectl(team, "apply", "-f", placement)
+	framework.Eventually(t, 30*time.Second, "explain widget.spec in the placed workspace to show the negotiated schema", func() (bool, string) {
+		out, err := s.KubectlErr(team, "", "explain", "widget.spec")
+		return err == nil && strings.Contains(out, "size") && !strings.Contains(out, "color"), out
+	})
+	framework.Eventually(t, 30*time.Second, "the namespace to be assigned", func() (bool, string) {
+		ann := s.Kubectl(team, "get", "namespace", "default", "-o", "jsonpath={.metadata.annotations}")
+		return strings.Contains(ann, "root:compute/pc1"), ann
+	})
+	if out, err := s.KubectlErr(team, "", "apply", "-f", writeFile(t, "colored.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: colored}\nspec: {size: 1, color: red}\n")); err == nil || !strings.Contains(out, "color") {
+		t.Errorf("a widget with a field one cluster lacks: want a refusal naming it, got %v\n%s", err, out)
+	}
+	s.Kubectl(team, "apply", "-f", writeFile(t, "w1.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {size: 3}\n"))
+	pc1, err := pcs["pc1"].RESTConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := dynamic.NewForConfigOrDie(pc1).Resource(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}).
+		Namespace(syncer.DownstreamNamespace(logicalcluster.Name(team), "default"))
+	ctx := context.Background()
+	var w *unstructured.Unstructured
+	framework.Eventually(t, 60*time.Second, "the widget on pc1", func() (bool, string) {
+		w, err = down.Get(ctx, "w1", metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	if size, _, _ := unstructured.NestedInt64(w.Object, "spec", "size"); size != 3 {
+		t.Errorf("the widget on pc1: %v", w.Object)
+	}
+	unstructured.SetNestedField(w.Object, "Running", "status", "phase")
+	if _, err := down.UpdateStatus(ctx, w, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 30*time.Second, "the widget's status to come back", func() (bool, string) {
+		out := s.Kubectl(team, "get", "widget", "w1", "-o", "jsonpath={.status.phase}")
+		return out == "Running", out
+	})
+	if out, err := s.KubectlErr(team, "", "delete", "widget", "w1", "--timeout=60s"); err != nil {
+		t.Errorf("kubectl delete widget: %v\n%s", err, out)
+	}
+	if _, err := down.Get(ctx, "w1", metav1.GetOptions{}); err == nil {
+		t.Errorf("the widget is gone in kcp but still on pc1")
+	}
+
+	// A workspace's own CRD of the same name wins over negotiation.
+	s.Kubectl(local, "apply", "-f", writeFile(t, "own.yaml", namespacedCRDWithStatus("widgets", "Widget", "weight: {type: string}")))
+	s.WaitEstablished(local, "crd/widgets.example.com")
+	s.Kubectl(local, "apply", "-f", placement)
+	time.Sleep(2 * time.Second)
+	if out := s.Kubectl(local, "explain", "widget.spec"); !strings.Contains(out, "weight") || strings.Contains(out, "size") {
+		t.Errorf("the workspace's own CRD does not win:\n%s", out)
+	}
+	framework.Eventually(t, 30*time.Second, "the Placement to report the shadowed API", func() (bool, string) {
+		out := s.Kubectl(local, "get", "placement", "eu", "-o", "jsonpath={.status.shadowedAPIs}")
+		return out == `["widgets.example.com"]`, out
+	})
+}
+
+// namespacedCRDWithStatus is a CRD example.com/v1 with a status
+// subresource and the given spec properties.
+func namespacedCRDWithStatus(plural, kind, specProps string) string {
+	return strings.Replace(namespacedCRD("example.com", plural, kind,
+		"{type: object, properties: {spec: {type: object, properties: {"+specProps+"}}, status: {type: object, properties: {phase: {type: string}}}}}"),
+		"storage: true,", "storage: true, subresources: {status: {}},", 1)
+}

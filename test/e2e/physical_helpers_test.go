@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/kcpsql/kcp/test/e2e/framework"
+	"github.com/kcpsql/kcp/test/physical"
+)
+
+// startPhysical starts physical clusters side by side; they stop with the
+// test.
+func startPhysical(t *testing.T, bins physical.Binaries, names ...string) map[string]*physical.Cluster {
+	t.Helper()
+	pcs := map[string]*physical.Cluster{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pc, err := physical.Start(context.Background(), bins, physical.Options{Name: name, Dir: t.TempDir(), Log: t.Logf})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			pcs[name] = pc
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for _, pc := range pcs {
+		t.Cleanup(pc.Stop)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	return pcs
+}
+
+// adminIn is a copy of the admin kubeconfig whose current workspace is ws
+// (what kubectl ws use leaves behind).
+func adminIn(t *testing.T, s *framework.Server, ws string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "admin.kubeconfig")
+	raw, err := os.ReadFile(s.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := s.KubectlPlugin(p, "kcp", "ws", "use", ws); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return p
+}
+
+// syncerProc is bin/syncer for one SyncTarget, run as a process.
+type syncerProc struct {
+	t          *testing.T
+	kubeconfig string
+	target     string
+	downstream string
+	extra      []string
+	cmd        *exec.Cmd
+}
+
+// register runs kubectl kcp workload sync for a physical cluster with the
+// admin kubeconfig of the location workspace, and starts its syncer (with
+// extra flags); the syncer stops with the test.
+func register(t *testing.T, s *framework.Server, admin, name, labels string, pc *physical.Cluster, extra ...string) *syncerProc {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), name+"-syncer.kubeconfig")
+	if out, err := s.KubectlPlugin(admin, "kcp", "workload", "sync", name, "--labels", labels, "--kcp-kubeconfig-out", cfg); err != nil {
+		t.Fatalf("kubectl kcp workload sync %s: %v\n%s", name, err, out)
+	}
+	p := &syncerProc{t: t, kubeconfig: cfg, target: name, downstream: pc.Kubeconfig, extra: extra}
+	p.start()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *syncerProc) start() {
+	args := append([]string{"--kcp-kubeconfig", p.kubeconfig, "--sync-target", p.target, "--kubeconfig", p.downstream, "--heartbeat-interval", "1s"}, p.extra...)
+	p.cmd = exec.Command(filepath.Join(framework.RepoRoot(), "bin", "syncer"), args...)
+	logf, _ := os.OpenFile(p.kubeconfig+".log", os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *syncerProc) stop() {
+	if p.cmd != nil && p.cmd.Process != nil {
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+	}
+}
