@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -125,6 +126,112 @@ func TestUpOnBothDialects(t *testing.T) {
 				if err := db.QueryRow(q, idx).Scan(&n); err != nil || n != 1 {
 					t.Errorf("index %s: %d %v", idx, n, err)
 				}
+			}
+		})
+	}
+}
+
+// TestPlacementViews: kcp_placements and kcp_workload_shares read where
+// Deployments run from the JSON kcp stores, alike on both dialects: a
+// divided Deployment's shares from its per-target status annotations, a
+// Deployment on one target whole.
+func TestPlacementViews(t *testing.T) {
+	policy := func(targets string) string {
+		return fmt.Sprintf(`{"mode":"Divide","targets":{%s}}`, targets)
+	}
+	status := func(share, available int) string {
+		return fmt.Sprintf(`{"mode":"Divide","share":%d,"status":{"availableReplicas":%d}}`, share, available)
+	}
+	object := func(namespace, name string, annotations map[string]string, rest string) string {
+		meta := map[string]any{"name": name, "annotations": annotations}
+		if namespace != "" {
+			meta["namespace"] = namespace
+		}
+		m, _ := json.Marshal(meta)
+		return fmt.Sprintf(`{"metadata":%s%s}`, m, rest)
+	}
+	rows := map[string]string{
+		"/registry/core/namespaces/root:a/shop": object("", "shop", map[string]string{
+			"workload.kcp.io/sync-target": "root:compute/pc1,root:compute/pc2",
+			"workload.kcp.io/placement":   policy(`"k1":{"name":"root:compute/pc1","weight":1},"k2":{"name":"root:compute/pc2","weight":2}`)}, ""),
+		"/registry/apps/deployments/root:a/shop/web": object("shop", "web", map[string]string{
+			"workload.kcp.io/status-k1": status(2, 2), "workload.kcp.io/status-k2": status(4, 3)}, `,"spec":{"replicas":6}`),
+		"/registry/core/namespaces/root:b/shop": object("", "shop", map[string]string{
+			"workload.kcp.io/sync-target": "root:compute/pc1",
+			"workload.kcp.io/placement":   `{"mode":"Duplicate","targets":{"k1":{"name":"root:compute/pc1","weight":1}}}`}, ""),
+		"/registry/apps/deployments/root:b/shop/web": object("shop", "web", nil, `,"spec":{"replicas":3},"status":{"availableReplicas":3}`),
+		"/registry/core/namespaces/root:c/idle":      object("", "idle", nil, ""),
+	}
+	want := []string{
+		"root:a shop web root:compute/pc1 2 2",
+		"root:a shop web root:compute/pc2 4 3",
+		"root:b shop web root:compute/pc1 3 3",
+	}
+	for name, dsn := range map[string]func(t *testing.T) string{
+		"sqlite":   func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "kcp.db") },
+		"postgres": postgresDSN,
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			ds, err := datastore.Parse(dsn(t), t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ds.Prepare(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := migrations.Up(ctx, ds); err != nil {
+				t.Fatal(err)
+			}
+			var db *sql.DB
+			insert := `INSERT INTO kine (name, created, deleted, create_revision, prev_revision, lease, value, old_value) VALUES (?, 1, 0, 0, 0, 0, ?, NULL)`
+			if ds.Dialect == datastore.SQLite {
+				db, err = sql.Open("sqlite3", ds.SQLiteDSN())
+			} else {
+				db, err = sql.Open("pgx", ds.URL.String())
+				insert = `INSERT INTO kine (name, created, deleted, create_revision, prev_revision, lease, value, old_value) VALUES ($1, 1, 0, 0, 0, 0, $2, NULL)`
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			for k, v := range rows {
+				if _, err := db.Exec(insert, k, []byte(v)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var modes []string
+			r, err := db.Query(`SELECT cluster, namespace, targets, mode FROM kcp_placements ORDER BY cluster`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r.Next() {
+				var c, ns, targets, mode string
+				if err := r.Scan(&c, &ns, &targets, &mode); err != nil {
+					t.Fatal(err)
+				}
+				modes = append(modes, c+" "+ns+" "+targets+" "+mode)
+			}
+			r.Close()
+			if fmt.Sprint(modes) != "[root:a shop root:compute/pc1,root:compute/pc2 Divide root:b shop root:compute/pc1 Duplicate]" {
+				t.Errorf("kcp_placements: %v", modes)
+			}
+			var got []string
+			r, err = db.Query(`SELECT cluster, namespace, deployment, target, replicas, available FROM kcp_workload_shares ORDER BY cluster, target`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			for r.Next() {
+				var c, ns, d, target string
+				var replicas, available int
+				if err := r.Scan(&c, &ns, &d, &target, &replicas, &available); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, fmt.Sprintf("%s %s %s %s %d %d", c, ns, d, target, replicas, available))
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("kcp_workload_shares:\n got %v\nwant %v", got, want)
 			}
 		})
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/kcpsql/kcp/server/controllers/negotiation"
 	"github.com/kcpsql/kcp/server/controllers/placement"
 	"github.com/kcpsql/kcp/server/controllers/pushsyncer"
+	"github.com/kcpsql/kcp/server/controllers/sharestatus"
 	"github.com/kcpsql/kcp/server/controllers/synctarget"
 	"github.com/kcpsql/kcp/server/controllers/workspace"
 	"github.com/kcpsql/kcp/server/crdserving"
@@ -89,6 +90,11 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 				go c.Run(ctx, 2)
 			} else {
 				klog.ErrorS(err, "placement controller")
+			}
+			if c, err := sharestatus.NewController(hc.LoopbackClientConfig); err == nil {
+				go c.Run(ctx, 2)
+			} else {
+				klog.ErrorS(err, "share status controller")
 			}
 		}
 		if o.Datastore.Dialect == datastore.SQLite {

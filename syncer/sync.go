@@ -20,9 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -133,8 +135,20 @@ func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, re
 				s.queue.Add(item{gvr: gvr, cluster: clusterinformer.ClusterOf(m), namespace: m.GetNamespace(), name: m.GetName()})
 			}
 		}
+		updateUp := func(old, o interface{}) { enqueueUp(o) }
+		if gvr == namespacesGVR {
+			// A namespace's placement policy decides shares and overrides
+			// of every object in it: a change re-syncs them.
+			updateUp = func(old, o interface{}) {
+				enqueueUp(o)
+				before, after := old.(*unstructured.Unstructured), o.(*unstructured.Unstructured)
+				if before.GetAnnotations()[workload.NamespacePolicyAnnotation] != after.GetAnnotations()[workload.NamespacePolicyAnnotation] {
+					s.enqueueNamespace(clusterinformer.ClusterOf(after), after.GetName())
+				}
+			}
+		}
 		idx, inf := clusterinformer.New(clusterinformer.ListWatch(r.List, r.Watch), &unstructured.Unstructured{}, clusterinformer.ClusterIndexers,
-			cache.ResourceEventHandlerFuncs{AddFunc: enqueueUp, UpdateFunc: func(_, o interface{}) { enqueueUp(o) }, DeleteFunc: enqueueUp})
+			cache.ResourceEventHandlerFuncs{AddFunc: enqueueUp, UpdateFunc: updateUp, DeleteFunc: enqueueUp})
 		s.upstream[gvr], s.infs = idx, append(s.infs, inf)
 
 		// Downstream: what this syncer wrote, found by its label.
@@ -172,6 +186,31 @@ func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, re
 		s.dstream[gvr], s.infs = didx, append(s.infs, dinf)
 	}
 	return s, nil
+}
+
+// enqueueNamespace queues every object of one upstream namespace.
+func (s *Syncer) enqueueNamespace(cluster logicalcluster.Name, namespace string) {
+	for _, gvr := range s.resources {
+		objs, _ := s.upstream[gvr].ByIndex(clusterinformer.ByClusterNamespace, string(cluster)+"|"+namespace)
+		for _, o := range objs {
+			s.queue.Add(item{gvr: gvr, cluster: cluster, namespace: namespace, name: o.(*unstructured.Unstructured).GetName()})
+		}
+	}
+}
+
+// policy is the placement policy of an upstream namespace (nil: one
+// target, Duplicate).
+func (s *Syncer) policy(cluster logicalcluster.Name, namespace string) *workload.NamespacePolicy {
+	obj, ok, _ := s.upstream[namespacesGVR].GetByKey(clusterinformer.Key(cluster, "", namespace))
+	if !ok {
+		return nil
+	}
+	p, err := workload.ParsePolicy(obj.(*unstructured.Unstructured).GetAnnotations())
+	if err != nil {
+		klog.V(2).InfoS("ignoring a namespace's placement policy", "cluster", cluster, "namespace", namespace, "err", err)
+		return nil
+	}
+	return p
 }
 
 func unwrap(obj interface{}) interface{} {
@@ -348,8 +387,20 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (time.Duration, error)
 	if err := s.ensureNamespace(ctx, it.cluster, it.namespace); err != nil {
 		return 0, err
 	}
+	pol := s.policy(it.cluster, it.namespace)
+	if pol != nil && pol.Targets[s.key].Leaving {
+		// Being drained: the copy here runs on as it is until kcp hands
+		// the namespace to the other targets; nothing new starts here.
+		if down == nil {
+			return 0, nil
+		}
+		return 0, s.statusUp(ctx, it, up, down, pol)
+	}
 	desired, err := s.downstreamCopy(up, dns)
 	if err != nil {
+		return 0, err
+	}
+	if err := s.applyPolicy(it.gvr, desired, pol); err != nil {
 		return 0, err
 	}
 	body, err := json.Marshal(desired.Object)
@@ -363,7 +414,7 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (time.Duration, error)
 	// request downstream.
 	sum := sha256.Sum256(body)
 	if down != nil && s.unchanged(it, sum, down) {
-		return 0, s.statusUp(ctx, it, up, down)
+		return 0, s.statusUp(ctx, it, up, down, pol)
 	}
 	force := true
 	applied, err := dr.Patch(ctx, it.name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: FieldManager, Force: &force})
@@ -372,7 +423,7 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (time.Duration, error)
 	}
 	s.remember(it, sum, applied)
 	// The apply answered with the newest downstream state.
-	return 0, s.statusUp(ctx, it, up, applied)
+	return 0, s.statusUp(ctx, it, up, applied, pol)
 }
 
 // applied records what the syncer last applied to a downstream object and
@@ -431,7 +482,8 @@ func (s *Syncer) downstreamCopy(up *unstructured.Unstructured, namespace string)
 	out.SetLabels(labels)
 	ann := map[string]string{}
 	for k, v := range up.GetAnnotations() {
-		if k != logicalcluster.Annotation && k != "kubectl.kubernetes.io/last-applied-configuration" && k != workload.AssignedTargetAnnotation {
+		if k != logicalcluster.Annotation && k != "kubectl.kubernetes.io/last-applied-configuration" && k != workload.AssignedTargetAnnotation &&
+			!strings.HasPrefix(k, workload.StatusAnnotationPrefix) {
 			ann[k] = v
 		}
 	}
@@ -463,9 +515,15 @@ func runtimeDeepCopy(v interface{}) interface{} {
 // observedGeneration is kcp's generation once the physical cluster has
 // observed the copy written from it, so kubectl rollout status means what
 // it says.
-func (s *Syncer) statusUp(ctx context.Context, it item, up, down *unstructured.Unstructured) error {
+func (s *Syncer) statusUp(ctx context.Context, it item, up, down *unstructured.Unstructured, pol *workload.NamespacePolicy) error {
 	st, ok, _ := unstructured.NestedMap(down.Object, "status")
 	if !ok {
+		return nil
+	}
+	shared := pol != nil && len(pol.Targets) > 1
+	if shared && it.gvr != deploymentsGVR && s.key != firstKey(pol) {
+		// Several targets run this object: the first one reports its
+		// status (Deployments are summed by kcp instead).
 		return nil
 	}
 	st = runtimeDeepCopy(st).(map[string]interface{})
@@ -480,6 +538,9 @@ func (s *Syncer) statusUp(ctx context.Context, it item, up, down *unstructured.U
 		} else {
 			delete(st, "observedGeneration")
 		}
+	}
+	if shared && it.gvr == deploymentsGVR {
+		return s.shareStatusUp(ctx, it, up, st, pol)
 	}
 	if equality.Semantic.DeepEqual(jsonRound(st), jsonRound(upStatus)) {
 		return nil
@@ -533,4 +594,99 @@ func ignoreNotFound(err error) error {
 		return nil
 	}
 	return err
+}
+
+var deploymentsGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+
+func firstKey(pol *workload.NamespacePolicy) string {
+	first := ""
+	for k := range pol.Targets {
+		if first == "" || k < first {
+			first = k
+		}
+	}
+	return first
+}
+
+// shareStatusUp writes this target's status of a Deployment that several
+// targets run into its own annotation (a merge patch of the status
+// subresource that sets that one annotation, which the syncer view
+// allows); kcp combines them.
+func (s *Syncer) shareStatusUp(ctx context.Context, it item, up *unstructured.Unstructured, st map[string]interface{}, pol *workload.NamespacePolicy) error {
+	replicas, found, _ := unstructured.NestedInt64(up.Object, "spec", "replicas")
+	if !found {
+		replicas = 1
+	}
+	raw, err := json.Marshal(workload.ShareStatus{Mode: pol.Mode, Share: pol.Share(int32(replicas), s.key), Status: st})
+	if err != nil {
+		return err
+	}
+	name := workload.StatusAnnotationPrefix + s.key
+	if up.GetAnnotations()[name] == string(raw) {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{"annotations": map[string]string{name: string(raw)}}})
+	c, err := s.upClient(it.cluster)
+	if err != nil {
+		return err
+	}
+	// Through the status subresource: a Deployment's generation counts
+	// changes of its annotations made through the object itself, and a
+	// status write changes none of the spec.
+	_, err = c.Resource(it.gvr).Namespace(it.namespace).Patch(ctx, it.name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}, "status")
+	return ignoreNotFound(err)
+}
+
+// applyPolicy gives a downstream copy this target's share of a
+// Deployment's replicas (Divide) and applies the overrides of this target:
+// a strategic merge patch for kinds client-go knows (containers merge by
+// name), a JSON merge patch for others.
+func (s *Syncer) applyPolicy(gvr schema.GroupVersionResource, obj *unstructured.Unstructured, pol *workload.NamespacePolicy) error {
+	if pol == nil {
+		return nil
+	}
+	if gvr == deploymentsGVR && pol.Mode == workload.ModeDivide {
+		replicas, found, _ := unstructured.NestedInt64(obj.Object, "spec", "replicas")
+		if !found {
+			replicas = 1
+		}
+		if err := unstructured.SetNestedField(obj.Object, int64(pol.Share(int32(replicas), s.key)), "spec", "replicas"); err != nil {
+			return err
+		}
+	}
+	for _, o := range pol.Targets[s.key].Overrides {
+		if o.Resource != "" && o.Resource != workload.ResourceName(gvr.Group, gvr.Resource) {
+			continue
+		}
+		if err := patchObject(obj, o.Patch.Raw); err != nil {
+			return fmt.Errorf("override for %s: %v", pol.Targets[s.key].Name, err)
+		}
+	}
+	return nil
+}
+
+func patchObject(obj *unstructured.Unstructured, patch []byte) error {
+	if len(patch) == 0 {
+		return nil
+	}
+	current, err := json.Marshal(obj.Object)
+	if err != nil {
+		return err
+	}
+	var out []byte
+	if typed, err := scheme.Scheme.New(obj.GroupVersionKind()); err == nil {
+		out, err = strategicpatch.StrategicMergePatch(current, patch, typed)
+		if err != nil {
+			return err
+		}
+	} else if out, err = jsonpatch.MergePatch(current, patch); err != nil {
+		return err
+	}
+	// Decoded as unstructured decodes (integers stay int64).
+	patched := &unstructured.Unstructured{}
+	if err := patched.UnmarshalJSON(out); err != nil {
+		return err
+	}
+	obj.Object = patched.Object
+	return nil
 }

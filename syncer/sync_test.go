@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
@@ -63,5 +65,67 @@ func TestDownstreamCopy(t *testing.T) {
 	}
 	if _, ok, _ := unstructured.NestedString(up.Object, "spec", "clusterIP"); !ok {
 		t.Error("the upstream object was modified")
+	}
+}
+
+// TestApplyPolicy: a divided Deployment gets this target's share, and the
+// overrides of this target apply (containers merge by name); another
+// target's overrides and other resources' do not.
+func TestApplyPolicy(t *testing.T) {
+	me, other := workload.TargetKey("root:compute", "pc1"), workload.TargetKey("root:compute", "pc2")
+	s := &Syncer{key: me}
+	deployment := func() *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]interface{}{
+			"apiVersion": "apps/v1", "kind": "Deployment",
+			"metadata": map[string]interface{}{"name": "web"},
+			"spec": map[string]interface{}{"replicas": int64(7), "template": map[string]interface{}{"spec": map[string]interface{}{
+				"containers": []interface{}{
+					map[string]interface{}{"name": "web", "image": "nginx"},
+					map[string]interface{}{"name": "sidecar", "image": "envoy"},
+				}}}},
+		}}
+	}
+	override := func(resource, patch string) workload.Override {
+		return workload.Override{Resource: resource, Patch: runtime.RawExtension{Raw: []byte(patch)}}
+	}
+	pol := &workload.NamespacePolicy{Mode: workload.ModeDivide, Targets: map[string]workload.TargetPolicy{
+		me: {Name: "root:compute/pc1", Weight: 1, Overrides: []workload.Override{
+			override("deployments.apps", `{"spec":{"template":{"spec":{"containers":[{"name":"web","image":"eu.registry/nginx"}]}}}}`),
+			override("services", `{"spec":{"type":"LoadBalancer"}}`),
+		}},
+		other: {Name: "root:compute/pc2", Weight: 1, Overrides: []workload.Override{override("", `{"metadata":{"labels":{"pc2":"yes"}}}`)}},
+	}}
+	d := deployment()
+	if err := s.applyPolicy(deploymentsGVR, d, pol); err != nil {
+		t.Fatal(err)
+	}
+	replicas, _, _ := unstructured.NestedInt64(d.Object, "spec", "replicas")
+	if want := int64(pol.Share(7, me)); replicas != want || (want != 3 && want != 4) {
+		t.Errorf("replicas %d, want the share %d of 7", replicas, want)
+	}
+	containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+	if len(containers) != 2 || containers[0].(map[string]interface{})["image"] != "eu.registry/nginx" || containers[1].(map[string]interface{})["image"] != "envoy" {
+		t.Errorf("containers after the override: %v", containers)
+	}
+	if d.GetLabels()["pc2"] != "" {
+		t.Error("another target's override applied")
+	}
+	// Duplicate: the whole Deployment.
+	pol.Mode = workload.ModeDuplicate
+	d = deployment()
+	if err := s.applyPolicy(deploymentsGVR, d, pol); err != nil {
+		t.Fatal(err)
+	}
+	if replicas, _, _ := unstructured.NestedInt64(d.Object, "spec", "replicas"); replicas != 7 {
+		t.Errorf("Duplicate replicas %d", replicas)
+	}
+	// A custom resource gets a JSON merge patch.
+	cr := &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "example.com/v1", "kind": "Widget", "spec": map[string]interface{}{"size": int64(1), "color": "red"}}}
+	pol.Targets[me] = workload.TargetPolicy{Overrides: []workload.Override{override("", `{"spec":{"size":2}}`)}}
+	if err := s.applyPolicy(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}, cr, pol); err != nil {
+		t.Fatal(err)
+	}
+	if size, _, _ := unstructured.NestedInt64(cr.Object, "spec", "size"); size != 2 || cr.Object["spec"].(map[string]interface{})["color"] != "red" {
+		t.Errorf("custom resource after the override: %v", cr.Object["spec"])
 	}
 }

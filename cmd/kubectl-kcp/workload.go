@@ -66,21 +66,44 @@ and writes:
 	sync.Flags().StringVar(&kubeconfigOut, "kcp-kubeconfig-out", "", "where to write the syncer's kubeconfig for kcp (default: NAME-syncer.kubeconfig)")
 	sync.Flags().StringVar(&image, "syncer-image", "kcp-syncer:latest", "image of cmd/syncer for the manifest's Deployment (build and push it yourself)")
 	sync.Flags().DurationVar(&expiration, "token-expiration", 365*24*time.Hour, "how long the syncer's token is valid; run sync again to renew it")
-	cmd.AddCommand(sync, o.cordonCommand(true), o.cordonCommand(false))
+	cmd.AddCommand(sync, o.cordonCommand("cordon"), o.cordonCommand("drain"), o.cordonCommand("uncordon"))
 	return cmd
 }
 
-// cordonCommand is "cordon NAME" (unschedulable: no new namespaces go to
-// the physical cluster; those there stay) or "uncordon NAME".
-func (o *wsOptions) cordonCommand(cordon bool) *cobra.Command {
-	use, short := "uncordon NAME", "Let Placements assign namespaces to a SyncTarget again"
-	if cordon {
-		use, short = "cordon NAME", "Keep new namespaces off a SyncTarget (those already there stay)"
-	}
+// targetVerbs are the SyncTarget maintenance commands: cordon (no new
+// namespaces; those there stay), drain (cordon, and move the namespaces
+// there to other targets, each copy staying until its replacement is
+// Available) and uncordon (both undone).
+var targetVerbs = map[string]struct{ short, long, patch, done string }{
+	"cordon": {
+		short: "Keep new namespaces off a SyncTarget (those already there stay)",
+		long:  "Marks the SyncTarget unschedulable: Placements assign it no new namespaces; namespaces already there stay.",
+		patch: `{"spec":{"unschedulable":true}}`, done: "cordoned",
+	},
+	"drain": {
+		short: "Move the namespaces off a SyncTarget, gracefully, for planned maintenance",
+		long: "Cordons the SyncTarget and hands each namespace assigned to it to another target its Placement selects.\n" +
+			"A copy on this cluster stays until every Deployment of its namespace is Available on the replacement;\n" +
+			"then its syncer deletes it. A namespace whose Placement has no other usable target stays.\n" +
+			"The drain is over when the physical cluster has no namespace labelled workload.kcp.io/sync-target left.\n" +
+			"Undo it with uncordon.",
+		patch: `{"spec":{"unschedulable":true,"drain":true}}`, done: "draining",
+	},
+	"uncordon": {
+		short: "Let Placements assign namespaces to a SyncTarget again (ends a drain too)",
+		long:  "Clears unschedulable and drain: the SyncTarget takes new namespaces again. Namespaces that moved away stay where they are.",
+		patch: `{"spec":{"unschedulable":false,"drain":false}}`, done: "uncordoned",
+	},
+}
+
+// cordonCommand is one of targetVerbs.
+func (o *wsOptions) cordonCommand(verb string) *cobra.Command {
+	v := targetVerbs[verb]
 	return &cobra.Command{
-		Use:     use,
-		Short:   short,
-		Example: "  kubectl kcp workload " + strings.Fields(use)[0] + " pc1",
+		Use:     verb + " NAME",
+		Short:   v.short,
+		Long:    v.long,
+		Example: "  kubectl kcp workload " + verb + " pc1",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -91,18 +114,13 @@ func (o *wsOptions) cordonCommand(cordon bool) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			patch := fmt.Sprintf(`{"spec":{"unschedulable":%t}}`, cordon)
-			if _, err := dyn.Resource(workload.SyncTargetsResource).Patch(ctx, args[0], types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			if _, err := dyn.Resource(workload.SyncTargetsResource).Patch(ctx, args[0], types.MergePatchType, []byte(v.patch), metav1.PatchOptions{}); err != nil {
 				if apierrors.IsNotFound(err) {
 					return fmt.Errorf("no SyncTarget %s in workspace %s", args[0], s.current)
 				}
 				return err
 			}
-			verb := "uncordoned"
-			if cordon {
-				verb = "cordoned"
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "SyncTarget %s %s in workspace %s\n", args[0], verb, s.current)
+			fmt.Fprintf(cmd.OutOrStdout(), "SyncTarget %s %s in workspace %s\n", args[0], v.done, s.current)
 			return nil
 		},
 	}

@@ -48,6 +48,10 @@ type SyncTargetSpec struct {
 	// Unschedulable (cordoned) targets get no new namespaces; namespaces
 	// already assigned stay.
 	Unschedulable bool `json:"unschedulable,omitempty"`
+	// Drain (kubectl kcp workload drain) moves the namespaces assigned to
+	// this target to other targets of their Placements, gracefully: a
+	// copy here stays until its replacement is Available elsewhere.
+	Drain bool `json:"drain,omitempty"`
 	// Push, when set, asks kcp to run this target's syncer itself (push
 	// mode), with the physical cluster's kubeconfig from a Secret of this
 	// workspace. Only servers started with --push-mode do.
@@ -125,6 +129,40 @@ type PlacementSpec struct {
 	// NamespaceSelector selects the namespaces of this workspace that run
 	// there; empty ({}): every namespace.
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// NumberOfClusters is how many SyncTargets each selected namespace
+	// runs on (default 1); AllClusters: every usable target selected.
+	NumberOfClusters *int32 `json:"numberOfClusters,omitempty"`
+	AllClusters      bool   `json:"allClusters,omitempty"`
+	// SpreadByLabel: at most one target per value of this SyncTarget
+	// label (for example region); targets without it are not used.
+	SpreadByLabel string `json:"spreadByLabel,omitempty"`
+	// Mode is Duplicate (default: every target runs the whole object) or
+	// Divide (a Deployment's replicas are split between the targets).
+	Mode string `json:"mode,omitempty"`
+	// Weights are static weights for Divide (first match; default 1).
+	Weights []TargetWeight `json:"weights,omitempty"`
+	// WeightsFrom is Static (default) or Capacity: each target's static
+	// weight times its allocatable CPU in millicores.
+	WeightsFrom string `json:"weightsFrom,omitempty"`
+	// MinReplicasPerCluster is the least share of each target in Divide
+	// mode, while there are replicas enough.
+	MinReplicasPerCluster int32 `json:"minReplicasPerCluster,omitempty"`
+	// Overrides change objects for the targets they select before the
+	// syncer writes them there.
+	Overrides []Override `json:"overrides,omitempty"`
+}
+
+// Wanted is how many targets a namespace of this Placement runs on, of
+// available: all with AllClusters, else NumberOfClusters (default 1).
+func (s *PlacementSpec) Wanted(available int) int {
+	if s.AllClusters {
+		return available
+	}
+	if s.NumberOfClusters == nil || *s.NumberOfClusters < 1 {
+		return 1
+	}
+	return int(*s.NumberOfClusters)
 }
 
 // PlacementStatus reports what the placement selects.
@@ -164,8 +202,9 @@ const (
 	// FinalizerPrefix + TargetKey(...) keeps an upstream object until the
 	// target's syncer has deleted its downstream copy.
 	FinalizerPrefix = "workload.kcp.io/syncer-"
-	// AssignedTargetAnnotation names the assigned SyncTarget on a namespace
-	// for humans: "<location workspace>/<name>".
+	// AssignedTargetAnnotation names the assigned SyncTargets on a
+	// namespace for humans: "<location workspace>/<name>", comma-separated
+	// in name order when there are several.
 	AssignedTargetAnnotation = "workload.kcp.io/sync-target"
 )
 

@@ -15,7 +15,10 @@
 //     caller asked: nothing unassigned, nothing of another target;
 //   - a merge patch of the status subresource whose body holds status only,
 //     of an object assigned to the target;
-//   - a JSON patch that removes exactly the target's own finalizer.
+//   - a JSON patch that removes exactly the target's own finalizer;
+//   - a merge patch of the status subresource that sets exactly the
+//     target's own status annotation (workload.kcp.io/status-<target key>)
+//     of an object several targets run, which kcp sums into its status.
 //
 // Everything else is refused. An accepted request continues down the
 // normal handler chain as the identity system:kcp:syncer:<location>:<name>
@@ -170,7 +173,7 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	default:
-		status(w, apierrors.NewForbidden(gr, info.Name, fmt.Errorf("the syncer view allows list and watch, a status merge patch and the removal of the syncer's own finalizer; not %s", info.Verb)), "")
+		status(w, apierrors.NewForbidden(gr, info.Name, fmt.Errorf("the syncer view allows list and watch, a status merge patch, the syncer's own status annotation and the removal of its own finalizer; not %s", info.Verb)), "")
 		return
 	}
 	// Continue as the view's identity, at the cluster path.
@@ -209,9 +212,11 @@ func (f *Filter) checkPatch(req *http.Request, cluster logicalcluster.Name, info
 	finalizer := workload.FinalizerPrefix + key
 	switch {
 	case info.Subresource == "status":
+		// {"status": ...}, or its own status of an object several targets
+		// run, in its own annotation: {"metadata":{"annotations":{"<prefix><key>":"..."}}}.
 		var patch map[string]json.RawMessage
-		if ct != "application/merge-patch+json" || json.Unmarshal(body, &patch) != nil || len(patch) != 1 || patch["status"] == nil {
-			return apierrors.NewForbidden(gr, info.Name, fmt.Errorf("a syncer may patch status only with a merge patch {\"status\": ...}"))
+		if ct != "application/merge-patch+json" || json.Unmarshal(body, &patch) != nil || len(patch) != 1 || (patch["status"] == nil && !ownAnnotation(patch["metadata"], key)) {
+			return apierrors.NewForbidden(gr, info.Name, fmt.Errorf("a syncer may patch status only with a merge patch {\"status\": ...} or one that sets its annotation %s", workload.StatusAnnotationPrefix+key))
 		}
 	case info.Subresource == "":
 		var ops []struct {
@@ -248,6 +253,17 @@ func (f *Filter) checkPatch(req *http.Request, cluster logicalcluster.Name, info
 		return apierrors.NewNotFound(gr, info.Name)
 	}
 	return nil
+}
+
+// ownAnnotation: metadata is {"annotations":{"<status prefix><key>":"..."}}
+// and nothing else.
+func ownAnnotation(metadata json.RawMessage, key string) bool {
+	var meta map[string]json.RawMessage
+	var annotations map[string]*string
+	if metadata == nil || json.Unmarshal(metadata, &meta) != nil || len(meta) != 1 || json.Unmarshal(meta["annotations"], &annotations) != nil {
+		return false
+	}
+	return len(annotations) == 1 && annotations[workload.StatusAnnotationPrefix+key] != nil
 }
 
 func status(w http.ResponseWriter, err apierrors.APIStatus, detail string) {

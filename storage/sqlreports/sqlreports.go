@@ -62,6 +62,17 @@ var Reports = map[string]Report{
 				WHERE cluster = $1 AND at >= $2 AND stage IN ('ResponseComplete', 'Panic') ORDER BY id`,
 		},
 	},
+	"placements": {
+		Name: "placements", Help: "where each Deployment runs: its SyncTargets, each one's share of the replicas and how many are available there",
+		SQL: map[datastore.Dialect]string{
+			datastore.SQLite: `SELECT w.cluster, w.namespace, w.deployment, w.target, p.mode, w.replicas, w.available
+				FROM kcp_workload_shares AS w JOIN kcp_placements AS p ON p.cluster = w.cluster AND p.namespace = w.namespace
+				ORDER BY w.cluster, w.namespace, w.deployment, w.target`,
+			datastore.Postgres: `SELECT w.cluster, w.namespace, w.deployment, w.target, p.mode, w.replicas, w.available
+				FROM kcp_workload_shares AS w JOIN kcp_placements AS p ON p.cluster = w.cluster AND p.namespace = w.namespace
+				ORDER BY w.cluster, w.namespace, w.deployment, w.target`,
+		},
+	},
 	"objects": {
 		Name: "objects", Help: "the live objects of one logical cluster (needs --cluster)", NeedsCluster: true,
 		SQL: map[datastore.Dialect]string{

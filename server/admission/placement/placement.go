@@ -247,8 +247,15 @@ var namespacesResource = corev1.Resource("namespaces")
 func assignmentLabel(k string) bool { return strings.HasPrefix(k, workload.StateLabelPrefix) }
 func syncerFinalizer(f string) bool { return strings.HasPrefix(f, workload.FinalizerPrefix) }
 
-// KeepAssignment makes obj's assignment labels, syncer finalizers and
-// SyncTarget annotation those of old (none when old is nil).
+// kcpAnnotation: the assigned targets and the placement policy on a
+// namespace, and the per-target status on an object, are kcp's.
+func kcpAnnotation(k string) bool {
+	return k == workload.AssignedTargetAnnotation || k == workload.NamespacePolicyAnnotation || strings.HasPrefix(k, workload.StatusAnnotationPrefix)
+}
+
+// KeepAssignment makes obj's assignment labels, syncer finalizers and kcp's
+// annotations (assigned targets, placement policy, per-target status) those
+// of old (none when old is nil).
 func KeepAssignment(obj, old metav1.Object) {
 	labels := map[string]string{}
 	for k, v := range obj.GetLabels() {
@@ -263,7 +270,11 @@ func KeepAssignment(obj, old metav1.Object) {
 		}
 	}
 	ann := obj.GetAnnotations()
-	delete(ann, workload.AssignedTargetAnnotation)
+	for k := range ann {
+		if kcpAnnotation(k) {
+			delete(ann, k)
+		}
+	}
 	if old != nil {
 		for k, v := range old.GetLabels() {
 			if assignmentLabel(k) {
@@ -275,11 +286,13 @@ func KeepAssignment(obj, old metav1.Object) {
 				fins = append(fins, f)
 			}
 		}
-		if v, ok := old.GetAnnotations()[workload.AssignedTargetAnnotation]; ok {
-			if ann == nil {
-				ann = map[string]string{}
+		for k, v := range old.GetAnnotations() {
+			if kcpAnnotation(k) {
+				if ann == nil {
+					ann = map[string]string{}
+				}
+				ann[k] = v
 			}
-			ann[workload.AssignedTargetAnnotation] = v
 		}
 	}
 	if len(labels) == 0 {

@@ -17,6 +17,7 @@ package placement
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -38,6 +40,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/schema/workload"
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
@@ -156,7 +159,8 @@ func readiness(obj interface{}) string {
 	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("%v/%v/%v", usable(t), t.Spec.Unschedulable, t.Labels)
+	cpu := t.Status.Allocatable[corev1.ResourceCPU]
+	return fmt.Sprintf("%v/%v/%v/%v/%d", usable(t), t.Spec.Unschedulable, t.Spec.Drain, t.Labels, cpu.MilliValue())
 }
 
 // enqueueCluster looks again at every namespace and Placement of a cluster.
@@ -242,46 +246,179 @@ func (c *Controller) selecting(cluster logicalcluster.Name, ns *corev1.Namespace
 	return out
 }
 
-// choose picks the namespace's target: the current one while its Placement
-// still selects it and it is Ready (or cordoned, which moves nothing),
-// else a usable one, spread by a hash of the namespace. A current target
-// that is NotReady keeps the namespace for the eviction delay, and for good
-// if no other target can take it; the duration says when to look again.
-func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *corev1.Namespace) (target, bool, time.Duration) {
+// choose picks the namespace's targets (in name order) under its first
+// selecting Placement: the current ones while the Placement still selects
+// them and they are Ready (or cordoned, which moves nothing), then usable
+// ones up to the Placement's number (at most one per value of its
+// spreadByLabel), ranked by a hash of namespace and target so namespaces
+// spread evenly and stay put. A current target that is NotReady keeps its
+// place for the eviction delay, and for good if it is the last one and no
+// other target can take its place; the duration says when to look again.
+func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *corev1.Namespace) (*workload.Placement, []target, []target, time.Duration) {
 	pls := c.selecting(cluster, ns)
 	if len(pls) == 0 {
-		return target{}, false, 0
+		return nil, nil, nil, 0
 	}
-	targets := c.matchingTargets(pls[0])
-	cur := ns.Annotations[workload.AssignedTargetAnnotation]
-	var current *target
-	var candidates []target
-	for i, t := range targets {
-		if t.ref() == cur && ns.Labels[workload.StateLabel(string(t.location), t.obj.Name)] == workload.StateSync {
-			current = &targets[i]
+	p := pls[0]
+	rank := func(t target) uint32 {
+		h := fnv.New32a()
+		fmt.Fprintf(h, "%s/%s/%s", cluster, ns.Name, t.ref())
+		return h.Sum32()
+	}
+	spread := p.Spec.SpreadByLabel
+	fits := func(t target) bool { return spread == "" || t.obj.Labels[spread] != "" }
+	var current, candidates []target
+	for _, t := range c.matchingTargets(p) {
+		if !fits(t) {
+			continue
 		}
-		if usable(t.obj) {
+		if ns.Labels[workload.StateLabel(string(t.location), t.obj.Name)] == workload.StateSync {
+			current = append(current, t)
+		} else if usable(t.obj) {
 			candidates = append(candidates, t)
 		}
 	}
-	if current != nil {
-		if ready(current.obj) {
-			return *current, true, 0
-		}
-		left := c.evictionDelay - now.Sub(notReadySince(current.obj))
-		if left > 0 {
-			return *current, true, left + 100*time.Millisecond
-		}
-		if len(candidates) == 0 {
-			return *current, true, 0
+	sort.SliceStable(candidates, func(i, j int) bool { return rank(candidates[i]) < rank(candidates[j]) })
+	usableCount := len(candidates)
+	for _, t := range current {
+		if usable(t.obj) {
+			usableCount++
 		}
 	}
-	if len(candidates) == 0 {
-		return target{}, false, 0
+	want := max(p.Spec.Wanted(usableCount), 1)
+	used := map[string]bool{}
+	var chosen, evicted, leaving []target
+	var recheck time.Duration
+	for _, t := range current {
+		if spread != "" && used[t.obj.Labels[spread]] {
+			continue
+		}
+		if t.obj.Spec.Drain && ready(t.obj) {
+			leaving = append(leaving, t)
+			continue
+		}
+		if !ready(t.obj) {
+			left := c.evictionDelay - now.Sub(notReadySince(t.obj))
+			if left <= 0 {
+				evicted = append(evicted, t)
+				continue
+			}
+			if recheck == 0 || left+100*time.Millisecond < recheck {
+				recheck = left + 100*time.Millisecond
+			}
+		}
+		chosen = append(chosen, t)
+		used[t.obj.Labels[spread]] = true
 	}
-	h := fnv.New32a()
-	fmt.Fprintf(h, "%s/%s", cluster, ns.Name)
-	return candidates[int(h.Sum32()%uint32(len(candidates)))], true, 0
+	// More than wanted (the number went down): keep the Ready ones first,
+	// then by rank.
+	if len(chosen) > want {
+		sort.SliceStable(chosen, func(i, j int) bool {
+			if ready(chosen[i].obj) != ready(chosen[j].obj) {
+				return ready(chosen[i].obj)
+			}
+			return rank(chosen[i]) < rank(chosen[j])
+		})
+		chosen = chosen[:want]
+	}
+	for _, t := range candidates {
+		if len(chosen) >= want {
+			break
+		}
+		if spread != "" && used[t.obj.Labels[spread]] {
+			continue
+		}
+		chosen = append(chosen, t)
+		used[t.obj.Labels[spread]] = true
+	}
+	// A draining target with no replacement stays: a drain never leaves a
+	// namespace nowhere. Nor does a dead target that nothing replaced and
+	// that was the only one: somewhere to come back to beats nowhere.
+	if len(chosen) == 0 {
+		if len(leaving) > 0 {
+			chosen, leaving = leaving, nil
+		} else if len(evicted) > 0 {
+			chosen = evicted[:1]
+		}
+	}
+	byRef := func(ts []target) {
+		sort.Slice(ts, func(i, j int) bool { return ts[i].ref() < ts[j].ref() })
+	}
+	byRef(chosen)
+	byRef(leaving)
+	return p, chosen, leaving, recheck
+}
+
+// replacementsReady reports whether the targets of pol that are not
+// leaving run every Deployment of the namespace: each one's copy has
+// observed the Deployment's generation and has its share updated and
+// available (from the status each syncer reports in its annotation).
+func (c *Controller) replacementsReady(ctx context.Context, cluster logicalcluster.Name, namespace string, pol workload.NamespacePolicy) (bool, string, error) {
+	d, err := c.clients.Dynamic(cluster)
+	if err != nil {
+		return false, "", err
+	}
+	list, err := d.Resource(deploymentsResource).Namespace(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, "", err
+	}
+	for _, dep := range list.Items {
+		replicas, found, _ := unstructured.NestedInt64(dep.Object, "spec", "replicas")
+		if !found {
+			replicas = 1
+		}
+		for key, tp := range pol.Targets {
+			if tp.Leaving {
+				continue
+			}
+			share := int64(pol.Share(int32(replicas), key))
+			var st workload.ShareStatus
+			var status appsv1.DeploymentStatus
+			if json.Unmarshal([]byte(dep.GetAnnotations()[workload.StatusAnnotationPrefix+key]), &st) != nil ||
+				runtime.DefaultUnstructuredConverter.FromUnstructured(st.Status, &status) != nil {
+				return false, fmt.Sprintf("%s has no status from %s yet", dep.GetName(), tp.Name), nil
+			}
+			if status.ObservedGeneration < dep.GetGeneration() || int64(status.UpdatedReplicas) < share || int64(status.AvailableReplicas) < share {
+				return false, fmt.Sprintf("%s has %d of %d available on %s", dep.GetName(), status.AvailableReplicas, share, tp.Name), nil
+			}
+		}
+	}
+	return true, "", nil
+}
+
+var deploymentsResource = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+
+// policy is what the syncers of a namespace's targets need to know of its
+// Placement (workload.NamespacePolicyAnnotation): the mode, each target's
+// weight and overrides, the minimum share.
+func policy(p *workload.Placement, chosen, leaving []target) workload.NamespacePolicy {
+	out := workload.NamespacePolicy{Mode: p.Spec.Mode, Targets: map[string]workload.TargetPolicy{}, MinReplicas: p.Spec.MinReplicasPerCluster}
+	if out.Mode == "" {
+		out.Mode = workload.ModeDuplicate
+	}
+	for _, t := range chosen {
+		tp := workload.TargetPolicy{Name: t.ref(), Weight: 1}
+		for _, w := range p.Spec.Weights {
+			if workload.MatchesLabels(w.Selector, t.obj.Labels) {
+				tp.Weight = int64(w.Weight)
+				break
+			}
+		}
+		if p.Spec.WeightsFrom == workload.WeightsCapacity {
+			cpu := t.obj.Status.Allocatable[corev1.ResourceCPU]
+			tp.Weight *= cpu.MilliValue()
+		}
+		for _, o := range p.Spec.Overrides {
+			if workload.MatchesLabels(o.Selector, t.obj.Labels) {
+				tp.Overrides = append(tp.Overrides, o)
+			}
+		}
+		out.Targets[workload.TargetKey(string(t.location), t.obj.Name)] = tp
+	}
+	for _, t := range leaving {
+		out.Targets[workload.TargetKey(string(t.location), t.obj.Name)] = workload.TargetPolicy{Name: t.ref(), Leaving: true}
+	}
+	return out
 }
 
 func ready(t *workload.SyncTarget) bool {
@@ -306,39 +443,66 @@ func (c *Controller) namespace(ctx context.Context, cluster logicalcluster.Name,
 	if ns.DeletionTimestamp != nil {
 		return 0, nil
 	}
-	t, assigned, recheck := c.choose(time.Now(), cluster, ns)
-	want := ""
-	if assigned {
-		want = workload.StateLabel(string(t.location), t.obj.Name)
+	p, chosen, leaving, recheck := c.choose(time.Now(), cluster, ns)
+	if len(leaving) > 0 {
+		// Draining: the leaving targets go once the others run everything.
+		done, why, err := c.replacementsReady(ctx, cluster, ns.Name, policy(p, chosen, leaving))
+		if err != nil {
+			return 0, err
+		}
+		if done {
+			leaving = nil
+		} else {
+			klog.V(2).InfoS("draining: waiting for the replacement", "cluster", cluster, "namespace", ns.Name, "why", why)
+			if recheck == 0 || recheck > afterChange {
+				recheck = afterChange
+			}
+		}
 	}
+	assigned := len(chosen) > 0
+	all := append(append([]target{}, chosen...), leaving...)
+	want := map[string]bool{}
+	var refs []string
+	for _, t := range all {
+		want[workload.StateLabel(string(t.location), t.obj.Name)] = true
+		refs = append(refs, t.ref())
+	}
+	sort.Strings(refs)
 	changed := false
 	for k := range ns.Labels {
-		if strings.HasPrefix(k, workload.StateLabelPrefix) && k != want {
+		if strings.HasPrefix(k, workload.StateLabelPrefix) && !want[k] {
 			delete(ns.Labels, k)
 			changed = true
 		}
 	}
-	if assigned && ns.Labels[want] != workload.StateSync {
-		if ns.Labels == nil {
-			ns.Labels = map[string]string{}
+	for k := range want {
+		if ns.Labels[k] != workload.StateSync {
+			if ns.Labels == nil {
+				ns.Labels = map[string]string{}
+			}
+			ns.Labels[k] = workload.StateSync
+			changed = true
 		}
-		ns.Labels[want] = workload.StateSync
-		changed = true
 	}
-	ref := ""
+	wantAnn := map[string]string{workload.AssignedTargetAnnotation: strings.Join(refs, ","), workload.NamespacePolicyAnnotation: ""}
 	if assigned {
-		ref = t.ref()
+		raw, err := json.Marshal(policy(p, chosen, leaving))
+		if err != nil {
+			return 0, err
+		}
+		wantAnn[workload.NamespacePolicyAnnotation] = string(raw)
 	}
-	if ns.Annotations[workload.AssignedTargetAnnotation] != ref {
-		if ns.Annotations == nil {
-			ns.Annotations = map[string]string{}
+	for k, v := range wantAnn {
+		if have, ok := ns.Annotations[k]; v == "" && ok {
+			delete(ns.Annotations, k)
+			changed = true
+		} else if v != "" && have != v {
+			if ns.Annotations == nil {
+				ns.Annotations = map[string]string{}
+			}
+			ns.Annotations[k] = v
+			changed = true
 		}
-		if ref == "" {
-			delete(ns.Annotations, workload.AssignedTargetAnnotation)
-		} else {
-			ns.Annotations[workload.AssignedTargetAnnotation] = ref
-		}
-		changed = true
 	}
 	if !assigned && !changed {
 		// Never assigned, or cleaned up already: no object carries labels.
@@ -430,9 +594,17 @@ func reconcileAssignment(o *unstructured.Unstructured, ns *corev1.Namespace) boo
 		fins = slices.DeleteFunc(fins, func(f string) bool { return f == workload.FinalizerPrefix+key })
 		changed = true
 	}
+	ann := o.GetAnnotations()
+	for k := range ann {
+		if key, ok := strings.CutPrefix(k, workload.StatusAnnotationPrefix); ok && ns.Labels[workload.StateLabelPrefix+key] != workload.StateSync {
+			delete(ann, k)
+			changed = true
+		}
+	}
 	if changed {
 		o.SetLabels(l)
 		o.SetFinalizers(fins)
+		o.SetAnnotations(ann)
 	}
 	if o.GetDeletionTimestamp() == nil && placementadmission.AddAssignment(o, ns) {
 		changed = true

@@ -1,14 +1,22 @@
 package placement
 
 import (
+	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kcpsql/kcp/schema/workload"
+	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
 func TestReconcileAssignment(t *testing.T) {
@@ -56,5 +64,131 @@ func TestReconcileAssignment(t *testing.T) {
 	d.SetDeletionTimestamp(&now)
 	if reconcileAssignment(d, ns(map[string]string{pc1: workload.StateSync})) || len(d.GetFinalizers()) != 0 {
 		t.Errorf("a deleting object was assigned: %v", d.GetFinalizers())
+	}
+}
+
+// TestChoose: how many targets a namespace gets, spread by label, sticking
+// with its targets, eviction of a dead one after the delay, and a drain
+// that keeps the leaving target until it is replaced.
+func TestChoose(t *testing.T) {
+	const loc = "root:compute"
+	now := time.Now()
+	newTarget := func(name, region string, readyFor time.Duration, drain bool) *unstructured.Unstructured {
+		st := &workload.SyncTarget{TypeMeta: metav1.TypeMeta{APIVersion: "workload.kcp.io/v1alpha1", Kind: "SyncTarget"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"region": region}, Annotations: map[string]string{logicalcluster.Annotation: loc}}}
+		st.Spec.Drain, st.Spec.Unschedulable = drain, drain
+		status := metav1.ConditionTrue
+		if readyFor < 0 {
+			status, readyFor = metav1.ConditionFalse, -readyFor
+		}
+		st.Status.Conditions = []metav1.Condition{{Type: workload.ConditionReady, Status: status, LastTransitionTime: metav1.NewTime(now.Add(-readyFor))}}
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &unstructured.Unstructured{Object: u}
+	}
+	setup := func(spec string, targets ...*unstructured.Unstructured) *Controller {
+		c := &Controller{evictionDelay: 10 * time.Second,
+			placements: cache.NewIndexer(clusterinformer.KeyFunc, clusterinformer.ClusterIndexers),
+			targets:    cache.NewIndexer(clusterinformer.KeyFunc, clusterinformer.ClusterIndexers)}
+		p := &unstructured.Unstructured{}
+		if err := json.Unmarshal([]byte(`{"apiVersion":"workload.kcp.io/v1alpha1","kind":"Placement","metadata":{"name":"p","annotations":{"kcp.io/cluster":"root:team"}},"spec":`+spec+`}`), &p.Object); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.placements.Add(p)
+		for _, tg := range targets {
+			_ = c.targets.Add(tg)
+		}
+		return c
+	}
+	ns := func(assigned ...string) *corev1.Namespace {
+		n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default", Labels: map[string]string{}}}
+		for _, a := range assigned {
+			n.Labels[workload.StateLabel(loc, a)] = workload.StateSync
+		}
+		return n
+	}
+	names := func(ts []target) string {
+		var out []string
+		for _, tg := range ts {
+			out = append(out, tg.obj.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	eu1, eu2, us1 := newTarget("eu1", "eu", time.Hour, false), newTarget("eu2", "eu", time.Hour, false), newTarget("us1", "us", time.Hour, false)
+
+	c := setup(`{"locationWorkspace":"root:compute","namespaceSelector":{}}`, eu1, eu2, us1)
+	if _, chosen, _, _ := c.choose(now, "root:team", ns()); len(chosen) != 1 {
+		t.Errorf("default: %s, want one target", names(chosen))
+	}
+	if _, chosen, _, _ := c.choose(now, "root:team", ns("eu2")); names(chosen) != "eu2" {
+		t.Errorf("a Ready assignment sticks: %s", names(chosen))
+	}
+	c = setup(`{"locationWorkspace":"root:compute","namespaceSelector":{},"allClusters":true}`, eu1, eu2, us1)
+	if _, chosen, _, _ := c.choose(now, "root:team", ns()); names(chosen) != "eu1,eu2,us1" {
+		t.Errorf("allClusters: %s", names(chosen))
+	}
+	c = setup(`{"locationWorkspace":"root:compute","namespaceSelector":{},"numberOfClusters":2}`, eu1, eu2, us1)
+	if _, chosen, _, _ := c.choose(now, "root:team", ns("eu1", "eu2", "us1")); len(chosen) != 2 {
+		t.Errorf("numberOfClusters 2, was on three: %s", names(chosen))
+	}
+	c = setup(`{"locationWorkspace":"root:compute","namespaceSelector":{},"allClusters":true,"spreadByLabel":"region"}`, eu1, eu2, us1)
+	if _, chosen, _, _ := c.choose(now, "root:team", ns()); len(chosen) != 2 || !strings.Contains(names(chosen), "us1") {
+		t.Errorf("one per region: %s", names(chosen))
+	}
+
+	// eu1 dead for 5 s: kept (delay 10 s), with a recheck; for 20 s: gone,
+	// replaced by the free target in Duplicate with one wanted.
+	dead := func(d time.Duration) *unstructured.Unstructured { return newTarget("eu1", "eu", -d, false) }
+	c = setup(`{"locationWorkspace":"root:compute","namespaceSelector":{}}`, dead(5*time.Second), eu2)
+	if _, chosen, _, recheck := c.choose(now, "root:team", ns("eu1")); names(chosen) != "eu1" || recheck <= 0 || recheck > 6*time.Second {
+		t.Errorf("dead for 5 s: %s, recheck %s", names(chosen), recheck)
+	}
+	c = setup(`{"locationWorkspace":"root:compute","namespaceSelector":{}}`, dead(20*time.Second), eu2)
+	if _, chosen, _, _ := c.choose(now, "root:team", ns("eu1")); names(chosen) != "eu2" {
+		t.Errorf("dead for 20 s: %s, want eu2", names(chosen))
+	}
+	c = setup(`{"locationWorkspace":"root:compute","namespaceSelector":{}}`, dead(20*time.Second))
+	if _, chosen, _, _ := c.choose(now, "root:team", ns("eu1")); names(chosen) != "eu1" {
+		t.Errorf("dead with nowhere to go: %s, want it kept", names(chosen))
+	}
+
+	// Draining eu1: eu2 takes over, eu1 is leaving (kept until replaced).
+	c = setup(`{"locationWorkspace":"root:compute","namespaceSelector":{}}`, newTarget("eu1", "eu", time.Hour, true), eu2)
+	if _, chosen, leaving, _ := c.choose(now, "root:team", ns("eu1")); names(chosen) != "eu2" || names(leaving) != "eu1" {
+		t.Errorf("drain: chosen %s leaving %s", names(chosen), names(leaving))
+	}
+	c = setup(`{"locationWorkspace":"root:compute","namespaceSelector":{}}`, newTarget("eu1", "eu", time.Hour, true))
+	if _, chosen, leaving, _ := c.choose(now, "root:team", ns("eu1")); names(chosen) != "eu1" || len(leaving) != 0 {
+		t.Errorf("drain with nowhere to go: chosen %s leaving %s", names(chosen), names(leaving))
+	}
+}
+
+func TestPolicy(t *testing.T) {
+	mk := func(name string, labels map[string]string, cpu string) target {
+		st := &workload.SyncTarget{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+		if cpu != "" {
+			st.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
+		}
+		return target{location: "root:compute", obj: st}
+	}
+	a, b := mk("a", map[string]string{"region": "us"}, "4"), mk("b", map[string]string{"region": "eu"}, "2")
+	p := &workload.Placement{Spec: workload.PlacementSpec{Mode: workload.ModeDivide,
+		Weights:   []workload.TargetWeight{{Selector: map[string]string{"region": "us"}, Weight: 3}},
+		Overrides: []workload.Override{{Selector: map[string]string{"region": "eu"}, Patch: runtime.RawExtension{Raw: []byte(`{}`)}}}}}
+	pol := policy(p, []target{a, b}, nil)
+	ka, kb := workload.TargetKey("root:compute", "a"), workload.TargetKey("root:compute", "b")
+	if pol.Targets[ka].Weight != 3 || pol.Targets[kb].Weight != 1 || len(pol.Targets[ka].Overrides) != 0 || len(pol.Targets[kb].Overrides) != 1 {
+		t.Errorf("static: %+v", pol)
+	}
+	p.Spec.WeightsFrom = workload.WeightsCapacity
+	pol = policy(p, []target{a, b}, nil)
+	if pol.Targets[ka].Weight != 12000 || pol.Targets[kb].Weight != 2000 {
+		t.Errorf("capacity: %+v", pol.Targets)
+	}
+	pol = policy(&workload.Placement{}, []target{a}, []target{b})
+	if pol.Mode != workload.ModeDuplicate || !pol.Targets[kb].Leaving || pol.Targets[ka].Leaving {
+		t.Errorf("leaving: %+v", pol)
 	}
 }

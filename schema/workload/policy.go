@@ -1,0 +1,217 @@
+package workload
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// Placement modes: how the workloads of a namespace go to the SyncTargets
+// it is assigned to.
+const (
+	// ModeDuplicate: every assigned target runs the whole object.
+	ModeDuplicate = "Duplicate"
+	// ModeDivide: a Deployment's replicas are split between the targets.
+	ModeDivide = "Divide"
+
+	// WeightsStatic: the weights of spec.weights (1 where none matches).
+	WeightsStatic = "Static"
+	// WeightsCapacity: a target's weight is its allocatable CPU in
+	// millicores, as its syncer reports it, times its static weight.
+	WeightsCapacity = "Capacity"
+)
+
+// TargetWeight gives the SyncTargets its selector matches a weight.
+type TargetWeight struct {
+	// Selector matches SyncTarget labels; the first entry that matches a
+	// target gives its weight.
+	Selector map[string]string `json:"selector,omitempty"`
+	Weight   int32             `json:"weight"`
+}
+
+// Override changes objects on the SyncTargets its selector matches before
+// the syncer writes them there.
+type Override struct {
+	// Selector matches SyncTarget labels; every matching override applies,
+	// in order.
+	Selector map[string]string `json:"selector,omitempty"`
+	// Resource limits it to one resource (<plural>.<group>, or <plural> for
+	// the core group, as in "deployments.apps"); empty: every resource.
+	Resource string `json:"resource,omitempty"`
+	// Patch is a strategic merge patch for the built-in kinds (containers
+	// merge by name) and a JSON merge patch for others.
+	Patch runtime.RawExtension `json:"patch"`
+}
+
+// NamespacePolicyAnnotation, on an assigned namespace, is what each
+// syncer needs to know of its Placement: the mode, every assigned target
+// with its weight, the minimum share, and the overrides that apply to each
+// target. kcp writes it; the syncers read it through their view.
+const NamespacePolicyAnnotation = "workload.kcp.io/placement"
+
+// StatusAnnotationPrefix + target key, on an object assigned to several
+// targets, holds that target's status of its copy (JSON); kcp sums them
+// into the object's status.
+const StatusAnnotationPrefix = "workload.kcp.io/status-"
+
+// NamespacePolicy is the content of NamespacePolicyAnnotation.
+type NamespacePolicy struct {
+	Mode string `json:"mode"`
+	// Targets are the assigned targets by key.
+	Targets map[string]TargetPolicy `json:"targets"`
+	// MinReplicas is the least share a target gets in Divide mode (while
+	// there are replicas enough).
+	MinReplicas int32 `json:"minReplicas,omitempty"`
+}
+
+// TargetPolicy is one assigned target's part of a NamespacePolicy.
+type TargetPolicy struct {
+	Name      string     `json:"name"`
+	Weight    int64      `json:"weight"`
+	Overrides []Override `json:"overrides,omitempty"`
+	// Leaving targets are being drained: their syncer leaves its copies as
+	// they are (no share, no new spec) until kcp unassigns it, once the
+	// other targets run the whole workload.
+	Leaving bool `json:"leaving,omitempty"`
+}
+
+// ParsePolicy reads a namespace's policy annotation; absent means one
+// target and Duplicate.
+func ParsePolicy(annotations map[string]string) (*NamespacePolicy, error) {
+	raw, ok := annotations[NamespacePolicyAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	var p NamespacePolicy
+	if err := json.Unmarshal([]byte(raw), &p); err != nil {
+		return nil, fmt.Errorf("annotation %s: %v", NamespacePolicyAnnotation, err)
+	}
+	return &p, nil
+}
+
+// Share is the number of replicas of replicas that target key runs under
+// the policy: all of them in Duplicate mode, its part of Divide otherwise
+// (a leaving target has no part: the others divide everything).
+func (p *NamespacePolicy) Share(replicas int32, key string) int32 {
+	if p == nil || p.Mode != ModeDivide {
+		return replicas
+	}
+	keys := make([]string, 0, len(p.Targets))
+	weights := make([]int64, 0, len(p.Targets))
+	for k, t := range p.Targets {
+		if !t.Leaving {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		weights = append(weights, p.Targets[k].Weight)
+	}
+	shares := Divide(replicas, weights, p.MinReplicas)
+	for i, k := range keys {
+		if k == key {
+			return shares[i]
+		}
+	}
+	return 0
+}
+
+// Divide splits replicas between targets in proportion to their weights,
+// deterministically: each target first gets min(minimum, what is left), in
+// order, then the rest goes by weight, floors first (largest remainder
+// method: leftover replicas go to the largest fractional parts, ties to
+// the earlier target). Weights below zero count as zero; if every weight is
+// zero they count as equal. The shares always sum to replicas (0 when
+// replicas < 0 or there is no target).
+func Divide(replicas int32, weights []int64, minimum int32) []int32 {
+	shares := make([]int32, len(weights))
+	if len(weights) == 0 || replicas <= 0 {
+		return shares
+	}
+	w := make([]int64, len(weights))
+	var total int64
+	for i, x := range weights {
+		if x > 0 {
+			w[i] = x
+			total += x
+		}
+	}
+	if total == 0 {
+		for i := range w {
+			w[i] = 1
+		}
+		total = int64(len(w))
+	}
+	left := replicas
+	if minimum > 0 {
+		for i := range shares {
+			m := min(minimum, left)
+			shares[i] = m
+			left -= m
+		}
+	}
+	if left == 0 {
+		return shares
+	}
+	// Proportional part of what is left, by exact integer arithmetic.
+	type rem struct {
+		i int
+		r int64
+	}
+	rems := make([]rem, len(w))
+	var given int32
+	for i, x := range w {
+		q := int64(left) * x / total
+		shares[i] += int32(q)
+		given += int32(q)
+		rems[i] = rem{i, int64(left) * x % total}
+	}
+	sort.SliceStable(rems, func(a, b int) bool { return rems[a].r > rems[b].r })
+	for k := 0; given < left; k++ {
+		shares[rems[k%len(rems)].i]++
+		given++
+	}
+	return shares
+}
+
+// ResourceName is how an Override names a resource: <plural>.<group>, or
+// the plural alone for the core group.
+func ResourceName(group, resource string) string {
+	if group == "" {
+		return resource
+	}
+	return resource + "." + group
+}
+
+// MatchesLabels reports whether every key=value of sel is in labels (an
+// empty selector matches everything).
+func MatchesLabels(sel, labels map[string]string) bool {
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// SplitTargetRefs splits the AssignedTargetAnnotation ("loc/a,loc/b").
+func SplitTargetRefs(v string) []string {
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// ShareStatus is what a syncer reports, in the annotation
+// workload.StatusAnnotationPrefix + its target key, of its copy of an
+// object that several targets run: the copy's status (observedGeneration
+// in kcp's terms, as for one target), its share of the replicas and the
+// placement mode, which tells kcp how to combine them.
+type ShareStatus struct {
+	Mode   string                 `json:"mode"`
+	Share  int32                  `json:"share"`
+	Status map[string]interface{} `json:"status"`
+}

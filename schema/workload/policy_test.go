@@ -1,0 +1,111 @@
+package workload
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestDivide(t *testing.T) {
+	for _, tc := range []struct {
+		replicas int32
+		weights  []int64
+		minimum  int32
+		want     []int32
+	}{
+		{6, []int64{1, 1, 1}, 0, []int32{2, 2, 2}},
+		{7, []int64{1, 1, 1}, 0, []int32{3, 2, 2}},           // remainder to the first on a tie
+		{8, []int64{1, 1, 1}, 0, []int32{3, 3, 2}},           // and then the next
+		{6, []int64{2, 1}, 0, []int32{4, 2}},                 // static weights
+		{10, []int64{4000, 2000, 2000}, 0, []int32{5, 3, 2}}, // capacity: 5, 2.5, 2.5; tie to the earlier
+		{6, []int64{1, 0}, 0, []int32{6, 0}},                 // a zero weight gets nothing
+		{6, []int64{1, 0}, 1, []int32{5, 1}},                 // unless a minimum is set
+		{2, []int64{1, 1, 1}, 1, []int32{1, 1, 0}},           // not enough replicas for every minimum
+		{6, []int64{0, 0}, 0, []int32{3, 3}},                 // all zero: equal
+		{0, []int64{1, 1}, 0, []int32{0, 0}},
+		{-3, []int64{1, 1}, 0, []int32{0, 0}},
+		{5, nil, 0, []int32{}},
+		{3, []int64{-5, 1}, 0, []int32{0, 3}},
+	} {
+		got := Divide(tc.replicas, tc.weights, tc.minimum)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("Divide(%d, %v, min %d) = %v, want %v", tc.replicas, tc.weights, tc.minimum, got, tc.want)
+		}
+	}
+}
+
+// FuzzDivide: shares always sum to the replicas, never go negative, honour
+// the minimum while replicas last, and are as even as the weights allow
+// (each within one replica of its exact proportion of what the minimums
+// left).
+func FuzzDivide(f *testing.F) {
+	f.Add(int32(6), int64(1), int64(1), int64(1), int32(0))
+	f.Add(int32(101), int64(7), int64(0), int64(13), int32(2))
+	f.Add(int32(1), int64(0), int64(0), int64(0), int32(5))
+	f.Fuzz(func(t *testing.T, replicas int32, a, b, c int64, minimum int32) {
+		replicas %= 100000
+		minimum %= 1000
+		a, b, c = a%1000000, b%1000000, c%1000000
+		weights := []int64{a, b, c}
+		shares := Divide(replicas, weights, minimum)
+		var sum int32
+		for _, s := range shares {
+			if s < 0 {
+				t.Fatalf("negative share: %v", shares)
+			}
+			sum += s
+		}
+		want := max(replicas, 0)
+		if sum != want {
+			t.Fatalf("Divide(%d, %v, %d) = %v sums to %d", replicas, weights, minimum, shares, sum)
+		}
+		if minimum > 0 && replicas >= minimum*int32(len(weights)) {
+			for _, s := range shares {
+				if s < minimum {
+					t.Fatalf("Divide(%d, %v, %d) = %v: a share under the minimum", replicas, weights, minimum, shares)
+				}
+			}
+		}
+		if minimum <= 0 && replicas > 0 {
+			var total int64
+			for _, w := range weights {
+				total += max(w, 0)
+			}
+			allZero := total == 0
+			if allZero {
+				total = int64(len(weights))
+			}
+			for i, w := range weights {
+				w = max(w, 0)
+				if allZero {
+					w = 1
+				}
+				exact := float64(replicas) * float64(w) / float64(total)
+				if d := float64(shares[i]) - exact; d <= -1 || d >= 1 {
+					t.Fatalf("Divide(%d, %v) = %v: share %d is %v from its proportion", replicas, weights, shares, i, d)
+				}
+			}
+		}
+		// Deterministic.
+		if again := Divide(replicas, weights, minimum); !slices.Equal(again, shares) {
+			t.Fatalf("not deterministic: %v then %v", shares, again)
+		}
+	})
+}
+
+func TestPolicyShare(t *testing.T) {
+	p := &NamespacePolicy{Mode: ModeDivide, Targets: map[string]TargetPolicy{"b": {Weight: 1}, "a": {Weight: 2}}}
+	if a, b := p.Share(6, "a"), p.Share(6, "b"); a != 4 || b != 2 {
+		t.Errorf("Share(6) = %d, %d; want 4, 2", a, b)
+	}
+	if s := p.Share(6, "c"); s != 0 {
+		t.Errorf("an unassigned target's share = %d", s)
+	}
+	var none *NamespacePolicy
+	if s := none.Share(6, "a"); s != 6 {
+		t.Errorf("no policy: %d", s)
+	}
+	p.Mode = ModeDuplicate
+	if s := p.Share(6, "b"); s != 6 {
+		t.Errorf("Duplicate: %d", s)
+	}
+}

@@ -1,0 +1,150 @@
+// Package sharestatus combines the status of a Deployment that several
+// SyncTargets run. Each target's syncer reports the status of its copy in
+// the annotation workload.kcp.io/status-<target key> (its share and the
+// placement mode with it); this controller writes their combination into
+// the Deployment's status, so kubectl get, describe and rollout status in
+// the workspace mean what they mean on one cluster:
+//
+//   - Divide: replicas, updated, ready, available and unavailable are sums;
+//   - Duplicate: each is the least over the targets (the whole is as
+//     available as its least available copy);
+//   - observedGeneration is the Deployment's generation only once every
+//     assigned target has observed it;
+//   - Available is True only when every target's copy is Available;
+//     Progressing is False when any copy's is (ProgressDeadlineExceeded),
+//     and says ReplicaSetUpdated while any copy still rolls out.
+//
+// One controller for all logical clusters: one watch of Deployments across
+// all of them.
+package sharestatus
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/kcpsql/kcp/schema/workload"
+)
+
+// Aggregate returns the combined status of a Deployment assigned to
+// several targets, and false when it is not (one target reports status
+// itself) or when no target has reported yet.
+func Aggregate(d *appsv1.Deployment) (appsv1.DeploymentStatus, bool) {
+	var keys []string
+	for k, v := range d.Labels {
+		if key, ok := strings.CutPrefix(k, workload.StateLabelPrefix); ok && v == workload.StateSync {
+			keys = append(keys, key)
+		}
+	}
+	if len(keys) < 2 {
+		return appsv1.DeploymentStatus{}, false
+	}
+	sort.Strings(keys)
+	var shares []workload.ShareStatus
+	var statuses []appsv1.DeploymentStatus
+	for _, k := range keys {
+		raw, ok := d.Annotations[workload.StatusAnnotationPrefix+k]
+		if !ok {
+			continue
+		}
+		var s workload.ShareStatus
+		if json.Unmarshal([]byte(raw), &s) != nil {
+			continue
+		}
+		var st appsv1.DeploymentStatus
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(s.Status, &st) != nil {
+			continue
+		}
+		shares, statuses = append(shares, s), append(statuses, st)
+	}
+	if len(shares) == 0 {
+		return appsv1.DeploymentStatus{}, false
+	}
+	all := len(shares) == len(keys)
+	divide := shares[0].Mode == workload.ModeDivide
+	out := appsv1.DeploymentStatus{}
+	combine := func(get func(appsv1.DeploymentStatus) int32) int32 {
+		var acc int32
+		for i, st := range statuses {
+			v := get(st)
+			switch {
+			case divide:
+				acc += v
+			case i == 0 || v < acc:
+				acc = v
+			}
+		}
+		if !divide && !all {
+			return 0 // a target that has not reported has nothing yet
+		}
+		return acc
+	}
+	out.Replicas = combine(func(s appsv1.DeploymentStatus) int32 { return s.Replicas })
+	out.UpdatedReplicas = combine(func(s appsv1.DeploymentStatus) int32 { return s.UpdatedReplicas })
+	out.ReadyReplicas = combine(func(s appsv1.DeploymentStatus) int32 { return s.ReadyReplicas })
+	out.AvailableReplicas = combine(func(s appsv1.DeploymentStatus) int32 { return s.AvailableReplicas })
+	out.UnavailableReplicas = combine(func(s appsv1.DeploymentStatus) int32 { return s.UnavailableReplicas })
+	if all {
+		out.ObservedGeneration = d.Generation
+		for _, st := range statuses {
+			out.ObservedGeneration = min(out.ObservedGeneration, st.ObservedGeneration)
+		}
+	} else {
+		out.ObservedGeneration = d.Status.ObservedGeneration
+	}
+	out.Conditions = conditions(d, keys, statuses, all)
+	return out, true
+}
+
+func conditions(d *appsv1.Deployment, keys []string, statuses []appsv1.DeploymentStatus, all bool) []appsv1.DeploymentCondition {
+	availableCount := 0
+	var notProgressing *appsv1.DeploymentCondition
+	rolling := !all
+	for i := range statuses {
+		for j := range statuses[i].Conditions {
+			c := statuses[i].Conditions[j]
+			switch c.Type {
+			case appsv1.DeploymentAvailable:
+				if c.Status == corev1.ConditionTrue {
+					availableCount++
+				}
+			case appsv1.DeploymentProgressing:
+				if c.Status == corev1.ConditionFalse && notProgressing == nil {
+					notProgressing = &c
+				}
+				if c.Reason != "NewReplicaSetAvailable" {
+					rolling = true
+				}
+			}
+		}
+	}
+	available := appsv1.DeploymentCondition{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable",
+		Message: fmt.Sprintf("Deployment has minimum availability on all %d clusters.", len(keys))}
+	if availableCount < len(keys) {
+		available.Status, available.Reason = corev1.ConditionFalse, "MinimumReplicasUnavailable"
+		available.Message = fmt.Sprintf("Deployment has minimum availability on %d of %d clusters.", availableCount, len(keys))
+	}
+	progressing := appsv1.DeploymentCondition{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable",
+		Message: fmt.Sprintf("Deployment %q has successfully progressed on all %d clusters.", d.Name, len(keys))}
+	switch {
+	case notProgressing != nil:
+		progressing.Status, progressing.Reason, progressing.Message = corev1.ConditionFalse, notProgressing.Reason, notProgressing.Message
+	case rolling:
+		progressing.Reason = "ReplicaSetUpdated"
+		progressing.Message = fmt.Sprintf("Deployment %q is progressing on %d clusters.", d.Name, len(keys))
+	}
+	// Times stay those of the previous condition while it says the same.
+	for _, c := range []*appsv1.DeploymentCondition{&available, &progressing} {
+		for _, prev := range d.Status.Conditions {
+			if prev.Type == c.Type && prev.Status == c.Status && prev.Reason == c.Reason && prev.Message == c.Message {
+				c.LastUpdateTime, c.LastTransitionTime = prev.LastUpdateTime, prev.LastTransitionTime
+			}
+		}
+	}
+	return []appsv1.DeploymentCondition{available, progressing}
+}
