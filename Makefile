@@ -4,7 +4,7 @@ K8S_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/ve
 GOFLAGS_BUILD := -ldflags "-s -w $(K8S_LDFLAGS)"
 export CGO_ENABLED := 1
 
-.PHONY: build run test unit e2e faults physical-cluster conformance bench bench-quick bench-sync lint clean
+.PHONY: build run test unit e2e faults physical-cluster conformance bench bench-quick bench-sync bench-failover lint clean
 
 build:
 	go build $(GOFLAGS_BUILD) -o bin/ ./cmd/kcp ./cmd/kubectl-kcp ./cmd/syncer
@@ -50,6 +50,12 @@ clean:
 bench: build
 	go run ./test/bench -write docs/performance.md
 	go run ./test/bench -sync
+	go run ./test/bench -failover
+
+# Failover numbers only: three physical clusters, a divided Deployment, one
+# cluster killed per run, with the default and the fastest settings.
+bench-failover: build
+	go run ./test/bench -failover
 
 # Multi-cluster numbers only: a physical cluster, a syncer, placed workspaces.
 bench-sync: build

@@ -62,21 +62,30 @@ func postgresDSN(t *testing.T) string {
 	return u.String()
 }
 
-func TestUpOnBothDialects(t *testing.T) {
-	dsns := map[string]func(t *testing.T) string{
-		"sqlite":   func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "kcp.db") },
-		"postgres": postgresDSN,
+// dsns make a fresh datastore of each dialect.
+var dsns = map[string]func(t *testing.T) string{
+	"sqlite":   func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "kcp.db") },
+	"postgres": postgresDSN,
+}
+
+// freshDatastore parses and prepares an empty datastore from dsn.
+func freshDatastore(t *testing.T, dsn func(t *testing.T) string) *datastore.Datastore {
+	t.Helper()
+	ds, err := datastore.Parse(dsn(t), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
+	if err := ds.Prepare(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+func TestUpOnBothDialects(t *testing.T) {
 	for name, dsn := range dsns {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			ds, err := datastore.Parse(dsn(t), t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := ds.Prepare(ctx); err != nil {
-				t.Fatal(err)
-			}
+			ds := freshDatastore(t, dsn)
 			st, err := migrations.Version(ctx, ds)
 			if err != nil || st.Version != 0 {
 				t.Fatalf("fresh version = %+v, %v", st, err)
@@ -167,23 +176,14 @@ func TestPlacementViews(t *testing.T) {
 		"root:a shop web root:compute/pc2 4 3",
 		"root:b shop web root:compute/pc1 3 3",
 	}
-	for name, dsn := range map[string]func(t *testing.T) string{
-		"sqlite":   func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "kcp.db") },
-		"postgres": postgresDSN,
-	} {
+	for name, dsn := range dsns {
 		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			ds, err := datastore.Parse(dsn(t), t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := ds.Prepare(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := migrations.Up(ctx, ds); err != nil {
+			ds := freshDatastore(t, dsn)
+			if _, err := migrations.Up(context.Background(), ds); err != nil {
 				t.Fatal(err)
 			}
 			var db *sql.DB
+			var err error
 			insert := `INSERT INTO kine (name, created, deleted, create_revision, prev_revision, lease, value, old_value) VALUES (?, 1, 0, 0, 0, 0, ?, NULL)`
 			if ds.Dialect == datastore.SQLite {
 				db, err = sql.Open("sqlite3", ds.SQLiteDSN())

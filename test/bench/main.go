@@ -65,6 +65,15 @@ type result struct {
 func main() {
 	flag.Parse()
 	log := func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }
+	if *failoverOnly {
+		r, err := benchFailover(log)
+		if err != nil {
+			log("failover benchmark failed: %v", err)
+			os.Exit(1)
+		}
+		printFailover(r)
+		return
+	}
 	if *syncOnly {
 		r, err := benchSync(log)
 		if err != nil {

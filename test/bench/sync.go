@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -88,31 +87,20 @@ func benchSync(log func(string, ...any)) (syncResult, error) {
 	kubeconfig := filepath.Join(tmp, "admin.kubeconfig")
 	raw, _ := os.ReadFile(filepath.Join(s.dir, "admin.kubeconfig"))
 	os.WriteFile(kubeconfig, raw, 0o600)
-	plugin := func(args ...string) error {
-		cmd := exec.Command(filepath.Join(filepath.Dir(*kcpBin), "kubectl-kcp"), args...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("kubectl kcp %v: %v\n%s", args, err, out)
-		}
-		return nil
-	}
-	if err := plugin("ws", "use", "root:compute"); err != nil {
+	if err := plugin(kubeconfig, "ws", "use", "root:compute"); err != nil {
 		return r, err
 	}
 	syncerConfig := filepath.Join(tmp, "pc1-syncer.kubeconfig")
 	debug := fmt.Sprintf("127.0.0.1:%d", freePort())
 	t0 := time.Now()
-	if err := plugin("workload", "sync", "pc1", "--labels", "region=eu", "--kcp-kubeconfig-out", syncerConfig); err != nil {
+	if err := plugin(kubeconfig, "workload", "sync", "pc1", "--labels", "region=eu", "--kcp-kubeconfig-out", syncerConfig); err != nil {
 		return r, err
 	}
-	logf, _ := os.Create(filepath.Join(tmp, "syncer.log"))
-	sy := exec.Command(filepath.Join(filepath.Dir(*kcpBin), "syncer"), "--kcp-kubeconfig", syncerConfig, "--sync-target", "pc1",
-		"--kubeconfig", pc.Kubeconfig, "--heartbeat-interval", "1s", "--debug-address", debug)
-	sy.Stdout, sy.Stderr = logf, logf
-	if err := sy.Start(); err != nil {
+	sy, err := startSyncer(tmp, "pc1", syncerConfig, pc.Kubeconfig, "--heartbeat-interval", "1s", "--debug-address", debug)
+	if err != nil {
 		return r, err
 	}
-	defer func() { sy.Process.Kill(); sy.Wait() }()
+	defer stopProcess(sy)
 	cfg, err := s.config("root:compute")
 	if err != nil {
 		return r, err
@@ -127,7 +115,7 @@ func benchSync(log func(string, ...any)) (syncResult, error) {
 			break
 		}
 		if time.Since(t0) > 2*time.Minute {
-			return r, fmt.Errorf("SyncTarget pc1 not Ready after 2 minutes; see %s", logf.Name())
+			return r, fmt.Errorf("SyncTarget pc1 not Ready after 2 minutes; see %s", filepath.Join(tmp, "pc1-syncer.log"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -154,7 +142,7 @@ func benchSync(log func(string, ...any)) (syncResult, error) {
 			return r, err
 		}
 		wsDone := time.Since(start)
-		if err := parallel(n-created, func(i int) error { return placeAndDeploy(s, fmt.Sprintf("root:app-%d", created+i)) }); err != nil {
+		if err := parallel(n-created, func(i int) error { return placeAndDeploy(s, fmt.Sprintf("root:app-%d", created+i), nil, 1) }); err != nil {
 			return r, err
 		}
 		log("  %d workspaces in %s, Placements and Deployments created after %s", n-created, wsDone.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
@@ -186,7 +174,7 @@ func benchSync(log func(string, ...any)) (syncResult, error) {
 		if err := s.createWorkspaces([][2]string{{"root", "app-0"}}); err != nil {
 			return r, err
 		}
-		if err := placeAndDeploy(s, ws); err != nil {
+		if err := placeAndDeploy(s, ws, nil, 1); err != nil {
 			return r, err
 		}
 	}
@@ -269,7 +257,9 @@ func readyCondition(obj *unstructured.Unstructured) string {
 
 // placeAndDeploy creates a Placement on root:compute and a one-replica
 // Deployment in a workspace.
-func placeAndDeploy(s *server, ws string) error {
+// placeAndDeploy creates, in workspace ws, a Placement on root:compute
+// (with extra spec fields) and a Deployment web with replicas.
+func placeAndDeploy(s *server, ws string, extra map[string]interface{}, replicas int32) error {
 	ctx := context.Background()
 	cfg, err := s.config(ws)
 	if err != nil {
@@ -284,6 +274,9 @@ func placeAndDeploy(s *server, ws string) error {
 		"metadata": map[string]interface{}{"name": "compute"},
 		"spec":     map[string]interface{}{"locationWorkspace": "root:compute", "namespaceSelector": map[string]interface{}{}},
 	}}
+	for k, v := range extra {
+		pl.Object["spec"].(map[string]interface{})[k] = v
+	}
 	if _, err := d.Resource(workload.PlacementsResource).Create(ctx, pl, metav1.CreateOptions{}); err != nil {
 		return err
 	}
@@ -291,9 +284,8 @@ func placeAndDeploy(s *server, ws string) error {
 	if err != nil {
 		return err
 	}
-	one := int32(1)
 	labels := map[string]string{"app": "web"}
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: appsv1.DeploymentSpec{Replicas: &one,
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: appsv1.DeploymentSpec{Replicas: &replicas,
 		Selector: &metav1.LabelSelector{MatchLabels: labels},
 		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}}}}}

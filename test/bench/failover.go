@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kcpsql/kcp/schema/workload"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+	"github.com/kcpsql/kcp/syncer"
+	"github.com/kcpsql/kcp/test/physical"
+)
+
+var (
+	failoverOnly = flag.Bool("failover", false, "run only the failover benchmark (three physical clusters, a divided Deployment, one cluster killed per run)")
+	failoverRuns = flag.Int("failover-runs", 3, "kills per setting in the failover benchmark")
+)
+
+// failoverSetting is one set of kcp and syncer flags the failover benchmark
+// runs with.
+type failoverSetting struct {
+	name      string
+	kcpArgs   []string
+	heartbeat string
+}
+
+var failoverSettings = []failoverSetting{
+	{name: "defaults (heartbeat every 10 s, timeout 40 s, eviction delay 10 s)", heartbeat: "10s"},
+	{name: "fast (heartbeat every 1 s, timeout 5 s, eviction delay 0 s)", heartbeat: "1s",
+		kcpArgs: []string{"--synctarget-heartbeat-timeout=5s", "--placement-eviction-delay=0s"}},
+}
+
+type failoverResult struct {
+	setting           string
+	failover, rejoin  []time.Duration
+	replicas, targets int
+}
+
+// plugin runs kubectl-kcp with a kubeconfig.
+func plugin(kubeconfig string, args ...string) error {
+	cmd := exec.Command(filepath.Join(filepath.Dir(*kcpBin), "kubectl-kcp"), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("kubectl kcp %v: %v\n%s", args, err, out)
+	}
+	return nil
+}
+
+// startSyncer runs bin/syncer for one SyncTarget; its log goes to dir.
+func startSyncer(dir, target, kcpKubeconfig, downKubeconfig string, extra ...string) (*exec.Cmd, error) {
+	logf, err := os.OpenFile(filepath.Join(dir, target+"-syncer.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"--kcp-kubeconfig", kcpKubeconfig, "--sync-target", target, "--kubeconfig", downKubeconfig}, extra...)
+	cmd := exec.Command(filepath.Join(filepath.Dir(*kcpBin), "syncer"), args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	return cmd, cmd.Start()
+}
+
+func stopProcess(cmd *exec.Cmd) {
+	if cmd != nil && cmd.Process != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+}
+
+// benchFailover: three physical clusters, a workspace whose Deployment is
+// divided over all of them; per run one cluster's processes and syncer are
+// killed, and the time until the Deployment is fully Available on the two
+// left is measured, then the cluster comes back and the time until its
+// share is Available there again (rebalancing when a cluster joins).
+func benchFailover(log func(string, ...any)) ([]failoverResult, error) {
+	bins, err := physical.EnsureBinaries(log)
+	if err != nil {
+		return nil, err
+	}
+	var out []failoverResult
+	for _, setting := range failoverSettings {
+		r, err := failoverWith(bins, setting, log)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", setting.name, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func failoverWith(bins physical.Binaries, setting failoverSetting, log func(string, ...any)) (failoverResult, error) {
+	const replicas = 6
+	r := failoverResult{setting: setting.name, replicas: replicas, targets: 3}
+	tmp, err := os.MkdirTemp("", "kcp-bench-failover-")
+	if err != nil {
+		return r, err
+	}
+	if os.Getenv("KCP_BENCH_KEEP") == "" {
+		defer os.RemoveAll(tmp)
+	}
+	ctx := context.Background()
+	names := []string{"pc1", "pc2", "pc3"}
+	pcs := map[string]*physical.Cluster{}
+	down := map[string]*kubernetes.Clientset{}
+	for _, n := range names {
+		pc, err := physical.Start(ctx, bins, physical.Options{Name: n, Dir: filepath.Join(tmp, n), Log: log})
+		if err != nil {
+			return r, err
+		}
+		defer pc.Stop()
+		pcs[n] = pc
+		if down[n], err = pc.Client(); err != nil {
+			return r, err
+		}
+	}
+	s := &server{dir: filepath.Join(tmp, "kcp"), port: freePort(), extra: setting.kcpArgs}
+	if _, err := s.start(); err != nil {
+		return r, err
+	}
+	defer s.stop()
+	if err := s.createWorkspaces([][2]string{{"root", "compute"}, {"root", "shop"}}); err != nil {
+		return r, err
+	}
+	kubeconfig := filepath.Join(tmp, "admin.kubeconfig")
+	raw, _ := os.ReadFile(filepath.Join(s.dir, "admin.kubeconfig"))
+	os.WriteFile(kubeconfig, raw, 0o600)
+	if err := plugin(kubeconfig, "ws", "use", "root:compute"); err != nil {
+		return r, err
+	}
+	syncers := map[string]*exec.Cmd{}
+	syncerConfig := func(n string) string { return filepath.Join(tmp, n+"-syncer.kubeconfig") }
+	runSyncer := func(n string) error {
+		cmd, err := startSyncer(tmp, n, syncerConfig(n), pcs[n].Kubeconfig, "--heartbeat-interval", setting.heartbeat)
+		syncers[n] = cmd
+		return err
+	}
+	for _, n := range names {
+		if err := plugin(kubeconfig, "workload", "sync", n, "--labels", "region=eu", "--kcp-kubeconfig-out", syncerConfig(n)); err != nil {
+			return r, err
+		}
+		if err := runSyncer(n); err != nil {
+			return r, err
+		}
+	}
+	defer func() {
+		for _, c := range syncers {
+			stopProcess(c)
+		}
+	}()
+	shop, err := s.client("root:shop")
+	if err != nil {
+		return r, err
+	}
+	ns := syncer.DownstreamNamespace(logicalcluster.Name("root:shop"), "default")
+	// available sums the downstream available replicas of web on clusters,
+	// and says whether each of them runs a share.
+	available := func(clusters ...string) (int32, bool) {
+		var sum int32
+		all := true
+		for _, n := range clusters {
+			d, err := down[n].AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+			if err != nil || d.Status.AvailableReplicas == 0 {
+				all = false
+				continue
+			}
+			sum += d.Status.AvailableReplicas
+		}
+		return sum, all
+	}
+	waitUntil := func(what string, timeout time.Duration, ok func() bool) error {
+		t0 := time.Now()
+		for !ok() {
+			if time.Since(t0) > timeout {
+				return fmt.Errorf("%s: not after %s (logs in %s with KCP_BENCH_KEEP=1)", what, timeout, tmp)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		return nil
+	}
+	if err := placeAndDeploy(s, "root:shop", map[string]interface{}{"allClusters": true, "mode": workload.ModeDivide}, replicas); err != nil {
+		return r, err
+	}
+	if err := waitUntil("the namespace placed on three clusters", 2*time.Minute, func() bool {
+		n, err := shop.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		return err == nil && strings.Count(n.Annotations[workload.AssignedTargetAnnotation], ",") == 2
+	}); err != nil {
+		return r, err
+	}
+	if err := waitUntil("web Available on three clusters", 3*time.Minute, func() bool {
+		sum, all := available(names...)
+		return sum == replicas && all
+	}); err != nil {
+		return r, err
+	}
+	for run := 0; run < *failoverRuns; run++ {
+		victim := names[run%len(names)]
+		var survivors []string
+		for _, n := range names {
+			if n != victim {
+				survivors = append(survivors, n)
+			}
+		}
+		t0 := time.Now()
+		stopProcess(syncers[victim])
+		pcs[victim].Kill()
+		if err := waitUntil("web Available on the survivors", 5*time.Minute, func() bool {
+			sum, _ := available(survivors...)
+			return sum == replicas
+		}); err != nil {
+			return r, err
+		}
+		r.failover = append(r.failover, time.Since(t0))
+		log("  %s: %s killed, web %d/%d Available on %v after %s", setting.name, victim, replicas, replicas, survivors, time.Since(t0).Round(100*time.Millisecond))
+		if err := pcs[victim].Restart(ctx); err != nil {
+			return r, err
+		}
+		t1 := time.Now()
+		if err := runSyncer(victim); err != nil {
+			return r, err
+		}
+		if err := waitUntil(victim+" back with its share", 5*time.Minute, func() bool {
+			sum, all := available(names...)
+			return sum == replicas && all
+		}); err != nil {
+			return r, err
+		}
+		r.rejoin = append(r.rejoin, time.Since(t1))
+		log("  %s: %s back, shares on three clusters again after %s", setting.name, victim, time.Since(t1).Round(100*time.Millisecond))
+	}
+	return r, nil
+}
+
+func printFailover(rs []failoverResult) {
+	fmt.Println("| setting | kills | kill -> Available on the survivors, p50 / max | cluster back -> its share Available, p50 / max |")
+	fmt.Println("|---|---|---|---|")
+	for _, r := range rs {
+		fmt.Printf("| %s | %d | %s / %s | %s / %s |\n", r.setting, len(r.failover),
+			median(r.failover), maxDuration(r.failover), median(r.rejoin), maxDuration(r.rejoin))
+	}
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2].Round(100 * time.Millisecond)
+}
+
+func maxDuration(d []time.Duration) time.Duration {
+	var m time.Duration
+	for _, x := range d {
+		m = max(m, x)
+	}
+	return m.Round(100 * time.Millisecond)
+}
