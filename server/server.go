@@ -81,6 +81,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	crds.SetExtra(negotiatedAPIs)
 	negotiatedAPIs.OnChange(crds.Invalidate)
 	placementadmission.SetNegotiated(negotiatedAPIs.Resources)
+	placementadmission.SetBuiltInSchemas(negotiatedAPIs.BuiltInSchemas)
 	crdlimits.SetCRDs(crds.LocalCRDs)
 	createRevision, closeRevisions, err := incarnations.EtcdCreateRevision(o.Upstream.Etcd.StorageConfig.Transport.ServerList[0], o.Upstream.Etcd.StorageConfig.Prefix)
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/openapi"
+	"k8s.io/client-go/openapi/cached"
 	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/schema/apiresource"
@@ -84,9 +86,12 @@ func ReportImports(ctx context.Context, upstream dynamic.Interface, target strin
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	// The schema documents are fetched again only when the physical
+	// cluster's OpenAPI changes (their URLs carry a hash).
+	oapi := cached.NewClient(down.Discovery().OpenAPIV3())
 	for {
 		for _, imp := range imports {
-			if err := report(ctx, upstream, target, down, imp.GroupResource); err != nil && ctx.Err() == nil {
+			if err := report(ctx, upstream, target, down, oapi, imp); err != nil && ctx.Err() == nil {
 				klog.ErrorS(err, "reporting an API import", "resource", imp.GroupResource)
 			}
 		}
@@ -98,15 +103,25 @@ func ReportImports(ctx context.Context, upstream dynamic.Interface, target strin
 	}
 }
 
-func report(ctx context.Context, upstream dynamic.Interface, target string, down apiextensionsclient.Interface, gr schema.GroupResource) error {
-	crd, err := down.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, apiresource.NegotiatedName(gr), metav1.GetOptions{})
-	if err != nil {
-		return err
+func report(ctx context.Context, upstream dynamic.Interface, target string, down apiextensionsclient.Interface, oapi openapi.Client, imp ImportedResource) error {
+	gr := imp.GroupResource
+	var spec apiextensionsv1.CustomResourceDefinitionSpec
+	if isBuiltIn(gr) {
+		s, err := builtInSpec(ctx, down.Discovery(), oapi, imp.Storage)
+		if err != nil {
+			return err
+		}
+		spec = *s
+	} else {
+		crd, err := down.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, apiresource.NegotiatedName(gr), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		spec = *crd.Spec.DeepCopy()
+		// What kcp serves converts nothing (and calls no webhook of the
+		// physical cluster).
+		spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.NoneConverter}
 	}
-	spec := *crd.Spec.DeepCopy()
-	// What kcp serves converts nothing (and calls no webhook of the
-	// physical cluster).
-	spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.NoneConverter}
 	want := apiresource.APIResourceImportSpec{SyncTarget: target, CRD: spec}
 	r := upstream.Resource(apiresource.ImportsResource)
 	name := apiresource.ImportName(target, gr)

@@ -105,7 +105,9 @@ func main() {
 	if err != nil {
 		fail("%v", err)
 	}
-	go syncer.ReportImports(ctx, upClient, *target, ext, imports, 30*time.Second)
+	// The built-in workload kinds are imported too: kcp negotiates what
+	// every physical cluster of the location accepts.
+	go syncer.ReportImports(ctx, upClient, *target, ext, append(syncer.BuiltInImports(), imports...), 30*time.Second)
 	fmt.Fprintf(os.Stderr, "syncer: reporting physical cluster %s as SyncTarget %s at %s every %s, and syncing %d resources\n", down.Host, *target, up.Host, *interval, len(synced))
 	if *debugAddr != "" {
 		go func() {

@@ -82,11 +82,17 @@ type NegotiatedStatus struct {
 
 // ImportName is the name of a SyncTarget's import of a resource.
 func ImportName(target string, gr schema.GroupResource) string {
-	return target + "." + gr.Resource + "." + gr.Group
+	return target + "." + NegotiatedName(gr)
 }
 
-// NegotiatedName is the name of the negotiated resource (a CRD's name).
-func NegotiatedName(gr schema.GroupResource) string { return gr.Resource + "." + gr.Group }
+// NegotiatedName is the name of the negotiated resource (a CRD's name;
+// <plural>.core for the core group, which has no name).
+func NegotiatedName(gr schema.GroupResource) string {
+	if gr.Group == "" {
+		return gr.Resource + ".core"
+	}
+	return gr.Resource + "." + gr.Group
+}
 
 // CRDs are the YAML definitions kcp installs in root.
 //

@@ -233,7 +233,13 @@ func (x *Index) Names() []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, o := range x.negotiated.List() {
-		if n := o.(*unstructured.Unstructured).GetName(); !seen[n] {
+		u := o.(*unstructured.Unstructured)
+		group, _, _ := unstructured.NestedString(u.Object, "spec", "crd", "group")
+		plural, _, _ := unstructured.NestedString(u.Object, "spec", "crd", "names", "plural")
+		if builtIn(group, plural) {
+			continue
+		}
+		if n := u.GetName(); !seen[n] {
 			seen[n] = true
 			out = append(out, n)
 		}
@@ -264,6 +270,11 @@ func definition(loc logicalcluster.Name, u *unstructured.Unstructured) *apiexten
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &n); err != nil || len(n.Spec.CRD.Versions) == 0 || n.DeletionTimestamp != nil {
 		return nil
 	}
+	if builtIn(n.Spec.CRD.Group, n.Spec.CRD.Names.Plural) {
+		// Served by upstream's code (server/workloadapis); the negotiated
+		// schema restricts what is accepted (BuiltInSchemas).
+		return nil
+	}
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s/%s/%s", loc, n.UID, n.ResourceVersion)
 	spec := *n.Spec.CRD.DeepCopy()
@@ -286,4 +297,46 @@ func definition(loc logicalcluster.Name, u *unstructured.Unstructured) *apiexten
 		}
 	}
 	return crd
+}
+
+func builtIn(group, plural string) bool {
+	for _, gr := range workload.WorkloadResources {
+		if gr.Group == group && gr.Resource == plural {
+			return true
+		}
+	}
+	return false
+}
+
+// LocationSchema is the negotiated schema of a built-in resource in one
+// location workspace.
+type LocationSchema struct {
+	Location logicalcluster.Name
+	Version  string
+	Schema   *apiextensionsv1.JSONSchemaProps
+	// Dropped is what some physical cluster there lacks.
+	Dropped []string
+}
+
+// BuiltInSchemas returns, for each location workspace the cluster's
+// Placements use, the schema negotiated there for a built-in workload
+// resource (none where no syncer reported it yet).
+func (x *Index) BuiltInSchemas(cluster logicalcluster.Name, gr schema.GroupResource) []LocationSchema {
+	var out []LocationSchema
+	for _, loc := range x.locations(cluster) {
+		o, ok, _ := x.negotiated.GetByKey(clusterinformer.Key(loc, "", apiresource.NegotiatedName(gr)))
+		if !ok {
+			continue
+		}
+		var n apiresource.NegotiatedAPIResource
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.(*unstructured.Unstructured).Object, &n); err != nil || n.DeletionTimestamp != nil {
+			continue
+		}
+		for _, v := range n.Spec.CRD.Versions {
+			if v.Schema != nil && v.Schema.OpenAPIV3Schema != nil {
+				out = append(out, LocationSchema{Location: loc, Version: v.Name, Schema: v.Schema.OpenAPIV3Schema, Dropped: n.Status.Dropped})
+			}
+		}
+	}
+	return out
 }

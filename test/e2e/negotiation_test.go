@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -130,6 +131,50 @@ spec: {locationWorkspace: "root:compute", locationSelector: {matchLabels: {regio
 	if _, err := down.Get(ctx, "w1", metav1.GetOptions{}); err == nil {
 		t.Errorf("the widget is gone in kcp but still on pc1")
 	}
+
+	// The built-in workload kinds are negotiated too, from the schemas the
+	// syncers read in their clusters' OpenAPI v3.
+	framework.Eventually(t, 60*time.Second, "deployments.apps negotiated from both clusters", func() (bool, string) {
+		out := s.Kubectl(compute, "get", "negotiatedapiresource", "deployments.apps", "-o", `jsonpath={.status.imports} {.status.conditions[?(@.type=="Published")].status}`, "--ignore-not-found")
+		return out == `["pc1.deployments.apps","pc2.deployments.apps"] True`, out
+	})
+	for _, name := range []string{"services.core", "ingresses.networking.k8s.io"} {
+		if out := s.Kubectl(compute, "get", "negotiatedapiresource", name, "-o", "jsonpath={.status.imports}", "--ignore-not-found"); !strings.Contains(out, "pc1.") {
+			t.Errorf("%s not negotiated: %q", name, out)
+		}
+	}
+	// An older cluster that lacks a field (its import, as its syncer would
+	// write it: pc1's schema without spec.minReadySeconds) narrows what a
+	// placed workspace may set: refused with a message, not dropped there.
+	imp := s.Kubectl(compute, "get", "apiresourceimport", "pc1.deployments.apps", "-o", "json")
+	var older map[string]interface{}
+	if err := json.Unmarshal([]byte(imp), &older); err != nil {
+		t.Fatal(err)
+	}
+	versions, _, _ := unstructured.NestedSlice(older, "spec", "crd", "versions")
+	unstructured.RemoveNestedField(versions[0].(map[string]interface{}), "schema", "openAPIV3Schema", "properties", "spec", "properties", "minReadySeconds")
+	unstructured.SetNestedSlice(older, versions, "spec", "crd", "versions")
+	unstructured.SetNestedField(older, "pc0", "spec", "syncTarget")
+	older["metadata"] = map[string]interface{}{"name": "pc0.deployments.apps"}
+	delete(older, "status")
+	raw, _ := json.Marshal(older)
+	s.Kubectl(compute, "apply", "-f", writeFile(t, "older.json", string(raw)))
+	framework.Eventually(t, 60*time.Second, "minReadySeconds dropped from the negotiated deployments", func() (bool, string) {
+		out := s.Kubectl(compute, "get", "negotiatedapiresource", "deployments.apps", "-o", "jsonpath={.status.dropped}")
+		return strings.Contains(out, "spec.minReadySeconds"), out
+	})
+	deployment := "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {replicas: 1, minReadySeconds: 5, selector: {matchLabels: {app: web}}, template: {metadata: {labels: {app: web}}, spec: {containers: [{name: web, image: nginx}]}}}\n"
+	framework.Eventually(t, 30*time.Second, "a Deployment with minReadySeconds refused in the placed workspace", func() (bool, string) {
+		out, err := s.KubectlErr(team, "", "apply", "-f", writeFile(t, "slow.yaml", deployment))
+		return err != nil && strings.Contains(out, "minReadySeconds") && strings.Contains(out, "not accepted by every physical cluster"), out
+	})
+	s.Kubectl(team, "apply", "-f", writeFile(t, "web.yaml", strings.Replace(deployment, "minReadySeconds: 5, ", "", 1)))
+	// The older cluster leaves: the field is accepted again.
+	s.Kubectl(compute, "delete", "apiresourceimport", "pc0.deployments.apps")
+	framework.Eventually(t, 60*time.Second, "minReadySeconds accepted again", func() (bool, string) {
+		out, err := s.KubectlErr(team, "", "apply", "-f", writeFile(t, "slow.yaml", deployment))
+		return err == nil, out
+	})
 
 	// A workspace's own CRD of the same name wins over negotiation.
 	s.Kubectl(local, "apply", "-f", writeFile(t, "own.yaml", namespacedCRDWithStatus("widgets", "Widget", "weight: {type: string}")))

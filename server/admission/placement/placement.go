@@ -346,7 +346,12 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		return p.validatePlacement(ctx, a)
 	case gr == imports:
 		return validateImport(a)
+	case workloads.Has(gr) && a.GetOperation() == admission.Update:
+		return checkNegotiated(cluster, gr, a)
 	case workloads.Has(gr) && a.GetOperation() == admission.Create:
+		if err := checkNegotiated(cluster, gr, a); err != nil {
+			return err
+		}
 		ns, err := namespacelifecycle.Namespace(ctx, cluster, a.GetNamespace())
 		if err != nil {
 			return nil // namespacelifecycle answers for a missing namespace

@@ -49,7 +49,7 @@ type Controller struct {
 }
 
 func resourceKey(cluster logicalcluster.Name, gr schema.GroupResource) string {
-	return string(cluster) + "|" + gr.Resource + "." + gr.Group
+	return string(cluster) + "|" + apiresource.NegotiatedName(gr)
 }
 
 func groupResource(u *unstructured.Unstructured) schema.GroupResource {
@@ -147,6 +147,17 @@ func (c *Controller) negotiate(ctx context.Context, key string) error {
 				cond.Message = "conflicts with the definition negotiated from " + strings.Join(status.Imports, ", ") + ": " + strings.Join(msgs, "; ")
 				status.Incompatible = append(status.Incompatible, it.imp.Name)
 			} else {
+				if len(status.Imports) == 1 {
+					// What the first import lacks and this one has: the
+					// comparison the other way round says it.
+					if _, reverse := lcd.CRDs(crd, result); len(reverse) > 0 {
+						for _, p := range reverse {
+							if !p.Incompatible {
+								status.Dropped = append(status.Dropped, imps[0].imp.Spec.SyncTarget+": "+p.String())
+							}
+						}
+					}
+				}
 				for _, p := range problems {
 					status.Dropped = append(status.Dropped, it.imp.Spec.SyncTarget+": "+p.String())
 				}

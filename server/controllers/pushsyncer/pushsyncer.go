@@ -226,7 +226,7 @@ func (c *Controller) reconcile(parent, ctx context.Context, key string) (time.Du
 	go s.Run(sctx, 2)
 	go syncer.Heartbeat(sctx, upClient, target.Name, downClient, HeartbeatInterval, synced)
 	if ext, err := apiextensionsclient.NewForConfig(down); err == nil {
-		go syncer.ReportImports(sctx, upClient, target.Name, ext, imports, recheck)
+		go syncer.ReportImports(sctx, upClient, target.Name, ext, append(syncer.BuiltInImports(), imports...), recheck)
 	}
 	klog.InfoS("started push-mode syncer", "syncTarget", key, "physicalCluster", down.Host)
 	return recheck, c.report(ctx, cluster, target.Name, metav1.ConditionTrue, "Running", "kcp runs this target's syncer (push mode) against "+down.Host)
