@@ -29,11 +29,11 @@ import (
 // resources into the status of SyncTarget name, with Ready=True: kcp marks
 // the target NotReady when heartbeats stop. A failed beat is logged and
 // retried at the next interval.
-func Heartbeat(ctx context.Context, upstream dynamic.Interface, name string, downstream kubernetes.Interface, interval time.Duration, resources []schema.GroupVersionResource) {
+func Heartbeat(ctx context.Context, upstream dynamic.Interface, name string, downstream kubernetes.Interface, interval time.Duration, resources []schema.GroupVersionResource, caughtUp func() bool) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if err := beat(ctx, upstream, name, downstream, resources); err != nil && ctx.Err() == nil {
+		if err := beat(ctx, upstream, name, downstream, resources, caughtUp); err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "heartbeat failed", "syncTarget", name)
 		}
 		select {
@@ -44,7 +44,7 @@ func Heartbeat(ctx context.Context, upstream dynamic.Interface, name string, dow
 	}
 }
 
-func beat(ctx context.Context, upstream dynamic.Interface, name string, downstream kubernetes.Interface, resources []schema.GroupVersionResource) error {
+func beat(ctx context.Context, upstream dynamic.Interface, name string, downstream kubernetes.Interface, resources []schema.GroupVersionResource, caughtUp func() bool) error {
 	st, err := observe(ctx, downstream, resources)
 	if err != nil {
 		return fmt.Errorf("reading the physical cluster: %v", err)
@@ -68,6 +68,15 @@ func beat(ctx context.Context, upstream dynamic.Interface, name string, downstre
 		Type: workload.ConditionReady, Status: metav1.ConditionTrue, Reason: workload.ReasonHeartbeat,
 		Message: fmt.Sprintf("the syncer reached the physical cluster (%d of %d nodes Ready)", st.readyNodes, st.nodes),
 	})
+	if caughtUp != nil {
+		cond := metav1.Condition{Type: workload.ConditionCaughtUp, Status: metav1.ConditionTrue, Reason: "CaughtUp",
+			Message: "the syncer has gone through every assigned object and every copy once since it started"}
+		if !caughtUp() {
+			cond.Status, cond.Reason = metav1.ConditionFalse, "Starting"
+			cond.Message = "the syncer is going through what is assigned and what runs (stale copies are deleted first); no new namespaces until then"
+		}
+		meta.SetStatusCondition(&target.Status.Conditions, cond)
+	}
 	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&target.Status)
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -80,6 +81,33 @@ type Syncer struct {
 	dstream  map[schema.GroupVersionResource]cache.Indexer
 	queue    workqueue.TypedRateLimitingInterface[item]
 	infs     []cache.Controller
+
+	// inFlight counts items being processed; caughtUp is set once the
+	// queue has been empty with nothing in flight after the first lists.
+	inFlight atomic.Int64
+	caughtUp atomic.Bool
+}
+
+// CaughtUp reports whether the syncer has gone through everything on
+// both sides once since it started (stale copies deleted included).
+func (s *Syncer) CaughtUp() bool { return s.caughtUp.Load() }
+
+// watchCatchUp sets caughtUp once the queue that the first lists filled
+// has drained: empty, nothing in flight, twice in a row.
+func (s *Syncer) watchCatchUp(ctx context.Context) {
+	idle := 0
+	_ = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) {
+		if s.queue.Len() == 0 && s.inFlight.Load() == 0 {
+			idle++
+		} else {
+			idle = 0
+		}
+		return idle >= 2, nil
+	})
+	if ctx.Err() == nil {
+		s.caughtUp.Store(true)
+		klog.InfoS("syncer caught up", "syncTarget", s.target)
+	}
 }
 
 // item is one object to reconcile: a resource and its upstream key.
@@ -250,6 +278,7 @@ func (s *Syncer) Run(ctx context.Context, workers int) {
 		return
 	}
 	klog.InfoS("syncer started", "syncTarget", s.target, "location", s.location, "resources", len(s.resources))
+	go s.watchCatchUp(ctx)
 	for i := 0; i < workers; i++ {
 		go wait.UntilWithContext(ctx, func(ctx context.Context) {
 			for s.next(ctx) {
@@ -264,6 +293,8 @@ func (s *Syncer) next(ctx context.Context) bool {
 	if quit {
 		return false
 	}
+	s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
 	defer s.queue.Done(it)
 	var after time.Duration
 	var err error

@@ -26,6 +26,7 @@ import (
 
 	"github.com/kcpsql/kcp/schema/apiresource"
 	"github.com/kcpsql/kcp/schema/workload"
+	"github.com/kcpsql/kcp/syncer"
 )
 
 // syncerNamespace holds the syncers' service accounts in a workspace.
@@ -39,7 +40,7 @@ func newWorkloadCommand() *cobra.Command {
 	}
 	cmd.PersistentFlags().StringVar(&o.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	cmd.PersistentFlags().StringVar(&o.context, "context", "", "kubeconfig context to use (default: the current context)")
-	var labels, output, kubeconfigOut, image string
+	var labels, resources, output, kubeconfigOut, image string
 	var expiration time.Duration
 	sync := &cobra.Command{
 		Use:   "sync NAME",
@@ -58,10 +59,11 @@ and writes:
   kubectl --kubeconfig physical.kubeconfig apply -f syncer-pc1.yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.sync(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], labels, output, kubeconfigOut, image, expiration)
+			return o.sync(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], labels, resources, output, kubeconfigOut, image, expiration)
 		},
 	}
 	sync.Flags().StringVar(&labels, "labels", "", "location attributes of the cluster, as k=v,k=v (region, provider, ...)")
+	sync.Flags().StringVar(&resources, "resources", "", "more resources to sync besides Deployments, Services, Ingresses, ConfigMaps, Secrets and ServiceAccounts: CRDs of the physical cluster as plural.group,... (spec.resources of the SyncTarget; the syncer imports their schemas)")
 	sync.Flags().StringVarP(&output, "output", "o", "", "write the manifest for the physical cluster to this file (- for standard output)")
 	sync.Flags().StringVar(&kubeconfigOut, "kcp-kubeconfig-out", "", "where to write the syncer's kubeconfig for kcp (default: NAME-syncer.kubeconfig)")
 	sync.Flags().StringVar(&image, "syncer-image", "kcp-syncer:latest", "image of cmd/syncer for the manifest's Deployment (build and push it yourself)")
@@ -126,7 +128,7 @@ func (o *wsOptions) cordonCommand(verb string) *cobra.Command {
 	}
 }
 
-func (o *wsOptions) sync(ctx context.Context, out, errOut io.Writer, name, labelArg, output, kubeconfigOut, image string, expiration time.Duration) error {
+func (o *wsOptions) sync(ctx context.Context, out, errOut io.Writer, name, labelArg, resourcesArg, output, kubeconfigOut, image string, expiration time.Duration) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -136,6 +138,16 @@ func (o *wsOptions) sync(ctx context.Context, out, errOut io.Writer, name, label
 	labels, err := parseLabels(labelArg)
 	if err != nil {
 		return err
+	}
+	var resources []interface{}
+	if resourcesArg != "" {
+		grs, err := syncer.ParseResources(strings.Split(resourcesArg, ","))
+		if err != nil {
+			return err
+		}
+		for _, gr := range grs {
+			resources = append(resources, gr.Resource+"."+gr.Group)
+		}
 	}
 	s, cfg, dyn, err := o.loadCurrent()
 	if err != nil {
@@ -156,6 +168,9 @@ func (o *wsOptions) sync(ctx context.Context, out, errOut io.Writer, name, label
 		st.SetKind("SyncTarget")
 		st.SetName(name)
 		st.SetLabels(labels)
+		if resources != nil {
+			st.Object["spec"] = map[string]interface{}{"resources": resources}
+		}
 		if st, err = targets.Create(ctx, st, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating SyncTarget %s in %s: %v", name, s.current, err)
 		}
@@ -163,10 +178,17 @@ func (o *wsOptions) sync(ctx context.Context, out, errOut io.Writer, name, label
 	case err != nil:
 		return fmt.Errorf("reading SyncTarget %s in %s: %v", name, s.current, err)
 	default:
-		if labelArg != "" {
-			st.SetLabels(labels)
+		if labelArg != "" || resources != nil {
+			if labelArg != "" {
+				st.SetLabels(labels)
+			}
+			if resources != nil {
+				if err := unstructured.SetNestedSlice(st.Object, resources, "spec", "resources"); err != nil {
+					return err
+				}
+			}
 			if st, err = targets.Update(ctx, st, metav1.UpdateOptions{}); err != nil {
-				return fmt.Errorf("updating the labels of SyncTarget %s: %v", name, err)
+				return fmt.Errorf("updating SyncTarget %s: %v", name, err)
 			}
 		}
 		fmt.Fprintf(errOut, "SyncTarget %s exists in workspace %s; renewing its syncer's credential\n", name, s.current)
@@ -244,7 +266,7 @@ func (o *wsOptions) sync(ctx context.Context, out, errOut io.Writer, name, label
 	if output == "" {
 		return nil
 	}
-	manifest, err := syncerManifest(name, image, kcBytes)
+	manifest, err := syncerManifest(name, image, kcBytes, resources)
 	if err != nil {
 		return err
 	}
@@ -291,20 +313,29 @@ func parseLabels(arg string) (map[string]string, error) {
 // least it may do there is read nodes (for the heartbeat's capacity) and
 // manage namespaces and the synced resources (it writes only the namespaces
 // it creates, kcp-<hash>, and what is in them).
-func syncerManifest(name, image string, kubeconfig []byte) ([]byte, error) {
+func syncerManifest(name, image string, kubeconfig []byte, resources []interface{}) ([]byte, error) {
 	ns := "kcp-syncer-" + name
+	all := []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+	rules := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"namespaces", "configmaps", "secrets", "serviceaccounts", "services"}, Verbs: all},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: all},
+		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: all},
+	}
+	// --resources: the CRDs (read, for their schemas) and their objects.
+	for _, r := range resources {
+		plural, group, _ := strings.Cut(r.(string), ".")
+		rules = append(rules,
+			rbacv1.PolicyRule{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, ResourceNames: []string{r.(string)}, Verbs: []string{"get"}},
+			rbacv1.PolicyRule{APIGroups: []string{group}, Resources: []string{plural, plural + "/status"}, Verbs: all})
+	}
 	app := map[string]string{"app.kubernetes.io/name": "kcp-syncer", "kcp.io/sync-target": name}
 	replicas := int32(1)
 	objs := []runtime.Object{
 		&corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: ns}},
 		&corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: metav1.ObjectMeta{Name: "kcp-syncer", Namespace: ns}},
 		&rbacv1.ClusterRole{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"}, ObjectMeta: metav1.ObjectMeta{Name: ns},
-			Rules: []rbacv1.PolicyRule{
-				{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
-				{APIGroups: []string{""}, Resources: []string{"namespaces", "configmaps", "secrets", "serviceaccounts", "services"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-				{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-				{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-			}},
+			Rules: rules},
 		&rbacv1.ClusterRoleBinding{TypeMeta: metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"}, ObjectMeta: metav1.ObjectMeta{Name: ns},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ns},
 			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: "kcp-syncer"}}},

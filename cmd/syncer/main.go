@@ -117,7 +117,7 @@ func main() {
 		}()
 	}
 	go s.Run(ctx, *workers)
-	syncer.Heartbeat(ctx, upClient, *target, downClient, *interval, synced)
+	syncer.Heartbeat(ctx, upClient, *target, downClient, *interval, synced, s.CaughtUp)
 }
 
 func fail(format string, a ...any) {

@@ -26,6 +26,12 @@ const (
 	ReasonHeartbeat        = "SyncerHeartbeat"
 	ReasonHeartbeatTimeout = "HeartbeatTimeout"
 	ReasonNeverHeard       = "NoHeartbeatYet"
+
+	// ConditionCaughtUp is True once the syncer, since it started, has
+	// gone through everything on both sides once: copies of workloads no
+	// longer assigned to it (a cluster back from the dead) are deleted.
+	// A target gets new namespaces only then.
+	ConditionCaughtUp = "CaughtUp"
 )
 
 // SyncTargetsResource is the resource of SyncTargets.

@@ -163,6 +163,10 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: tr
 
 	// pc3 dies (its processes and its syncer): team-a's 4 replicas are
 	// divided over pc1 and pc2 and Available there.
+	stale, err := down["pc3"].AppsV1().Deployments(nsA).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	killed := time.Now()
 	syncers["pc3"].stop()
 	pcs["pc3"].Kill()
@@ -191,6 +195,7 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: tr
 	if out, err := s.KubectlPlugin(admin, "kcp", "workload", "drain", "pc2"); err != nil || !strings.Contains(out, "SyncTarget pc2 draining") {
 		t.Fatalf("kubectl kcp workload drain: %v\n%s", err, out)
 	}
+	drained := time.Now()
 	least := int64(1 << 30)
 	framework.Eventually(t, 90*time.Second, "team-a drained off pc2 onto pc1", func() (bool, string) {
 		available, _ := strconv.ParseInt(s.Kubectl(teamA, "get", "deployment", "web", "-o", "jsonpath={.status.availableReplicas}"), 10, 64)
@@ -204,6 +209,7 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: tr
 			fmt.Sprintf("pc2: %v; pc1 available %d; assigned %s\n%s", err, d.Status.AvailableReplicas, targetsOf(teamA),
 				s.Kubectl(teamA, "get", "deployment", "web", "-o", "jsonpath={.metadata.generation} {.metadata.annotations}"))
 	})
+	t.Logf("drain of pc2: %s", time.Since(drained).Round(100*time.Millisecond))
 	if least < 4 {
 		t.Errorf("during the drain team-a's Deployment had %d available, fewer than its 4", least)
 	}
@@ -214,4 +220,29 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: tr
 	if out, err := s.KubectlPlugin(admin, "kcp", "workload", "uncordon", "pc2"); err != nil || !strings.Contains(out, "uncordoned") {
 		t.Errorf("uncordon: %v\n%s", err, out)
 	}
+
+	// pc3 comes back: its syncer deletes the stale copy before pc3 counts
+	// again (its SyncTarget says CaughtUp), then pc3 gets a share anew.
+	if err := pcs["pc3"].Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	syncers["pc3"].start()
+	back := time.Now()
+	defer func() { t.Logf("pc3 back with a share %s after its restart", time.Since(back).Round(100*time.Millisecond)) }()
+	framework.Eventually(t, 90*time.Second, "pc3 back with a new copy and team-a's 4 replicas over three clusters", func() (bool, string) {
+		d, err := down["pc3"].AppsV1().Deployments(nsA).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		replicas, _ := shares(nsA, "pc1", "pc2", "pc3")
+		sum := replicas["pc1"] + replicas["pc2"] + replicas["pc3"]
+		return d.UID != stale.UID && len(replicas) == 3 && sum == 4, fmt.Sprintf("pc3's copy %s (stale %s), shares %v", d.UID, stale.UID, replicas)
+	})
+	if out := s.Kubectl(compute, "get", "synctarget", "pc3", "-o", `jsonpath={.status.conditions[?(@.type=="CaughtUp")].status}`); out != "True" {
+		t.Errorf("pc3's CaughtUp condition: %q", out)
+	}
+	framework.Eventually(t, 60*time.Second, "4/4 in kcp over three clusters", func() (bool, string) {
+		got := ready(teamA)
+		return got == "4/4 available 4", got
+	})
 }

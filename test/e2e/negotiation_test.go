@@ -53,9 +53,17 @@ func TestAPINegotiation(t *testing.T) {
 		}
 		exec.Command(kubectl, "--kubeconfig", pc.Kubeconfig, "wait", "--for=condition=Established", "crd/widgets.example.com", "crd/gadgets.example.com").Run()
 		region := map[string]string{"pc1": "eu", "pc2": "us"}[name]
-		configs[name] = register(t, s, admin, name, "region="+region, pc, "--resources", "widgets.example.com,gadgets.example.com").kubeconfig
+		if name == "pc1" {
+			configs[name] = register(t, s, admin, name, "region="+region, pc, "--resources", "widgets.example.com,gadgets.example.com").kubeconfig
+		} else {
+			// The same, named when registering (spec.resources of the SyncTarget).
+			configs[name] = registerWith(t, s, admin, name, []string{"--labels", "region=" + region, "--resources", "widgets.example.com,gadgets.example.com"}, pc).kubeconfig
+		}
 	}
 
+	if out, err := s.KubectlPlugin(admin, "kcp", "workload", "sync", "pc9", "--resources", "deployments"); err == nil || !strings.Contains(out, "plural>.<group>") {
+		t.Errorf("--resources with a built-in: want a refusal that explains the form, got %v\n%s", err, out)
+	}
 	framework.Eventually(t, 60*time.Second, "widgets negotiated from both imports, without color", func() (bool, string) {
 		out := s.Kubectl(compute, "get", "negotiatedapiresource", "widgets.example.com", "-o", "jsonpath={.status.imports} {.status.dropped}", "--ignore-not-found")
 		return strings.Contains(out, "pc1.widgets.example.com") && strings.Contains(out, "pc2.widgets.example.com") && strings.Contains(out, "spec.color: narrower: field removed"), out

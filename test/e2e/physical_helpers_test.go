@@ -76,8 +76,15 @@ type syncerProc struct {
 // extra flags); the syncer stops with the test.
 func register(t *testing.T, s *framework.Server, admin, name, labels string, pc *physical.Cluster, extra ...string) *syncerProc {
 	t.Helper()
+	return registerWith(t, s, admin, name, []string{"--labels", labels}, pc, extra...)
+}
+
+// registerWith is register with the plugin's flags given.
+func registerWith(t *testing.T, s *framework.Server, admin, name string, pluginFlags []string, pc *physical.Cluster, extra ...string) *syncerProc {
+	t.Helper()
 	cfg := filepath.Join(t.TempDir(), name+"-syncer.kubeconfig")
-	if out, err := s.KubectlPlugin(admin, "kcp", "workload", "sync", name, "--labels", labels, "--kcp-kubeconfig-out", cfg); err != nil {
+	args := append([]string{"kcp", "workload", "sync", name, "--kcp-kubeconfig-out", cfg}, pluginFlags...)
+	if out, err := s.KubectlPlugin(admin, args...); err != nil {
 		t.Fatalf("kubectl kcp workload sync %s: %v\n%s", name, err, out)
 	}
 	p := &syncerProc{t: t, kubeconfig: cfg, target: name, downstream: pc.Kubeconfig, extra: extra}

@@ -203,9 +203,12 @@ func decodeTarget(u *unstructured.Unstructured) (*workload.SyncTarget, error) {
 	return &t, err
 }
 
-// usable: Ready and not cordoned.
+// usable: Ready, not cordoned, and its syncer has caught up since it
+// started (a cluster back from the dead has deleted its stale copies before
+// it counts again).
 func usable(t *workload.SyncTarget) bool {
-	return meta.IsStatusConditionTrue(t.Status.Conditions, workload.ConditionReady) && !t.Spec.Unschedulable
+	return meta.IsStatusConditionTrue(t.Status.Conditions, workload.ConditionReady) && !t.Spec.Unschedulable &&
+		!meta.IsStatusConditionFalse(t.Status.Conditions, workload.ConditionCaughtUp)
 }
 
 // matchingTargets returns the SyncTargets a Placement selects, by name.
@@ -279,13 +282,6 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 		}
 	}
 	sort.SliceStable(candidates, func(i, j int) bool { return rank(candidates[i]) < rank(candidates[j]) })
-	usableCount := len(candidates)
-	for _, t := range current {
-		if usable(t.obj) {
-			usableCount++
-		}
-	}
-	want := max(p.Spec.Wanted(usableCount), 1)
 	used := map[string]bool{}
 	var chosen, evicted, leaving []target
 	var recheck time.Duration
@@ -310,6 +306,9 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 		chosen = append(chosen, t)
 		used[t.obj.Labels[spread]] = true
 	}
+	// allClusters: every target kept and every usable one (a cordoned or
+	// restarting target keeps what it has).
+	want := max(p.Spec.Wanted(len(chosen)+len(candidates)), 1)
 	// More than wanted (the number went down): keep the Ready ones first,
 	// then by rank.
 	if len(chosen) > want {

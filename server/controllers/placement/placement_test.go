@@ -154,6 +154,20 @@ func TestChoose(t *testing.T) {
 		t.Errorf("dead with nowhere to go: %s, want it kept", names(chosen))
 	}
 
+	// A target whose syncer has not caught up since it started gets no new
+	// namespace, and keeps the ones it has (also with allClusters).
+	starting := newTarget("eu2", "eu", time.Hour, false)
+	unstructured.SetNestedSlice(starting.Object, append(starting.Object["status"].(map[string]interface{})["conditions"].([]interface{}),
+		map[string]interface{}{"type": workload.ConditionCaughtUp, "status": "False", "reason": "Starting", "message": "", "lastTransitionTime": now.UTC().Format(time.RFC3339)}),
+		"status", "conditions")
+	c = setup(`{"locationWorkspace":"root:compute","namespaceSelector":{},"allClusters":true}`, eu1, starting)
+	if _, chosen, _, _ := c.choose(now, "root:team", ns()); names(chosen) != "eu1" {
+		t.Errorf("a target catching up was chosen: %s", names(chosen))
+	}
+	if _, chosen, _, _ := c.choose(now, "root:team", ns("eu1", "eu2")); names(chosen) != "eu1,eu2" {
+		t.Errorf("a target catching up lost its namespace: %s", names(chosen))
+	}
+
 	// Draining eu1: eu2 takes over, eu1 is leaving (kept until replaced).
 	c = setup(`{"locationWorkspace":"root:compute","namespaceSelector":{}}`, newTarget("eu1", "eu", time.Hour, true), eu2)
 	if _, chosen, leaving, _ := c.choose(now, "root:team", ns("eu1")); names(chosen) != "eu2" || names(leaving) != "eu1" {
