@@ -362,12 +362,25 @@ func (s *Syncer) syncNamespace(ctx context.Context, it item) error {
 	if up.GetDeletionTimestamp() != nil {
 		return nil // its objects go first; the namespace goes when it leaves the view
 	}
-	return s.ensureNamespace(ctx, it.cluster, it.name)
+	err := s.ensureNamespace(ctx, it.cluster, it.name)
+	if err == errNamespaceTerminating {
+		s.queue.AddAfter(it, time.Second)
+		return nil
+	}
+	return err
 }
+
+// errNamespaceTerminating: the downstream namespace is still being deleted
+// (the namespace left this target a moment ago and came back); objects
+// wait for it to go, then it is created anew.
+var errNamespaceTerminating = fmt.Errorf("the downstream namespace is still terminating")
 
 func (s *Syncer) ensureNamespace(ctx context.Context, cluster logicalcluster.Name, upstreamNS string) error {
 	name := DownstreamNamespace(cluster, upstreamNS)
-	if _, ok := s.downstreamObj(namespacesGVR, "", name); ok {
+	if ns, ok := s.downstreamObj(namespacesGVR, "", name); ok {
+		if ns.GetDeletionTimestamp() != nil {
+			return errNamespaceTerminating
+		}
 		return nil
 	}
 	ns := &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "v1", "kind": "Namespace"}}
@@ -415,7 +428,10 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (time.Duration, error)
 		}
 		return 0, s.removeFinalizer(ctx, it, up)
 	}
-	if err := s.ensureNamespace(ctx, it.cluster, it.namespace); err != nil {
+	if err := s.ensureNamespace(ctx, it.cluster, it.namespace); err == errNamespaceTerminating {
+		// Look again in a second rather than back off for minutes.
+		return time.Second, nil
+	} else if err != nil {
 		return 0, err
 	}
 	pol := s.policy(it.cluster, it.namespace)

@@ -231,7 +231,7 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: tr
 	defer func() {
 		t.Logf("pc3 back with a share %s after its restart", time.Since(back).Round(100*time.Millisecond))
 	}()
-	framework.Eventually(t, 90*time.Second, "pc3 back with a new copy and team-a's 4 replicas over three clusters", func() (bool, string) {
+	framework.Eventually(t, 150*time.Second, "pc3 back with a new copy and team-a's 4 replicas over three clusters", func() (bool, string) {
 		d, err := down["pc3"].AppsV1().Deployments(nsA).Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
