@@ -42,10 +42,7 @@ func TestDivideSpreadAndFailover(t *testing.T) {
 		syncers[name] = register(t, s, admin, name, "region="+regions[name], pcs[name])
 		down[name] = downClient(t, pcs[name])
 	}
-	framework.Eventually(t, 60*time.Second, "three SyncTargets Ready", func() (bool, string) {
-		out := s.Kubectl(compute, "get", "synctargets", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}`)
-		return strings.Count(out, "=True") == 3, out
-	})
+	waitTargetsReady(t, s, compute, "pc1", "pc2", "pc3")
 
 	// A Placement that cannot mean anything is refused, not half-applied.
 	if out, err := s.KubectlErr(teamA, "", "apply", "-f", writeFile(t, "bad.yaml", `apiVersion: workload.kcp.io/v1alpha1

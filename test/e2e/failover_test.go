@@ -34,10 +34,7 @@ func TestFailover(t *testing.T) {
 	for _, name := range []string{"pc1", "pc2"} {
 		syncers[name] = register(t, s, admin, name, "region=eu", pcs[name])
 	}
-	framework.Eventually(t, 60*time.Second, "both SyncTargets Ready", func() (bool, string) {
-		out := s.Kubectl(compute, "get", "synctargets", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}`)
-		return strings.Contains(out, "pc1=True") && strings.Contains(out, "pc2=True"), out
-	})
+	waitTargetsReady(t, s, compute, "pc1", "pc2")
 	s.Kubectl(team, "apply", "-f", writeFile(t, "placement.yaml", `apiVersion: workload.kcp.io/v1alpha1
 kind: Placement
 metadata: {name: eu}

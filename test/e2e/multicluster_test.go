@@ -85,10 +85,7 @@ spec: {push: {secretNamespace: default, secretName: %s-kubeconfig}, resources: [
 		syncers[name] = register(t, s, admin, name, "region="+region, pcs[name])
 	}
 	testPushModeRules(t, s, compute, push)
-	framework.Eventually(t, 60*time.Second, "both SyncTargets Ready", func() (bool, string) {
-		out := s.Kubectl(compute, "get", "synctargets", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}`)
-		return strings.Contains(out, "pc1=True") && strings.Contains(out, "pc2=True"), out
-	})
+	waitTargetsReady(t, s, compute, "pc1", "pc2")
 
 	if out := s.Kubectl(compute, "get", "synctarget", "pc1", "-o", "jsonpath={.status.syncedResources}"); !strings.Contains(out, `{"resource":"deployments.apps/v1","state":"Accepted"}`) {
 		t.Errorf("the SyncTarget does not report its synced resources: %s", out)

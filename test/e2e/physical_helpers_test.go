@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kcpsql/kcp/test/e2e/framework"
 	"github.com/kcpsql/kcp/test/physical"
@@ -108,4 +111,19 @@ func (p *syncerProc) stop() {
 		p.cmd.Process.Kill()
 		p.cmd.Wait()
 	}
+}
+
+// waitTargetsReady waits until the named SyncTargets of a workspace are
+// Ready.
+func waitTargetsReady(t *testing.T, s *framework.Server, workspace string, names ...string) {
+	t.Helper()
+	framework.Eventually(t, 60*time.Second, fmt.Sprintf("SyncTargets %v Ready", names), func() (bool, string) {
+		out := s.Kubectl(workspace, "get", "synctargets", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status} {end}`)
+		for _, n := range names {
+			if !strings.Contains(" "+out, " "+n+"=True") {
+				return false, out
+			}
+		}
+		return true, out
+	})
 }
