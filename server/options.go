@@ -129,7 +129,7 @@ func NewOptions() *Options {
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
 	return &Options{RootDir: ".kcp", DatastoreNotify: true, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
 		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy,
-		SyncTargetHeartbeatTimeout: 40 * time.Second, PlacementEvictionDelay: 10 * time.Second}
+		SyncTargetHeartbeatTimeout: 20 * time.Second, PlacementEvictionDelay: 5 * time.Second}
 }
 
 // hiddenUpstreamGroups are flag groups kcp owns itself: storage is the

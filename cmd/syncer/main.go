@@ -42,7 +42,7 @@ func main() {
 	qps := fs.Float32("qps", 50, "requests per second the syncer may send to kcp, and to the physical cluster (each)")
 	burst := fs.Int("burst", 100, "bursts above --qps allowed")
 	debugAddr := fs.String("debug-address", "", "serve Go's /debug/pprof on this address (for example 127.0.0.1:6060); empty: off")
-	interval := fs.Duration("heartbeat-interval", 10*time.Second, "how often to report health and capacity; keep it well below the SyncTarget's heartbeat timeout (kcp start --synctarget-heartbeat-timeout, default 40s)")
+	interval := fs.Duration("heartbeat-interval", 5*time.Second, "how often to report health and capacity; keep it well below the SyncTarget's heartbeat timeout (kcp start --synctarget-heartbeat-timeout, default 20s: four missed heartbeats)")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "syncer connects one physical Kubernetes cluster to its SyncTarget in kcp.\n\nUsage:\n  syncer --kcp-kubeconfig FILE --sync-target NAME [--kubeconfig FILE]\n\nFlags:\n%s", fs.FlagUsages())
 	}

@@ -34,7 +34,7 @@ type failoverSetting struct {
 }
 
 var failoverSettings = []failoverSetting{
-	{name: "defaults (heartbeat every 10 s, timeout 40 s, eviction delay 10 s)", heartbeat: "10s"},
+	{name: "defaults (heartbeat every 5 s, timeout 20 s, eviction delay 5 s)", heartbeat: "5s"},
 	{name: "fast (heartbeat every 1 s, timeout 5 s, eviction delay 0 s)", heartbeat: "1s",
 		kcpArgs: []string{"--synctarget-heartbeat-timeout=5s", "--placement-eviction-delay=0s"}},
 }
@@ -159,20 +159,26 @@ func failoverWith(bins physical.Binaries, setting failoverSetting, log func(stri
 		return r, err
 	}
 	ns := syncer.DownstreamNamespace(logicalcluster.Name("root:shop"), "default")
-	// available sums the downstream available replicas of web on clusters,
-	// and says whether each of them runs a share.
-	available := func(clusters ...string) (int32, bool) {
-		var sum int32
-		all := true
-		for _, n := range clusters {
-			d, err := down[n].AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
-			if err != nil || d.Status.AvailableReplicas == 0 {
-				all = false
-				continue
-			}
-			sum += d.Status.AvailableReplicas
+	// settled: web runs on exactly these clusters, each with a share that
+	// is all Available, the shares summing to the replicas, and the
+	// namespace assigned to them and no other.
+	settled := func(clusters ...string) bool {
+		n, err := shop.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		if err != nil || strings.Count(n.Annotations[workload.AssignedTargetAnnotation], ",") != len(clusters)-1 {
+			return false
 		}
-		return sum, all
+		var sum int32
+		for _, c := range clusters {
+			if !strings.Contains(n.Annotations[workload.AssignedTargetAnnotation], "/"+c) {
+				return false
+			}
+			d, err := down[c].AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+			if err != nil || d.Spec.Replicas == nil || *d.Spec.Replicas == 0 || d.Status.AvailableReplicas != *d.Spec.Replicas || d.Status.Replicas != *d.Spec.Replicas {
+				return false
+			}
+			sum += *d.Spec.Replicas
+		}
+		return sum == replicas
 	}
 	waitUntil := func(what string, timeout time.Duration, ok func() bool) error {
 		t0 := time.Now()
@@ -193,10 +199,7 @@ func failoverWith(bins physical.Binaries, setting failoverSetting, log func(stri
 	}); err != nil {
 		return r, err
 	}
-	if err := waitUntil("web Available on three clusters", 3*time.Minute, func() bool {
-		sum, all := available(names...)
-		return sum == replicas && all
-	}); err != nil {
+	if err := waitUntil("web Available on three clusters", 3*time.Minute, func() bool { return settled(names...) }); err != nil {
 		return r, err
 	}
 	for run := 0; run < *failoverRuns; run++ {
@@ -210,10 +213,7 @@ func failoverWith(bins physical.Binaries, setting failoverSetting, log func(stri
 		t0 := time.Now()
 		stopProcess(syncers[victim])
 		pcs[victim].Kill()
-		if err := waitUntil("web Available on the survivors", 5*time.Minute, func() bool {
-			sum, _ := available(survivors...)
-			return sum == replicas
-		}); err != nil {
+		if err := waitUntil("web Available on the survivors", 5*time.Minute, func() bool { return settled(survivors...) }); err != nil {
 			return r, err
 		}
 		r.failover = append(r.failover, time.Since(t0))
@@ -225,10 +225,7 @@ func failoverWith(bins physical.Binaries, setting failoverSetting, log func(stri
 		if err := runSyncer(victim); err != nil {
 			return r, err
 		}
-		if err := waitUntil(victim+" back with its share", 5*time.Minute, func() bool {
-			sum, all := available(names...)
-			return sum == replicas && all
-		}); err != nil {
+		if err := waitUntil(victim+" back with its share", 5*time.Minute, func() bool { return settled(names...) }); err != nil {
 			return r, err
 		}
 		r.rejoin = append(r.rejoin, time.Since(t1))

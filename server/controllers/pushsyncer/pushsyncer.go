@@ -49,7 +49,7 @@ const (
 	// recheck reads a running target's Secret again this often.
 	recheck = 30 * time.Second
 	// HeartbeatInterval is how often a push-mode syncer reports.
-	HeartbeatInterval = 10 * time.Second
+	HeartbeatInterval = 5 * time.Second
 )
 
 // Controller starts and stops push-mode syncers.
