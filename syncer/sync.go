@@ -434,6 +434,12 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (time.Duration, error)
 	} else if err != nil {
 		return 0, err
 	}
+	if _, nsInView, _ := s.upstream[namespacesGVR].GetByKey(clusterinformer.Key(it.cluster, "", it.namespace)); !nsInView {
+		// kcp labels a namespace's objects before the namespace itself;
+		// without the namespace's policy this target's share is unknown
+		// (writing the whole Deployment would run it several times over).
+		return time.Second, nil
+	}
 	pol := s.policy(it.cluster, it.namespace)
 	if pol != nil && pol.Targets[s.key].Leaving {
 		// Being drained: the copy here runs on as it is until kcp hands
