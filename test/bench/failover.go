@@ -11,7 +11,10 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kcpsql/kcp/schema/workload"
@@ -43,7 +46,17 @@ type failoverResult struct {
 	setting           string
 	failover, rejoin  []time.Duration
 	replicas, targets int
+	// Measured once, with the first setting: a ConfigMap created in the
+	// divided workspace until it exists on all three clusters, a scale
+	// until every share is written downstream, and how fast namespaces of
+	// new workspaces with a Placement get their three targets.
+	createP50, createP99 time.Duration
+	scaleP50, scaleP99   time.Duration
+	placed               int
+	placedIn             time.Duration
 }
+
+var placedWorkspaces = flag.Int("failover-placements", 1000, "workspaces with a Placement each, for the placement-decision rate in the failover benchmark (0 skips)")
 
 // plugin runs kubectl-kcp with a kubeconfig.
 func plugin(kubeconfig string, args ...string) error {
@@ -202,6 +215,11 @@ func failoverWith(bins physical.Binaries, setting failoverSetting, log func(stri
 	if err := waitUntil("web Available on three clusters", 3*time.Minute, func() bool { return settled(names...) }); err != nil {
 		return r, err
 	}
+	if setting.name == failoverSettings[0].name {
+		if err := divideLatency(ctx, s, shop, down, ns, names, settled, &r, log); err != nil {
+			return r, err
+		}
+	}
 	for run := 0; run < *failoverRuns; run++ {
 		victim := names[run%len(names)]
 		var survivors []string
@@ -235,6 +253,16 @@ func failoverWith(bins physical.Binaries, setting failoverSetting, log func(stri
 }
 
 func printFailover(rs []failoverResult) {
+	for _, r := range rs {
+		if r.createP50 > 0 {
+			fmt.Printf("| three clusters, Divide | p50 | p99 |\n|---|---|---|\n| create in the workspace -> exists on all three | %s | %s |\n| kubectl scale -> every share written downstream | %s | %s |\n\n",
+				r.createP50.Round(100*time.Microsecond), r.createP99.Round(100*time.Microsecond), r.scaleP50.Round(100*time.Microsecond), r.scaleP99.Round(100*time.Microsecond))
+		}
+		if r.placed > 0 {
+			fmt.Printf("Placement decisions: %d workspaces with a Placement each, every namespace on its three targets %s after their creation began (%.0f per second)\n\n",
+				r.placed, r.placedIn.Round(10*time.Millisecond), float64(r.placed)/r.placedIn.Seconds())
+		}
+	}
 	fmt.Println("| setting | kills | kill -> Available on the survivors, p50 / max | cluster back -> its share Available, p50 / max |")
 	fmt.Println("|---|---|---|---|")
 	for _, r := range rs {
@@ -258,4 +286,142 @@ func maxDuration(d []time.Duration) time.Duration {
 		m = max(m, x)
 	}
 	return m.Round(100 * time.Millisecond)
+}
+
+// divideLatency measures, with three clusters and a divided Deployment,
+// the time from a create in the workspace until the object exists on every
+// cluster, and from kubectl scale until every cluster has its new share;
+// then the rate at which the placement controller assigns the namespaces
+// of many new workspaces with a Placement each.
+func divideLatency(ctx context.Context, s *server, shop *kubernetes.Clientset, down map[string]*kubernetes.Clientset, ns string, names []string,
+	settled func(...string) bool, r *failoverResult, log func(string, ...any)) error {
+	const samples = 100
+	var creates, scales []time.Duration
+	for i := 0; i < samples; i++ {
+		name := fmt.Sprintf("lat-%d", i)
+		t0 := time.Now()
+		if _, err := shop.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		for _, n := range names {
+			for {
+				if _, err := down[n].CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+					break
+				}
+				if time.Since(t0) > 30*time.Second {
+					return fmt.Errorf("ConfigMap %s not on %s after 30 s", name, n)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		creates = append(creates, time.Since(t0))
+	}
+	for i := 0; i < 20; i++ {
+		want := int32(9) // 9, 6, 9, ...
+		if i%2 == 1 {
+			want = 6
+		}
+		scale, err := shop.AppsV1().Deployments("default").GetScale(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		scale.Spec.Replicas = want
+		t0 := time.Now()
+		if _, err := shop.AppsV1().Deployments("default").UpdateScale(ctx, "web", scale, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		for {
+			var sum int32
+			for _, n := range names {
+				if d, err := down[n].AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{}); err == nil && d.Spec.Replicas != nil {
+					sum += *d.Spec.Replicas
+				}
+			}
+			if sum == want {
+				break
+			}
+			if time.Since(t0) > 30*time.Second {
+				return fmt.Errorf("shares of %d replicas not downstream after 30 s", want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		scales = append(scales, time.Since(t0))
+	}
+	// Back to the 6 replicas the failover runs expect, settled.
+	scale, err := shop.AppsV1().Deployments("default").GetScale(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	scale.Spec.Replicas = 6
+	if _, err := shop.AppsV1().Deployments("default").UpdateScale(ctx, "web", scale, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	for t0 := time.Now(); !settled(names...); time.Sleep(200 * time.Millisecond) {
+		if time.Since(t0) > 3*time.Minute {
+			return fmt.Errorf("web not settled at 6 replicas after 3 minutes")
+		}
+	}
+	r.createP50, r.createP99 = percentile(creates, 0.5), percentile(creates, 0.99)
+	r.scaleP50, r.scaleP99 = percentile(scales, 0.5), percentile(scales, 0.99)
+	log("three clusters, Divide: create -> on all three p50 %s p99 %s; scale -> every share downstream p50 %s p99 %s",
+		r.createP50, r.createP99, r.scaleP50, r.scaleP99)
+
+	// Placement decisions: workspaces with a Placement each (no workload),
+	// until every one's default namespace names its three targets.
+	n := *placedWorkspaces
+	if n == 0 {
+		return nil
+	}
+	var pairs [][2]string
+	for i := 0; i < n; i++ {
+		pairs = append(pairs, [2]string{"root", fmt.Sprintf("placed-%d", i)})
+	}
+	if err := s.createWorkspaces(pairs); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := parallel(n, func(i int) error {
+		cfg, err := s.config(fmt.Sprintf("root:placed-%d", i))
+		if err != nil {
+			return err
+		}
+		d, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			return err
+		}
+		pl := &unstructured.Unstructured{Object: map[string]interface{}{
+			"apiVersion": workload.Group + "/" + workload.Version, "kind": "Placement", "metadata": map[string]interface{}{"name": "all"},
+			"spec": map[string]interface{}{"locationWorkspace": "root:compute", "namespaceSelector": map[string]interface{}{}, "allClusters": true, "mode": workload.ModeDivide},
+		}}
+		_, err = d.Resource(workload.PlacementsResource).Create(ctx, pl, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	wild, err := s.client("*")
+	if err != nil {
+		return err
+	}
+	for {
+		list, err := wild.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		done := 0
+		if err == nil {
+			for _, item := range list.Items {
+				if item.Name == "default" && strings.Count(item.Annotations[workload.AssignedTargetAnnotation], ",") == 2 {
+					done++
+				}
+			}
+		}
+		if done >= n+1 { // the placed workspaces and root:shop
+			break
+		}
+		if time.Since(t0) > 10*time.Minute {
+			return fmt.Errorf("only %d of %d namespaces placed after 10 minutes", done, n+1)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	r.placed, r.placedIn = n, time.Since(t0)
+	log("%d workspaces with a Placement each: every namespace assigned to three targets %s after their creation began (%.0f decisions/s)",
+		n, r.placedIn.Round(10*time.Millisecond), float64(n)/r.placedIn.Seconds())
+	return nil
 }
