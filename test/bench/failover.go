@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -321,13 +322,8 @@ func divideLatency(ctx context.Context, s *server, shop *kubernetes.Clientset, d
 		if i%2 == 1 {
 			want = 6
 		}
-		scale, err := shop.AppsV1().Deployments("default").GetScale(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		scale.Spec.Replicas = want
 		t0 := time.Now()
-		if _, err := shop.AppsV1().Deployments("default").UpdateScale(ctx, "web", scale, metav1.UpdateOptions{}); err != nil {
+		if err := scaleTo(ctx, shop, want); err != nil {
 			return err
 		}
 		for {
@@ -348,12 +344,7 @@ func divideLatency(ctx context.Context, s *server, shop *kubernetes.Clientset, d
 		scales = append(scales, time.Since(t0))
 	}
 	// Back to the 6 replicas the failover runs expect, settled.
-	scale, err := shop.AppsV1().Deployments("default").GetScale(ctx, "web", metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	scale.Spec.Replicas = 6
-	if _, err := shop.AppsV1().Deployments("default").UpdateScale(ctx, "web", scale, metav1.UpdateOptions{}); err != nil {
+	if err := scaleTo(ctx, shop, 6); err != nil {
 		return err
 	}
 	for t0 := time.Now(); !settled(names...); time.Sleep(200 * time.Millisecond) {
@@ -424,4 +415,11 @@ func divideLatency(ctx context.Context, s *server, shop *kubernetes.Clientset, d
 	log("%d workspaces with a Placement each: every namespace assigned to three targets %s after their creation began (%.0f decisions/s)",
 		n, r.placedIn.Round(10*time.Millisecond), float64(n)/r.placedIn.Seconds())
 	return nil
+}
+
+// scaleTo sets web's replicas with a merge patch (no resourceVersion: kcp
+// writes the Deployment's status all the while).
+func scaleTo(ctx context.Context, c *kubernetes.Clientset, replicas int32) error {
+	_, err := c.AppsV1().Deployments("default").Patch(ctx, "web", types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas)), metav1.PatchOptions{})
+	return err
 }
