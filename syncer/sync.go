@@ -711,6 +711,11 @@ func (s *Syncer) applyPolicy(gvr schema.GroupVersionResource, obj *unstructured.
 		if o.Resource != "" && o.Resource != workload.ResourceName(gvr.Group, gvr.Resource) {
 			continue
 		}
+		// Admission refuses such overrides; checked again here, since the
+		// syncer finds and maps back its copies by what they would change.
+		if err := workload.CheckOverridePatch(o.Patch.Raw); err != nil {
+			return fmt.Errorf("override for %s: %v", pol.Targets[s.key].Name, err)
+		}
 		if err := patchObject(obj, o.Patch.Raw); err != nil {
 			return fmt.Errorf("override for %s: %v", pol.Targets[s.key].Name, err)
 		}

@@ -215,3 +215,52 @@ type ShareStatus struct {
 	Share  int32                  `json:"share"`
 	Status map[string]interface{} `json:"status"`
 }
+
+// CheckOverridePatch refuses an override that would change what the
+// syncer owns on a downstream copy: its identity (apiVersion, kind,
+// name, namespace), its status, and kcp's own labels and annotations
+// (kcp.io/ and workload.kcp.io/ keys), by which the syncer finds and maps
+// back its copies. An override may change spec and the object's other
+// labels and annotations.
+func CheckOverridePatch(raw []byte) error {
+	var patch map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &patch); err != nil {
+		return fmt.Errorf("not a JSON object: %v", err)
+	}
+	for k, v := range patch {
+		switch k {
+		case "spec":
+		case "metadata":
+			var meta map[string]json.RawMessage
+			if err := json.Unmarshal(v, &meta); err != nil {
+				return fmt.Errorf("metadata: %v", err)
+			}
+			for mk, mv := range meta {
+				if mk != "labels" && mk != "annotations" {
+					return fmt.Errorf("metadata.%s: an override may change only spec, labels and annotations", mk)
+				}
+				var m map[string]json.RawMessage
+				if err := json.Unmarshal(mv, &m); err != nil {
+					return fmt.Errorf("metadata.%s: %v", mk, err)
+				}
+				for key := range m {
+					if KCPOwnedKey(key) {
+						return fmt.Errorf("metadata.%s[%q]: kcp's own keys cannot be overridden", mk, key)
+					}
+				}
+			}
+		default:
+			return fmt.Errorf("%s: an override may change only spec, labels and annotations", k)
+		}
+	}
+	return nil
+}
+
+// KCPOwnedKey reports label and annotation keys kcp and its syncers own.
+func KCPOwnedKey(key string) bool {
+	prefix, _, found := strings.Cut(key, "/")
+	if !found {
+		return false
+	}
+	return prefix == "kcp.io" || strings.HasSuffix(prefix, ".kcp.io")
+}

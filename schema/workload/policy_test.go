@@ -109,3 +109,27 @@ func TestPolicyShare(t *testing.T) {
 		t.Errorf("Duplicate: %d", s)
 	}
 }
+
+// TestCheckOverridePatch: overrides change spec and the object's own
+// labels and annotations, never what the syncer identifies its copies by.
+func TestCheckOverridePatch(t *testing.T) {
+	for patch, ok := range map[string]bool{
+		`{"spec":{"replicas":2}}`: true,
+		`{"metadata":{"labels":{"tier":"eu"},"annotations":{"note":"x"}},"spec":{}}`:     true,
+		`{"metadata":{"name":"other"}}`:                                                  false,
+		`{"metadata":{"namespace":"kube-system"}}`:                                       false,
+		`{"kind":"ClusterRoleBinding"}`:                                                  false,
+		`{"apiVersion":"rbac.authorization.k8s.io/v1"}`:                                  false,
+		`{"status":{"replicas":9}}`:                                                      false,
+		`{"metadata":{"labels":{"workload.kcp.io/sync-target":null}}}`:                   false,
+		`{"metadata":{"annotations":{"workload.kcp.io/upstream-cluster":"root:other"}}}`: false,
+		`{"metadata":{"labels":{"state.workload.kcp.io/abc":"Sync"}}}`:                   false,
+		`{"metadata":{"annotations":{"kcp.io/cluster":"root:other"}}}`:                   false,
+		`{"metadata":{"finalizers":["x"]}}`:                                              false,
+		`[1]`:                                                                            false,
+	} {
+		if err := CheckOverridePatch([]byte(patch)); (err == nil) != ok {
+			t.Errorf("CheckOverridePatch(%s) = %v, want ok=%v", patch, err, ok)
+		}
+	}
+}

@@ -257,6 +257,33 @@ metadata: {name: forged, labels: {%q: Sync}, finalizers: [%q]}
 	if l := s.Kubectl(teamA, "get", "namespace", "default", "-o", "jsonpath={.metadata.labels}"); strings.Contains(l, pc2Label) {
 		t.Errorf("a tenant assigned its namespace to pc2: %s", l)
 	}
+	// Nor write kcp's placement policy (shares, overrides) on its
+	// namespace, or a per-target status on an object: dropped.
+	forgedPolicy := `{"mode":"Divide","targets":{"x":{"name":"root:compute/pc2","weight":1}}}`
+	asDev("annotate", "--overwrite", "namespace", "default", workload.NamespacePolicyAnnotation+"="+forgedPolicy)
+	asDev("annotate", "--overwrite", "configmap", "forged", workload.StatusAnnotationPrefix+workload.TargetKey(compute, "pc1")+`={"share":99}`)
+	if ann := s.Kubectl(teamA, "get", "namespace", "default", "-o", "jsonpath={.metadata.annotations}"); strings.Contains(ann, "root:compute/pc2") {
+		t.Errorf("a tenant's forged placement policy was kept: %s", ann)
+	}
+	if ann := s.Kubectl(teamA, "get", "configmap", "forged", "-o", "jsonpath={.metadata.annotations}"); strings.Contains(ann, workload.StatusAnnotationPrefix) {
+		t.Errorf("a tenant's forged per-target status was kept: %s", ann)
+	}
+	// An override that would take over what the syncer owns downstream
+	// (its label, the object's namespace) is refused with the reason.
+	for _, patch := range []string{`{metadata: {labels: {workload.kcp.io/sync-target: other}}}`, `{metadata: {namespace: kube-system}}`} {
+		out, err := s.KubectlErr(teamA, "", "apply", "-f", writeFile(t, "override.yaml", `apiVersion: workload.kcp.io/v1alpha1
+kind: Placement
+metadata: {name: eu}
+spec:
+  locationWorkspace: root:compute
+  locationSelector: {matchLabels: {region: eu}}
+  namespaceSelector: {}
+  overrides: [{patch: `+patch+`}]
+`))
+		if err == nil || !strings.Contains(out, "spec.overrides[0].patch") {
+			t.Errorf("an override of %s: want a refusal, got %v\n%s", patch, err, out)
+		}
+	}
 	time.Sleep(2 * time.Second)
 	if _, err := pc2.CoreV1().ConfigMaps(nsA).Get(ctx, "forged", metav1.GetOptions{}); err == nil {
 		t.Errorf("a forged label put a ConfigMap on pc2")

@@ -378,6 +378,11 @@ func (p *Plugin) validatePlacement(ctx context.Context, a admission.Attributes) 
 	if err != nil {
 		return admission.NewForbidden(a, err)
 	}
+	for i, o := range pl.Spec.Overrides {
+		if err := workload.CheckOverridePatch(o.Patch.Raw); err != nil {
+			return admission.NewForbidden(a, fmt.Errorf("spec.overrides[%d].patch: %v", i, err))
+		}
+	}
 	if a.GetOperation() == admission.Update {
 		if old, ok := a.GetOldObject().(*unstructured.Unstructured); ok {
 			if prev, err := Decode(old); err == nil && prev.Spec.LocationWorkspace == pl.Spec.LocationWorkspace &&
