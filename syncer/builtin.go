@@ -29,15 +29,6 @@ func BuiltInImports() []ImportedResource {
 	return out
 }
 
-func isBuiltIn(gr schema.GroupResource) bool {
-	for _, b := range workload.WorkloadResources {
-		if b == gr {
-			return true
-		}
-	}
-	return false
-}
-
 // builtInSpec reads a built-in resource's schema from the physical
 // cluster's OpenAPI v3 and writes it as a CustomResourceDefinition spec
 // (what APIResourceImport carries): references inlined, descriptions and

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/schema/apiresource"
+	"github.com/kcpsql/kcp/schema/workload"
 )
 
 // ImportedResource is a resource given with --resources: a CRD the
@@ -106,7 +107,7 @@ func ReportImports(ctx context.Context, upstream dynamic.Interface, target strin
 func report(ctx context.Context, upstream dynamic.Interface, target string, down apiextensionsclient.Interface, oapi openapi.Client, imp ImportedResource) error {
 	gr := imp.GroupResource
 	var spec apiextensionsv1.CustomResourceDefinitionSpec
-	if isBuiltIn(gr) {
+	if workload.IsWorkloadResource(gr) {
 		s, err := builtInSpec(ctx, down.Discovery(), oapi, imp.Storage)
 		if err != nil {
 			return err

@@ -227,18 +227,18 @@ func (s *Syncer) enqueueNamespace(cluster logicalcluster.Name, namespace string)
 }
 
 // policy is the placement policy of an upstream namespace (nil: one
-// target, Duplicate).
-func (s *Syncer) policy(cluster logicalcluster.Name, namespace string) *workload.NamespacePolicy {
+// target, Duplicate), and whether the namespace is in the view at all.
+func (s *Syncer) policy(cluster logicalcluster.Name, namespace string) (*workload.NamespacePolicy, bool) {
 	obj, ok, _ := s.upstream[namespacesGVR].GetByKey(clusterinformer.Key(cluster, "", namespace))
 	if !ok {
-		return nil
+		return nil, false
 	}
 	p, err := workload.ParsePolicy(obj.(*unstructured.Unstructured).GetAnnotations())
 	if err != nil {
 		klog.V(2).InfoS("ignoring a namespace's placement policy", "cluster", cluster, "namespace", namespace, "err", err)
-		return nil
+		return nil, true
 	}
-	return p
+	return p, true
 }
 
 func unwrap(obj interface{}) interface{} {
@@ -434,13 +434,13 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (time.Duration, error)
 	} else if err != nil {
 		return 0, err
 	}
-	if _, nsInView, _ := s.upstream[namespacesGVR].GetByKey(clusterinformer.Key(it.cluster, "", it.namespace)); !nsInView {
+	pol, nsInView := s.policy(it.cluster, it.namespace)
+	if !nsInView {
 		// kcp labels a namespace's objects before the namespace itself;
 		// without the namespace's policy this target's share is unknown
 		// (writing the whole Deployment would run it several times over).
 		return time.Second, nil
 	}
-	pol := s.policy(it.cluster, it.namespace)
 	if pol != nil && pol.Targets[s.key].Leaving {
 		// Being drained: the copy here runs on as it is until kcp hands
 		// the namespace to the other targets; nothing new starts here.

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -263,4 +264,16 @@ func KCPOwnedKey(key string) bool {
 		return false
 	}
 	return prefix == "kcp.io" || strings.HasSuffix(prefix, ".kcp.io")
+}
+
+// DeploymentShare decodes a Deployment's per-target status annotation
+// (StatusAnnotationPrefix + key): the mode, the share and the copy's status.
+func DeploymentShare(annotation string) (ShareStatus, appsv1.DeploymentStatus, error) {
+	var s ShareStatus
+	var st appsv1.DeploymentStatus
+	if err := json.Unmarshal([]byte(annotation), &s); err != nil {
+		return s, st, err
+	}
+	err := runtime.DefaultUnstructuredConverter.FromUnstructured(s.Status, &st)
+	return s, st, err
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"math/big"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -247,4 +248,9 @@ var WorkloadResources = []schema.GroupResource{
 	{Group: "apps", Resource: "deployments"},
 	{Resource: "services"},
 	{Group: "networking.k8s.io", Resource: "ingresses"},
+}
+
+// IsWorkloadResource reports whether gr is one of WorkloadResources.
+func IsWorkloadResource(gr schema.GroupResource) bool {
+	return slices.Contains(WorkloadResources, gr)
 }

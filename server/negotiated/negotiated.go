@@ -234,9 +234,7 @@ func (x *Index) Names() []string {
 	var out []string
 	for _, o := range x.negotiated.List() {
 		u := o.(*unstructured.Unstructured)
-		group, _, _ := unstructured.NestedString(u.Object, "spec", "crd", "group")
-		plural, _, _ := unstructured.NestedString(u.Object, "spec", "crd", "names", "plural")
-		if builtIn(group, plural) {
+		if builtIn(u) {
 			continue
 		}
 		if n := u.GetName(); !seen[n] {
@@ -266,13 +264,13 @@ func (x *Index) Resources(cluster logicalcluster.Name) []schema.GroupVersionReso
 // accepted names and Established, a UID that changes with it (so serving
 // state is rebuilt), and the location as its cluster.
 func definition(loc logicalcluster.Name, u *unstructured.Unstructured) *apiextensionsv1.CustomResourceDefinition {
-	var n apiresource.NegotiatedAPIResource
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &n); err != nil || len(n.Spec.CRD.Versions) == 0 || n.DeletionTimestamp != nil {
-		return nil
-	}
-	if builtIn(n.Spec.CRD.Group, n.Spec.CRD.Names.Plural) {
+	if builtIn(u) {
 		// Served by upstream's code (server/workloadapis); the negotiated
 		// schema restricts what is accepted (BuiltInSchemas).
+		return nil
+	}
+	var n apiresource.NegotiatedAPIResource
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &n); err != nil || len(n.Spec.CRD.Versions) == 0 || n.DeletionTimestamp != nil {
 		return nil
 	}
 	h := fnv.New64a()
@@ -299,13 +297,11 @@ func definition(loc logicalcluster.Name, u *unstructured.Unstructured) *apiexten
 	return crd
 }
 
-func builtIn(group, plural string) bool {
-	for _, gr := range workload.WorkloadResources {
-		if gr.Group == group && gr.Resource == plural {
-			return true
-		}
-	}
-	return false
+// builtIn: a NegotiatedAPIResource of a built-in workload kind.
+func builtIn(u *unstructured.Unstructured) bool {
+	group, _, _ := unstructured.NestedString(u.Object, "spec", "crd", "group")
+	plural, _, _ := unstructured.NestedString(u.Object, "spec", "crd", "names", "plural")
+	return workload.IsWorkloadResource(schema.GroupResource{Group: group, Resource: plural})
 }
 
 // LocationSchema is the negotiated schema of a built-in resource in one

@@ -69,6 +69,20 @@ func plugin(kubeconfig string, args ...string) error {
 	return nil
 }
 
+// computeKubeconfig writes a copy of the server's admin kubeconfig into
+// dir whose current workspace is root:compute (what kubectl ws use leaves).
+func (s *server) computeKubeconfig(dir string) (string, error) {
+	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
+	raw, err := os.ReadFile(filepath.Join(s.dir, "admin.kubeconfig"))
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(kubeconfig, raw, 0o600); err != nil {
+		return "", err
+	}
+	return kubeconfig, plugin(kubeconfig, "ws", "use", "root:compute")
+}
+
 // startSyncer runs bin/syncer for one SyncTarget; its log goes to dir.
 func startSyncer(dir, target, kcpKubeconfig, downKubeconfig string, extra ...string) (*exec.Cmd, error) {
 	logf, err := os.OpenFile(filepath.Join(dir, target+"-syncer.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
@@ -142,10 +156,8 @@ func failoverWith(bins physical.Binaries, setting failoverSetting, log func(stri
 	if err := s.createWorkspaces([][2]string{{"root", "compute"}, {"root", "shop"}}); err != nil {
 		return r, err
 	}
-	kubeconfig := filepath.Join(tmp, "admin.kubeconfig")
-	raw, _ := os.ReadFile(filepath.Join(s.dir, "admin.kubeconfig"))
-	os.WriteFile(kubeconfig, raw, 0o600)
-	if err := plugin(kubeconfig, "ws", "use", "root:compute"); err != nil {
+	kubeconfig, err := s.computeKubeconfig(tmp)
+	if err != nil {
 		return r, err
 	}
 	syncers := map[string]*exec.Cmd{}

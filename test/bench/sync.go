@@ -84,10 +84,8 @@ func benchSync(log func(string, ...any)) (syncResult, error) {
 	}
 
 	// Registration: the plugin, then the syncer, until Ready.
-	kubeconfig := filepath.Join(tmp, "admin.kubeconfig")
-	raw, _ := os.ReadFile(filepath.Join(s.dir, "admin.kubeconfig"))
-	os.WriteFile(kubeconfig, raw, 0o600)
-	if err := plugin(kubeconfig, "ws", "use", "root:compute"); err != nil {
+	kubeconfig, err := s.computeKubeconfig(tmp)
+	if err != nil {
 		return r, err
 	}
 	syncerConfig := filepath.Join(tmp, "pc1-syncer.kubeconfig")

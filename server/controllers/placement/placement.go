@@ -25,7 +25,6 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -371,10 +370,8 @@ func (c *Controller) replacementsReady(ctx context.Context, cluster logicalclust
 				continue
 			}
 			share := int64(pol.Share(int32(replicas), key))
-			var st workload.ShareStatus
-			var status appsv1.DeploymentStatus
-			if json.Unmarshal([]byte(dep.GetAnnotations()[workload.StatusAnnotationPrefix+key]), &st) != nil ||
-				runtime.DefaultUnstructuredConverter.FromUnstructured(st.Status, &status) != nil {
+			_, status, err := workload.DeploymentShare(dep.GetAnnotations()[workload.StatusAnnotationPrefix+key])
+			if err != nil {
 				return false, fmt.Sprintf("%s has no status from %s yet", dep.GetName(), tp.Name), nil
 			}
 			if status.ObservedGeneration < dep.GetGeneration() || int64(status.UpdatedReplicas) < share || int64(status.AvailableReplicas) < share {

@@ -19,14 +19,12 @@
 package sharestatus
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kcpsql/kcp/schema/workload"
 )
@@ -52,12 +50,8 @@ func Aggregate(d *appsv1.Deployment) (appsv1.DeploymentStatus, bool) {
 		if !ok {
 			continue
 		}
-		var s workload.ShareStatus
-		if json.Unmarshal([]byte(raw), &s) != nil {
-			continue
-		}
-		var st appsv1.DeploymentStatus
-		if runtime.DefaultUnstructuredConverter.FromUnstructured(s.Status, &st) != nil {
+		s, st, err := workload.DeploymentShare(raw)
+		if err != nil {
 			continue
 		}
 		shares, statuses = append(shares, s), append(statuses, st)
