@@ -66,6 +66,15 @@ type NamespacePolicy struct {
 	// MinReplicas is the least share a target gets in Divide mode (while
 	// there are replicas enough).
 	MinReplicas int32 `json:"minReplicas,omitempty"`
+	// Previous, while a Divide namespace is being rebalanced (a target
+	// joined, left or changed weight), holds the weights of the divisions
+	// before, oldest first (more than one when the division changed again
+	// during a rebalancing): each target runs the largest of its shares
+	// under them and under Targets, so no target gives up replicas before
+	// the others run their new shares. kcp drops them once every target's
+	// new share is updated and available; then the shares that shrink
+	// shrink.
+	Previous []map[string]int64 `json:"previous,omitempty"`
 }
 
 // TargetPolicy is one assigned target's part of a NamespacePolicy.
@@ -95,23 +104,54 @@ func ParsePolicy(annotations map[string]string) (*NamespacePolicy, error) {
 
 // Share is the number of replicas of replicas that target key runs under
 // the policy: all of them in Duplicate mode, its part of Divide otherwise
-// (a leaving target has no part: the others divide everything).
+// (a leaving target has no part: the others divide everything), and while
+// a rebalancing is under way the largest of its parts before and after.
 func (p *NamespacePolicy) Share(replicas int32, key string) int32 {
+	share := p.TargetShare(replicas, key)
+	if p != nil && p.Mode == ModeDivide && !p.Targets[key].Leaving {
+		if _, assigned := p.Targets[key]; assigned {
+			for _, weights := range p.Previous {
+				share = max(share, divideFor(replicas, weights, p.MinReplicas, key))
+			}
+		}
+	}
+	return share
+}
+
+// TargetShare is target key's share once any rebalancing is over: all
+// replicas in Duplicate mode, its part of the division by the weights of
+// Targets in Divide mode (none for a leaving target).
+func (p *NamespacePolicy) TargetShare(replicas int32, key string) int32 {
 	if p == nil || p.Mode != ModeDivide {
 		return replicas
 	}
-	keys := make([]string, 0, len(p.Targets))
-	weights := make([]int64, 0, len(p.Targets))
+	return divideFor(replicas, p.Weights(), p.MinReplicas, key)
+}
+
+// Weights are the weights of the targets that are not leaving, by key:
+// what each entry of Previous holds during a rebalancing.
+func (p *NamespacePolicy) Weights() map[string]int64 {
+	out := map[string]int64{}
 	for k, t := range p.Targets {
 		if !t.Leaving {
-			keys = append(keys, k)
+			out[k] = t.Weight
 		}
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		weights = append(weights, p.Targets[k].Weight)
+	return out
+}
+
+// divideFor is key's part of replicas divided by weights (keys in order).
+func divideFor(replicas int32, weights map[string]int64, minimum int32, key string) int32 {
+	keys := make([]string, 0, len(weights))
+	for k := range weights {
+		keys = append(keys, k)
 	}
-	shares := Divide(replicas, weights, p.MinReplicas)
+	sort.Strings(keys)
+	ws := make([]int64, len(keys))
+	for i, k := range keys {
+		ws[i] = weights[k]
+	}
+	shares := Divide(replicas, ws, minimum)
 	for i, k := range keys {
 		if k == key {
 			return shares[i]

@@ -1,8 +1,10 @@
 package workload
 
 import (
+	"fmt"
 	"slices"
 	"testing"
+	"testing/quick"
 )
 
 func TestDivide(t *testing.T) {
@@ -107,6 +109,59 @@ func TestPolicyShare(t *testing.T) {
 	p.Mode = ModeDuplicate
 	if s := p.Share(6, "b"); s != 6 {
 		t.Errorf("Duplicate: %d", s)
+	}
+}
+
+// TestRebalancingShare: while Previous is set, a target runs the larger of
+// its shares before and after, so nothing shrinks before what grows is
+// there; a target no longer assigned gets nothing from Previous.
+func TestRebalancingShare(t *testing.T) {
+	// a and b ran 3 and 3; c joined with the same weight: 2, 2, 2 after.
+	p := &NamespacePolicy{Mode: ModeDivide, Targets: map[string]TargetPolicy{"a": {Weight: 1}, "b": {Weight: 1}, "c": {Weight: 1}},
+		Previous: []map[string]int64{{"a": 1, "b": 1}}}
+	var got []int32
+	for _, k := range []string{"a", "b", "c"} {
+		got = append(got, p.Share(6, k), p.TargetShare(6, k))
+	}
+	if fmt.Sprint(got) != "[3 2 3 2 2 2]" {
+		t.Errorf("join: Share/TargetShare of a, b, c = %v", got)
+	}
+	// b's weight doubled (capacity) while d, assigned before, is gone.
+	p = &NamespacePolicy{Mode: ModeDivide, Targets: map[string]TargetPolicy{"a": {Weight: 1}, "b": {Weight: 2}},
+		Previous: []map[string]int64{{"a": 1, "b": 1, "d": 1}}}
+	if a, b, d := p.Share(6, "a"), p.Share(6, "b"), p.Share(6, "d"); a != 2 || b != 4 || d != 0 {
+		t.Errorf("capacity change: a %d b %d d %d, want 2 4 0", a, b, d)
+	}
+	// A failover (d's share went to a and b) and d's return before that
+	// rebalancing ended: a and b keep what they run now until d runs its
+	// share again.
+	p = &NamespacePolicy{Mode: ModeDivide, Targets: map[string]TargetPolicy{"a": {Weight: 1}, "b": {Weight: 1}, "d": {Weight: 1}},
+		Previous: []map[string]int64{{"a": 1, "b": 1, "d": 1}, {"a": 1, "b": 1}}}
+	if a, b, d := p.Share(6, "a"), p.Share(6, "b"), p.Share(6, "d"); a != 3 || b != 3 || d != 2 {
+		t.Errorf("return during a failover: a %d b %d d %d, want 3 3 2", a, b, d)
+	}
+	p.Targets["b"] = TargetPolicy{Weight: 2}
+	// A leaving target keeps what it runs by other means (its syncer
+	// leaves it as it is): no share from Previous either.
+	p.Targets["a"] = TargetPolicy{Leaving: true}
+	if a := p.Share(6, "a"); a != 0 {
+		t.Errorf("leaving: %d", a)
+	}
+	// The shares during a rebalancing never sum to less than the replicas.
+	f := func(replicas uint8, w1, w2, w3, p1, p2 uint8) bool {
+		p := &NamespacePolicy{Mode: ModeDivide, Targets: map[string]TargetPolicy{"a": {Weight: int64(w1)}, "b": {Weight: int64(w2)}, "c": {Weight: int64(w3)}},
+			Previous: []map[string]int64{{"a": int64(p1), "b": int64(p2)}, {"c": int64(p2)}}}
+		var sum int32
+		for _, k := range []string{"a", "b", "c"} {
+			if p.Share(int32(replicas), k) < p.TargetShare(int32(replicas), k) {
+				return false
+			}
+			sum += p.Share(int32(replicas), k)
+		}
+		return sum >= int32(replicas)
+	}
+	if err := quick.Check(f, nil); err != nil {
+		t.Error(err)
 	}
 }
 

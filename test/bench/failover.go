@@ -47,6 +47,10 @@ type failoverResult struct {
 	setting           string
 	failover, rejoin  []time.Duration
 	replicas, targets int
+	// leastOnRejoin is the fewest available replicas the Deployment in kcp
+	// had while a returning cluster got its share back (rebalancing keeps
+	// the others' shares until it is available).
+	leastOnRejoin int32
 	// Measured once, with the first setting: a ConfigMap created in the
 	// divided workspace until it exists on all three clusters, a scale
 	// until every share is written downstream, and how fast namespaces of
@@ -125,7 +129,7 @@ func benchFailover(log func(string, ...any)) ([]failoverResult, error) {
 
 func failoverWith(bins physical.Binaries, setting failoverSetting, log func(string, ...any)) (failoverResult, error) {
 	const replicas = 6
-	r := failoverResult{setting: setting.name, replicas: replicas, targets: 3}
+	r := failoverResult{setting: setting.name, replicas: replicas, targets: 3, leastOnRejoin: replicas}
 	tmp, err := os.MkdirTemp("", "kcp-bench-failover-")
 	if err != nil {
 		return r, err
@@ -256,7 +260,12 @@ func failoverWith(bins physical.Binaries, setting failoverSetting, log func(stri
 		if err := runSyncer(victim); err != nil {
 			return r, err
 		}
-		if err := waitUntil(victim+" back with its share", 5*time.Minute, func() bool { return settled(names...) }); err != nil {
+		if err := waitUntil(victim+" back with its share", 5*time.Minute, func() bool {
+			if d, err := shop.AppsV1().Deployments("default").Get(ctx, "web", metav1.GetOptions{}); err == nil {
+				r.leastOnRejoin = min(r.leastOnRejoin, d.Status.AvailableReplicas)
+			}
+			return settled(names...)
+		}); err != nil {
 			return r, err
 		}
 		r.rejoin = append(r.rejoin, time.Since(t1))
@@ -276,11 +285,11 @@ func printFailover(rs []failoverResult) {
 				r.placed, r.placedIn.Round(10*time.Millisecond), float64(r.placed)/r.placedIn.Seconds())
 		}
 	}
-	fmt.Println("| setting | kills | kill -> Available on the survivors, p50 / max | cluster back -> its share Available, p50 / max |")
-	fmt.Println("|---|---|---|---|")
+	fmt.Println("| setting | kills | kill -> Available on the survivors, p50 / max | cluster back -> its share Available, p50 / max | fewest available in kcp while it rejoined |")
+	fmt.Println("|---|---|---|---|---|")
 	for _, r := range rs {
-		fmt.Printf("| %s | %d | %s / %s | %s / %s |\n", r.setting, len(r.failover),
-			median(r.failover), maxDuration(r.failover), median(r.rejoin), maxDuration(r.rejoin))
+		fmt.Printf("| %s | %d | %s / %s | %s / %s | %d of %d |\n", r.setting, len(r.failover),
+			median(r.failover), maxDuration(r.failover), median(r.rejoin), maxDuration(r.rejoin), r.leastOnRejoin, r.replicas)
 	}
 }
 

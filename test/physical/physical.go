@@ -312,6 +312,17 @@ func (c *Cluster) ensureNodes(ctx context.Context, client kubernetes.Interface) 
 	return nil
 }
 
+// AddNodes adds n fake nodes like the others (a capacity change); they
+// stay across restarts.
+func (c *Cluster) AddNodes(ctx context.Context, n int) error {
+	client, err := c.Client()
+	if err != nil {
+		return err
+	}
+	c.opts.Nodes += n
+	return c.ensureNodes(ctx, client)
+}
+
 func nodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {

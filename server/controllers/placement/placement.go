@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -369,7 +370,7 @@ func (c *Controller) replacementsReady(ctx context.Context, cluster logicalclust
 			if tp.Leaving {
 				continue
 			}
-			share := int64(pol.Share(int32(replicas), key))
+			share := int64(pol.TargetShare(int32(replicas), key))
 			_, status, err := workload.DeploymentShare(dep.GetAnnotations()[workload.StatusAnnotationPrefix+key])
 			if err != nil {
 				return false, fmt.Sprintf("%s has no status from %s yet", dep.GetName(), tp.Name), nil
@@ -381,6 +382,32 @@ func (c *Controller) replacementsReady(ctx context.Context, cluster logicalclust
 	}
 	return true, "", nil
 }
+
+// rebalancingFrom returns the divisions a Divide namespace's new policy is
+// rebalanced from (NamespacePolicy.Previous): that of its policy before the
+// change, after those of an unfinished rebalancing; nil when there was no
+// division before or it did not change. At most maxPrevious are kept (the
+// oldest go: a namespace whose division changes that often has shares in
+// flux anyway).
+func rebalancingFrom(old, next *workload.NamespacePolicy) []map[string]int64 {
+	if old == nil || old.Mode != workload.ModeDivide || next.Mode != workload.ModeDivide {
+		return nil
+	}
+	last := old.Weights()
+	if len(old.Previous) == 0 && (len(last) == 0 || maps.Equal(last, next.Weights())) {
+		return nil
+	}
+	from := slices.Clone(old.Previous)
+	if len(last) > 0 && !slices.ContainsFunc(from, func(w map[string]int64) bool { return maps.Equal(w, last) }) {
+		from = append(from, last)
+	}
+	if len(from) > maxPrevious {
+		from = from[len(from)-maxPrevious:]
+	}
+	return from
+}
+
+const maxPrevious = 4
 
 var deploymentsResource = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
 
@@ -440,22 +467,30 @@ func (c *Controller) namespace(ctx context.Context, cluster logicalcluster.Name,
 		return 0, nil
 	}
 	p, chosen, leaving, recheck := c.choose(time.Now(), cluster, ns)
-	if len(leaving) > 0 {
-		// Draining: the leaving targets go once the others run everything.
-		done, why, err := c.replacementsReady(ctx, cluster, ns.Name, policy(p, chosen, leaving))
+	assigned := len(chosen) > 0
+	var pol workload.NamespacePolicy
+	if assigned {
+		pol = policy(p, chosen, leaving)
+		old, _ := workload.ParsePolicy(ns.Annotations)
+		pol.Previous = rebalancingFrom(old, &pol)
+	}
+	if len(leaving) > 0 || pol.Previous != nil {
+		// Draining or rebalancing: the leaving targets go, and the shares
+		// that shrink shrink, once the others run their new shares.
+		done, why, err := c.replacementsReady(ctx, cluster, ns.Name, pol)
 		if err != nil {
 			return 0, err
 		}
 		if done {
 			leaving = nil
+			pol = policy(p, chosen, nil)
 		} else {
-			klog.V(2).InfoS("draining: waiting for the replacement", "cluster", cluster, "namespace", ns.Name, "why", why)
+			klog.V(2).InfoS("draining or rebalancing: waiting for the new shares", "cluster", cluster, "namespace", ns.Name, "why", why)
 			if recheck == 0 || recheck > afterChange {
 				recheck = afterChange
 			}
 		}
 	}
-	assigned := len(chosen) > 0
 	all := append(append([]target{}, chosen...), leaving...)
 	want := map[string]bool{}
 	var refs []string
@@ -482,7 +517,7 @@ func (c *Controller) namespace(ctx context.Context, cluster logicalcluster.Name,
 	}
 	wantAnn := map[string]string{workload.AssignedTargetAnnotation: strings.Join(refs, ","), workload.NamespacePolicyAnnotation: ""}
 	if assigned {
-		raw, err := json.Marshal(policy(p, chosen, leaving))
+		raw, err := json.Marshal(pol)
 		if err != nil {
 			return 0, err
 		}
@@ -590,9 +625,18 @@ func reconcileAssignment(o *unstructured.Unstructured, ns *corev1.Namespace) boo
 		fins = slices.DeleteFunc(fins, func(f string) bool { return f == workload.FinalizerPrefix+key })
 		changed = true
 	}
+	// Per-target status annotations go with their target, and all of them
+	// once one target is left (it writes the status itself): a stale one
+	// would count again when a second target comes.
+	targets := 0
+	for k, v := range ns.Labels {
+		if strings.HasPrefix(k, workload.StateLabelPrefix) && v == workload.StateSync {
+			targets++
+		}
+	}
 	ann := o.GetAnnotations()
 	for k := range ann {
-		if key, ok := strings.CutPrefix(k, workload.StatusAnnotationPrefix); ok && ns.Labels[workload.StateLabelPrefix+key] != workload.StateSync {
+		if key, ok := strings.CutPrefix(k, workload.StatusAnnotationPrefix); ok && (targets < 2 || ns.Labels[workload.StateLabelPrefix+key] != workload.StateSync) {
 			delete(ann, k)
 			changed = true
 		}

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -50,6 +51,20 @@ func TestReconcileAssignment(t *testing.T) {
 	}
 	if _, ok := o.GetLabels()[pc1]; ok || o.GetLabels()[pc2] != workload.StateSync || !slices.Equal(o.GetFinalizers(), []string{"user/keep", f2}) {
 		t.Errorf("moved: %v %v", o.GetLabels(), o.GetFinalizers())
+	}
+
+	// On two targets each reports its status in its annotation; down to
+	// one, the annotations go (that target writes the status itself, and a
+	// stale annotation would count again when a second target comes).
+	two := ns(map[string]string{pc1: workload.StateSync, pc2: workload.StateSync})
+	reconcileAssignment(o, two)
+	o.SetAnnotations(map[string]string{workload.StatusAnnotationPrefix + workload.TargetKey("root:compute", "pc1"): "{}",
+		workload.StatusAnnotationPrefix + workload.TargetKey("root:compute", "pc2"): "{}", "user": "kept"})
+	if reconcileAssignment(o, two) {
+		t.Error("the annotations of two assigned targets were changed")
+	}
+	if !reconcileAssignment(o, ns(map[string]string{pc2: workload.StateSync})) || len(o.GetAnnotations()) != 1 {
+		t.Errorf("down to one target: %v", o.GetAnnotations())
 	}
 
 	// Unassigned: everything of the syncers goes, the rest stays.
@@ -204,5 +219,63 @@ func TestPolicy(t *testing.T) {
 	pol = policy(&workload.Placement{}, []target{a}, []target{b})
 	if pol.Mode != workload.ModeDuplicate || !pol.Targets[kb].Leaving || pol.Targets[ka].Leaving {
 		t.Errorf("leaving: %+v", pol)
+	}
+}
+
+// TestRebalancingFrom: a change of a Divide namespace's division starts a
+// rebalancing from the division before; a further change during it keeps
+// the division it started from; no change, no rebalancing.
+func TestRebalancingFrom(t *testing.T) {
+	div := func(weights map[string]int64) *workload.NamespacePolicy {
+		p := &workload.NamespacePolicy{Mode: workload.ModeDivide, Targets: map[string]workload.TargetPolicy{}}
+		for k, w := range weights {
+			p.Targets[k] = workload.TargetPolicy{Weight: w}
+		}
+		return p
+	}
+	ab, abc := map[string]int64{"a": 1, "b": 1}, map[string]int64{"a": 1, "b": 1, "c": 1}
+	same := func(got []map[string]int64, want ...map[string]int64) bool {
+		return slices.EqualFunc(got, want, func(x, y map[string]int64) bool { return maps.Equal(x, y) })
+	}
+	if got := rebalancingFrom(nil, div(ab)); got != nil {
+		t.Errorf("first placement: %v", got)
+	}
+	if got := rebalancingFrom(div(ab), div(ab)); got != nil {
+		t.Errorf("no change: %v", got)
+	}
+	if got := rebalancingFrom(div(ab), div(abc)); !same(got, ab) {
+		t.Errorf("c joined: %v", got)
+	}
+	during := div(abc)
+	during.Previous = []map[string]int64{ab}
+	c3 := map[string]int64{"a": 1, "b": 1, "c": 3}
+	if got := rebalancingFrom(during, div(c3)); !same(got, ab, abc) {
+		t.Errorf("c's weight changed during the rebalancing: %v", got)
+	}
+	// c dies during it, and comes back: a and b keep every division they
+	// may run until the end.
+	gone := div(ab)
+	gone.Previous = []map[string]int64{ab, abc}
+	if got := rebalancingFrom(gone, div(abc)); !same(got, ab, abc) {
+		t.Errorf("c back during the rebalancing: %v", got)
+	}
+	dup := div(ab)
+	dup.Mode = workload.ModeDuplicate
+	if got := rebalancingFrom(dup, div(abc)); got != nil {
+		t.Errorf("from Duplicate: %v", got)
+	}
+	leaving := div(abc)
+	leaving.Targets["c"] = workload.TargetPolicy{Leaving: true}
+	if got := rebalancingFrom(div(abc), leaving); !same(got, abc) {
+		t.Errorf("c draining: %v", got)
+	}
+	many := div(ab)
+	for i := range 10 {
+		next := div(map[string]int64{"a": 1, "b": int64(i + 2)})
+		next.Previous = rebalancingFrom(many, next)
+		many = next
+	}
+	if len(many.Previous) != maxPrevious {
+		t.Errorf("divisions kept after 10 changes: %d", len(many.Previous))
 	}
 }

@@ -10,7 +10,10 @@
 //     available as its least available copy);
 //   - observedGeneration is the Deployment's generation only once every
 //     assigned target has observed it;
-//   - Available is True only when every target's copy is Available;
+//   - Available is True only when every target's copy is Available (or, in
+//     Divide mode, when the copies together have the Deployment's replicas
+//     available: a joining cluster's share still starting does not make the
+//     whole unavailable);
 //     Progressing is False when any copy's is (ProgressDeadlineExceeded),
 //     and says ReplicaSetUpdated while any copy still rolls out.
 //
@@ -31,7 +34,8 @@ import (
 
 // Aggregate returns the combined status of a Deployment assigned to
 // several targets, and false when it is not (one target reports status
-// itself) or when no target has reported yet.
+// itself), when no target has reported yet, or, in Divide mode, when one
+// has not.
 func Aggregate(d *appsv1.Deployment) (appsv1.DeploymentStatus, bool) {
 	var keys []string
 	for k, v := range d.Labels {
@@ -61,6 +65,12 @@ func Aggregate(d *appsv1.Deployment) (appsv1.DeploymentStatus, bool) {
 	}
 	all := len(shares) == len(keys)
 	divide := shares[0].Mode == workload.ModeDivide
+	if divide && !all {
+		// A sum of some shares would undercount (a cluster that just
+		// joined reports before one that has run its share all along):
+		// the status stays as it is until every target has reported.
+		return appsv1.DeploymentStatus{}, false
+	}
 	out := appsv1.DeploymentStatus{}
 	combine := func(get func(appsv1.DeploymentStatus) int32) int32 {
 		var acc int32
@@ -91,11 +101,16 @@ func Aggregate(d *appsv1.Deployment) (appsv1.DeploymentStatus, bool) {
 	} else {
 		out.ObservedGeneration = d.Status.ObservedGeneration
 	}
-	out.Conditions = conditions(d, keys, statuses, all)
+	// Divide: the whole is available once the copies together run the
+	// Deployment's replicas available, even while a cluster that joined
+	// still starts its share (a rebalancing keeps the others' shares until
+	// it is available).
+	wholeAvailable := divide && d.Spec.Replicas != nil && out.AvailableReplicas >= *d.Spec.Replicas
+	out.Conditions = conditions(d, keys, statuses, all, wholeAvailable)
 	return out, true
 }
 
-func conditions(d *appsv1.Deployment, keys []string, statuses []appsv1.DeploymentStatus, all bool) []appsv1.DeploymentCondition {
+func conditions(d *appsv1.Deployment, keys []string, statuses []appsv1.DeploymentStatus, all, wholeAvailable bool) []appsv1.DeploymentCondition {
 	availableCount := 0
 	var notProgressing *appsv1.DeploymentCondition
 	rolling := !all
@@ -119,7 +134,9 @@ func conditions(d *appsv1.Deployment, keys []string, statuses []appsv1.Deploymen
 	}
 	available := appsv1.DeploymentCondition{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable",
 		Message: fmt.Sprintf("Deployment has minimum availability on all %d clusters.", len(keys))}
-	if availableCount < len(keys) {
+	if availableCount < len(keys) && wholeAvailable {
+		available.Message = fmt.Sprintf("Deployment has its %d replicas available on %d of %d clusters.", *d.Spec.Replicas, availableCount, len(keys))
+	} else if availableCount < len(keys) {
 		available.Status, available.Reason = corev1.ConditionFalse, "MinimumReplicasUnavailable"
 		available.Message = fmt.Sprintf("Deployment has minimum availability on %d of %d clusters.", availableCount, len(keys))
 	}

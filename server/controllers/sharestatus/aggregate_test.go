@@ -41,6 +41,12 @@ func TestAggregate(t *testing.T) {
 		t.Error("aggregated before any target reported")
 	}
 
+	// Divide with only a's report: no sum of some shares.
+	d.Annotations = map[string]string{workload.StatusAnnotationPrefix + "a": share(t, workload.ModeDivide, appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 4, AvailableReplicas: 4})}
+	if st, ok := Aggregate(d); ok {
+		t.Errorf("Divide aggregated with b not reported: %+v", st)
+	}
+
 	// Divide: a has rolled out 4 of 4, b 1 of 2 so far.
 	d.Annotations = map[string]string{
 		workload.StatusAnnotationPrefix + "a": share(t, workload.ModeDivide, appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 4, UpdatedReplicas: 4, ReadyReplicas: 4, AvailableReplicas: 4, Conditions: done}),
@@ -61,6 +67,23 @@ func TestAggregate(t *testing.T) {
 	if st.AvailableReplicas != 6 || st.Conditions[0].Status != corev1.ConditionTrue || st.Conditions[1].Reason != "NewReplicaSetAvailable" {
 		t.Errorf("Divide, all done: %+v", st)
 	}
+
+	// A rebalancing: b joined and starts its share while a still runs all
+	// 6 (its old share): the whole is available, though b's copy is not.
+	six := int32(6)
+	d.Spec.Replicas = &six
+	d.Annotations[workload.StatusAnnotationPrefix+"a"] = share(t, workload.ModeDivide, appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 6, UpdatedReplicas: 6, ReadyReplicas: 6, AvailableReplicas: 6, Conditions: done})
+	d.Annotations[workload.StatusAnnotationPrefix+"b"] = share(t, workload.ModeDivide, appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 3, UpdatedReplicas: 3, UnavailableReplicas: 3,
+		Conditions: []appsv1.DeploymentCondition{cond(appsv1.DeploymentAvailable, corev1.ConditionFalse, "MinimumReplicasUnavailable"), cond(appsv1.DeploymentProgressing, corev1.ConditionTrue, "ReplicaSetUpdated")}})
+	if st, _ = Aggregate(d); st.AvailableReplicas != 6 || st.Conditions[0].Status != corev1.ConditionTrue {
+		t.Errorf("a joining cluster made the whole unavailable: %+v", st)
+	}
+	// ... but not when the sum falls short.
+	d.Annotations[workload.StatusAnnotationPrefix+"a"] = share(t, workload.ModeDivide, appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 6, UpdatedReplicas: 6, AvailableReplicas: 5, Conditions: done})
+	if st, _ = Aggregate(d); st.Conditions[0].Status != corev1.ConditionFalse {
+		t.Errorf("5 of 6 available, Available: %+v", st.Conditions[0])
+	}
+	d.Spec.Replicas = nil
 
 	// A target that has not observed generation 3 holds observedGeneration back.
 	d.Annotations[workload.StatusAnnotationPrefix+"b"] = share(t, workload.ModeDivide, appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 2, UpdatedReplicas: 2, AvailableReplicas: 2, Conditions: done})
