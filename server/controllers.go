@@ -30,6 +30,7 @@ import (
 	"github.com/kcpsql/kcp/server/leaderelection"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/negotiated"
+	"github.com/kcpsql/kcp/server/resourcequota"
 	"github.com/kcpsql/kcp/server/systemcrds"
 	"github.com/kcpsql/kcp/storage/datastore"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
@@ -46,6 +47,9 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 	})
 	s.AddPostStartHookOrDie("kcp-namespace-lifecycle", func(hc genericapiserver.PostStartHookContext) error {
 		return namespacelifecycle.Start(hc.Context, hc.LoopbackClientConfig)
+	})
+	s.AddPostStartHookOrDie("kcp-resource-quota", func(hc genericapiserver.PostStartHookContext) error {
+		return resourcequota.Start(hc.Context, hc.LoopbackClientConfig)
 	})
 	s.AddPostStartHookOrDie("kcp-cluster-rbac", func(hc genericapiserver.PostStartHookContext) error {
 		return rbac.Start(hc.Context, hc.LoopbackClientConfig)

@@ -34,6 +34,7 @@ import (
 	"github.com/kcpsql/kcp/server/admission/workspaceowner"
 	"github.com/kcpsql/kcp/server/outbound"
 	"github.com/kcpsql/kcp/server/pki"
+	kcpquota "github.com/kcpsql/kcp/server/resourcequota"
 	"github.com/kcpsql/kcp/server/satokens"
 	"github.com/kcpsql/kcp/storage/datastore"
 	"github.com/kcpsql/kcp/storage/embeddedkine"
@@ -114,11 +115,12 @@ func NewOptions() *Options {
 	logicalclusterprotection.Register(up.Admission.GenericAdmission.Plugins)
 	notenforced.Register(up.Admission.GenericAdmission.Plugins)
 	placement.Register(up.Admission.GenericAdmission.Plugins)
+	kcpquota.Register(up.Admission.GenericAdmission.Plugins)
 	policy := &outbound.Policy{}
 	webhookurls.Register(up.Admission.GenericAdmission.Plugins, policy)
 	// Namespace lifecycle first, as upstream orders its own plugin.
 	up.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{namespacelifecycle.PluginName},
-		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, notenforced.PluginName, placement.PluginName)...)
+		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, notenforced.PluginName, placement.PluginName, kcpquota.PluginName)...)
 	// Upstream caches token authentication results by token alone and
 	// validates in a context without the request's cluster; a result from
 	// one cluster would then be accepted in another. Service-account tokens

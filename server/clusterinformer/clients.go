@@ -3,9 +3,11 @@ package clusterinformer
 import (
 	"net/http"
 
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	rbacv1client "k8s.io/client-go/kubernetes/typed/rbac/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
 	"github.com/kcpsql/kcp/storage/logicalcluster"
@@ -42,4 +44,14 @@ func (c *Clients) RBAC(cluster logicalcluster.Name) (rbacv1client.RbacV1Interfac
 // Dynamic is the dynamic client of cluster.
 func (c *Clients) Dynamic(cluster logicalcluster.Name) (dynamic.Interface, error) {
 	return dynamic.NewForConfigAndClient(ForCluster(c.loopback, cluster), c.http)
+}
+
+// Metadata is the metadata-only client of cluster.
+func (c *Clients) Metadata(cluster logicalcluster.Name) (metadata.Interface, error) {
+	return metadata.NewForConfigAndClient(ForCluster(c.loopback, cluster), c.http)
+}
+
+// Discovery is the discovery client of cluster.
+func (c *Clients) Discovery(cluster logicalcluster.Name) (discovery.DiscoveryInterface, error) {
+	return discovery.NewDiscoveryClientForConfigAndClient(ForCluster(c.loopback, cluster), c.http)
 }

@@ -1,5 +1,5 @@
 // Package notenforced warns whoever writes an object that kcp serves but
-// does not act on yet: ResourceQuotas, admission policies and their
+// does not act on yet: admission policies and their
 // bindings, and admission webhook configurations are stored in every
 // logical cluster (so manifests and conformance tests that create them
 // work), but upstream's enforcing plugins are cluster-unaware and are off.
@@ -24,7 +24,6 @@ const PluginName = "kcp.io/NotEnforcedWarning"
 // notEnforced maps each resource kcp stores but does not enforce to what a
 // user would otherwise expect from it.
 var notEnforced = map[schema.GroupResource]string{
-	{Resource: "resourcequotas"}: "ResourceQuota objects are stored but do not limit anything in kcp yet",
 	{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies"}:       "ValidatingAdmissionPolicies are stored but not applied to requests in kcp yet",
 	{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicybindings"}: "ValidatingAdmissionPolicyBindings are stored but not applied to requests in kcp yet",
 	{Group: "admissionregistration.k8s.io", Resource: "mutatingadmissionpolicies"}:         "MutatingAdmissionPolicies are stored but not applied to requests in kcp yet",
