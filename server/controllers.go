@@ -121,7 +121,7 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 	} else {
 		klog.ErrorS(err, "namespace deletion controller")
 	}
-	if c, err := workspace.NewController(loopback, serverURL, deleteClusterData, clusters.Names); err == nil {
+	if c, err := workspace.NewController(loopback, serverURL, deleteClusterData, clusters.Names, clusters.Limits); err == nil {
 		go c.Run(ctx, 8)
 	} else {
 		klog.ErrorS(err, "workspace controller")

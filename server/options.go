@@ -25,12 +25,14 @@ import (
 	cpoptions "k8s.io/kubernetes/pkg/controlplane/apiserver/options"
 	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
 
+	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/admission/crdlimits"
 	"github.com/kcpsql/kcp/server/admission/logicalclusterprotection"
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	"github.com/kcpsql/kcp/server/admission/notenforced"
 	"github.com/kcpsql/kcp/server/admission/placement"
 	"github.com/kcpsql/kcp/server/admission/webhookurls"
+	"github.com/kcpsql/kcp/server/admission/workspacelimits"
 	"github.com/kcpsql/kcp/server/admission/workspaceowner"
 	"github.com/kcpsql/kcp/server/outbound"
 	"github.com/kcpsql/kcp/server/pki"
@@ -66,6 +68,9 @@ type Options struct {
 	TokenGetter *satokens.Getter
 	// CRDLimits caps what one logical cluster's CRDs may cost.
 	CRDLimits *crdlimits.Limits
+	// WorkspaceLimits are the caps of every workspace (but root) that sets
+	// none of its own in its Workspace's spec.limits; 0: none.
+	WorkspaceLimits tenancy.Limits
 	// SyncTargetHeartbeatTimeout is how long a SyncTarget stays Ready
 	// without a heartbeat from its syncer.
 	SyncTargetHeartbeatTimeout time.Duration
@@ -115,12 +120,13 @@ func NewOptions() *Options {
 	logicalclusterprotection.Register(up.Admission.GenericAdmission.Plugins)
 	notenforced.Register(up.Admission.GenericAdmission.Plugins)
 	placement.Register(up.Admission.GenericAdmission.Plugins)
+	workspacelimits.Register(up.Admission.GenericAdmission.Plugins)
 	kcpquota.Register(up.Admission.GenericAdmission.Plugins)
 	policy := &outbound.Policy{}
 	webhookurls.Register(up.Admission.GenericAdmission.Plugins, policy)
 	// Namespace lifecycle first, as upstream orders its own plugin.
 	up.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{namespacelifecycle.PluginName},
-		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, notenforced.PluginName, placement.PluginName, kcpquota.PluginName)...)
+		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, notenforced.PluginName, placement.PluginName, workspacelimits.PluginName, kcpquota.PluginName)...)
 	// Upstream caches token authentication results by token alone and
 	// validates in a context without the request's cluster; a result from
 	// one cluster would then be accepted in another. Service-account tokens
@@ -164,6 +170,10 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"Refuse a CustomResourceDefinition whose schemas list more enum values than this (all versions together); a huge enum costs memory in every replica. 0: no limit.")
 	fs.Int64Var(&o.CRDLimits.MaxSchemaBytesPerCluster, "max-crd-schema-bytes-per-workspace", o.CRDLimits.MaxSchemaBytesPerCluster,
 		"Refuse a CustomResourceDefinition when the schemas of all CustomResourceDefinitions of its logical cluster would exceed this many bytes of JSON, so that no tenant can cost the others their memory. 0: no limit.")
+	fs.Int64Var(&o.WorkspaceLimits.Objects, "workspace-max-objects", o.WorkspaceLimits.Objects,
+		"Refuse creates in a workspace (all but root) that stores this many live objects already (its defaults included: an empty workspace holds about 8), so that no tenant can fill the database. A Workspace's spec.limits.objects, set in its parent, overrides it. 0: no limit.")
+	fs.Int64Var(&o.WorkspaceLimits.Bytes, "workspace-max-bytes", o.WorkspaceLimits.Bytes,
+		"Refuse creates that would take a workspace (all but root) over this many bytes of stored JSON (as the SQL view kcp_cluster_footprint counts them). A Workspace's spec.limits.bytes, set in its parent, overrides it. 0: no limit.")
 	fs.DurationVar(&o.SyncTargetHeartbeatTimeout, "synctarget-heartbeat-timeout", o.SyncTargetHeartbeatTimeout,
 		"A SyncTarget (physical cluster) becomes NotReady when its syncer has not reported for this long; a SyncTarget's spec.heartbeatTimeout overrides it.")
 	fs.DurationVar(&o.PlacementEvictionDelay, "placement-eviction-delay", o.PlacementEvictionDelay,
@@ -192,6 +202,7 @@ type CompletedOptions struct {
 	SyncTargetHeartbeatTimeout time.Duration
 	PushMode                   bool
 	PlacementEvictionDelay     time.Duration
+	WorkspaceLimits            tenancy.Limits
 	RootDir                    string
 	Datastore                  *datastore.Datastore
 	DatastoreNotify            bool
@@ -272,7 +283,8 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 		return nil, err
 	}
 	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
-		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout, PushMode: o.PushMode, PlacementEvictionDelay: o.PlacementEvictionDelay}, nil
+		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout, PushMode: o.PushMode, PlacementEvictionDelay: o.PlacementEvictionDelay,
+		WorkspaceLimits: o.WorkspaceLimits}, nil
 }
 
 // Validate reports every invalid option.
@@ -280,6 +292,9 @@ func (c *CompletedOptions) Validate() []error {
 	errs := c.Upstream.Validate()
 	if c.AuditToDB && c.Upstream.Audit.PolicyFile == "" {
 		errs = append(errs, fmt.Errorf("--audit-to-datastore needs --audit-policy-file to say which requests to record"))
+	}
+	if c.WorkspaceLimits.Objects < 0 || c.WorkspaceLimits.Bytes < 0 {
+		errs = append(errs, fmt.Errorf("--workspace-max-objects and --workspace-max-bytes must be 0 (no limit) or positive"))
 	}
 	if c.SyncTargetHeartbeatTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--synctarget-heartbeat-timeout must be positive, got %s", c.SyncTargetHeartbeatTimeout))

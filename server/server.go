@@ -19,6 +19,7 @@ import (
 	"github.com/kcpsql/kcp/migrations"
 	"github.com/kcpsql/kcp/server/admission/crdlimits"
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
+	"github.com/kcpsql/kcp/server/admission/workspacelimits"
 	"github.com/kcpsql/kcp/server/clusterauthz"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/clusterrbac"
@@ -106,6 +107,10 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	if err != nil {
 		return err
 	}
+	workspacelimits.Configure(&workspacelimits.Config{Defaults: o.WorkspaceLimits, Limits: clusters.Limits,
+		Count: func(ctx context.Context, c logicalcluster.Name) (int64, int64, error) {
+			return clusterdata.Usage(ctx, db, o.Datastore.Dialect, c)
+		}})
 	deleteClusterData := func(ctx context.Context, c logicalcluster.Name) (int, error) {
 		return clusterdata.DeleteAll(ctx, db, o.Datastore.Dialect, kine, c)
 	}

@@ -52,6 +52,18 @@ type WorkspaceSpec struct {
 	// Type is a free-form label of the workspace's kind (for example
 	// "organization" or "team"); kcp does not interpret it yet.
 	Type string `json:"type,omitempty"`
+	// Limits cap what the workspace's logical cluster may store; whoever
+	// may edit the Workspace in its parent sets them (the tenant inside
+	// cannot). Absent or zero: the server's defaults
+	// (--workspace-max-objects, --workspace-max-bytes).
+	Limits *Limits `json:"limits,omitempty"`
+}
+
+// Limits cap what a logical cluster stores: live objects and the bytes of
+// their stored JSON (as the SQL view kcp_cluster_footprint counts them).
+type Limits struct {
+	Objects int64 `json:"objects,omitempty"`
+	Bytes   int64 `json:"bytes,omitempty"`
 }
 
 // WorkspaceStatus reports the child logical cluster.
@@ -74,6 +86,8 @@ type LogicalCluster struct {
 type LogicalClusterSpec struct {
 	Owner        *Owner   `json:"owner,omitempty"`
 	Initializers []string `json:"initializers,omitempty"`
+	// Limits are the Workspace's spec.limits, copied by kcp.
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 // Owner points at a Workspace in the parent cluster.

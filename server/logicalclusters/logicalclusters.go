@@ -101,3 +101,24 @@ func (r *Registry) Names() []logicalcluster.Name {
 	}
 	return out
 }
+
+// Limits returns the caps its Workspace set on a cluster (spec.limits of
+// its LogicalCluster; zero where none is set, and for root).
+func (r *Registry) Limits(c logicalcluster.Name) tenancy.Limits {
+	ix := r.indexer.Load()
+	if ix == nil || c == logicalcluster.Root {
+		return tenancy.Limits{}
+	}
+	obj, ok, err := (*ix).GetByKey(clusterinformer.Key(c, "", tenancy.LogicalClusterName))
+	if err != nil || !ok {
+		return tenancy.Limits{}
+	}
+	return LimitsOf(obj.(*unstructured.Unstructured), "spec", "limits")
+}
+
+// LimitsOf reads a Limits object at fields of u (zero where absent).
+func LimitsOf(u *unstructured.Unstructured, fields ...string) tenancy.Limits {
+	objects, _, _ := unstructured.NestedInt64(u.Object, append(fields, "objects")...)
+	bytes, _, _ := unstructured.NestedInt64(u.Object, append(fields, "bytes")...)
+	return tenancy.Limits{Objects: objects, Bytes: bytes}
+}

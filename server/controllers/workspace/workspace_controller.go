@@ -38,7 +38,8 @@ const orphanSweep = 10 * time.Minute
 // NewController builds the controller. serverURL goes into status.URL;
 // deleteClusterData removes every object of a logical cluster; clusters
 // lists the existing logical clusters.
-func NewController(loopback *rest.Config, serverURL string, deleteClusterData func(context.Context, logicalcluster.Name) (int, error), clusters func() []logicalcluster.Name) (*Controller, error) {
+func NewController(loopback *rest.Config, serverURL string, deleteClusterData func(context.Context, logicalcluster.Name) (int, error), clusters func() []logicalcluster.Name,
+	limits func(logicalcluster.Name) tenancy.Limits) (*Controller, error) {
 	wildcard, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
@@ -75,6 +76,7 @@ func NewController(loopback *rest.Config, serverURL string, deleteClusterData fu
 		clients:           clients,
 		serverURL:         serverURL,
 		deleteClusterData: deleteClusterData,
+		limits:            limits,
 	}
 	return c, nil
 }

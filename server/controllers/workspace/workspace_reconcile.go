@@ -10,6 +10,7 @@ import (
 	rbacv1client "k8s.io/client-go/kubernetes/typed/rbac/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -25,6 +26,9 @@ type reconciler struct {
 	clients           func(logicalcluster.Name) (*clients, error)
 	serverURL         string
 	deleteClusterData func(context.Context, logicalcluster.Name) (int, error)
+	// limits are the caps the child's LogicalCluster has now (nil: not
+	// kept in sync, as in unit tests).
+	limits func(logicalcluster.Name) tenancy.Limits
 }
 
 func clientsFor(loopback *rest.Config) (func(logicalcluster.Name) (*clients, error), error) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/admission/workspaceowner"
+	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -37,7 +38,7 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 	}
 	phase, _, _ := unstructured.NestedString(ws.Object, "status", "phase")
 	if phase == tenancy.PhaseReady {
-		return nil
+		return r.syncLimits(ctx, child, ws)
 	}
 	cc, err := r.clients(child)
 	if err != nil {
@@ -52,6 +53,9 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 			"owner": map[string]interface{}{"cluster": string(parent), "name": ws.GetName(), "uid": string(ws.GetUID())},
 		},
 	}}
+	if l := logicalclusters.LimitsOf(ws, "spec", "limits"); l != (tenancy.Limits{}) {
+		_ = unstructured.SetNestedField(lc.Object, map[string]interface{}{"objects": l.Objects, "bytes": l.Bytes}, "spec", "limits")
+	}
 	lcs := cc.dynamic.Resource(tenancy.LogicalClustersResource)
 	created, err := lcs.Create(ctx, lc, metav1.CreateOptions{})
 	switch {
@@ -90,6 +94,32 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 		return err
 	}
 	return r.setStatus(ctx, parent, ws, tenancy.PhaseReady, url, "")
+}
+
+// syncLimits copies a ready Workspace's spec.limits to its LogicalCluster
+// when they differ from what the LogicalCluster has (as the shared watch of
+// LogicalClusters sees it: no read unless something changed).
+func (r *reconciler) syncLimits(ctx context.Context, child logicalcluster.Name, ws *unstructured.Unstructured) error {
+	want := logicalclusters.LimitsOf(ws, "spec", "limits")
+	if r.limits == nil || r.limits(child) == want {
+		return nil
+	}
+	cc, err := r.clients(child)
+	if err != nil {
+		return err
+	}
+	lcs := cc.dynamic.Resource(tenancy.LogicalClustersResource)
+	lc, err := lcs.Get(ctx, tenancy.LogicalClusterName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if want == (tenancy.Limits{}) {
+		unstructured.RemoveNestedField(lc.Object, "spec", "limits")
+	} else if err := unstructured.SetNestedField(lc.Object, map[string]interface{}{"objects": want.Objects, "bytes": want.Bytes}, "spec", "limits"); err != nil {
+		return err
+	}
+	_, err = lcs.Update(ctx, lc, metav1.UpdateOptions{})
+	return err
 }
 
 // ownerAnnotation carries the recorded owner over to the LogicalCluster,

@@ -1,0 +1,179 @@
+// Package workspacelimits is the admission plugin that caps what one
+// workspace stores, so that one tenant cannot fill the shared database: live
+// objects and bytes of stored JSON, counted as the SQL view
+// kcp_cluster_footprint counts them. The caps come from the Workspace's
+// spec.limits in its parent (copied to the LogicalCluster; the tenant
+// inside can change neither) or else from the server's flags
+// --workspace-max-objects and --workspace-max-bytes. Root is not capped.
+//
+// A create that would go over a cap is refused with 403 and a message that
+// names the cap. The count of a workspace comes from SQL (one indexed query
+// of that cluster) at most every RecountEvery and is kept up to date in
+// between by the creates and deletions this process admits; with several
+// replicas, each one's count misses the others' writes of the last
+// RecountEvery at most. Updates are not capped (the request size limit
+// bounds each object), nor are deletions.
+package workspacelimits
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/admission"
+
+	"github.com/kcpsql/kcp/schema/tenancy"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// PluginName is the name under which the plugin is registered.
+const PluginName = "kcp.io/WorkspaceLimits"
+
+// RecountEvery is how old a workspace's count may get before it is read
+// from SQL again.
+const RecountEvery = 10 * time.Second
+
+// Counter counts a cluster's live objects and their bytes (SQL).
+type Counter func(ctx context.Context, cluster logicalcluster.Name) (objects, bytes int64, err error)
+
+// Config is what the plugin needs from the server; Configure fills it once
+// the datastore and the LogicalCluster registry exist.
+type Config struct {
+	// Defaults apply where a workspace has no limit of its own (0: none).
+	Defaults tenancy.Limits
+	// Limits returns a cluster's own limits (its LogicalCluster's).
+	Limits func(logicalcluster.Name) tenancy.Limits
+	Count  Counter
+}
+
+// stored are the resources whose creates store nothing.
+var stored = func() func(schema.GroupResource) bool {
+	virtual := sets.New(
+		schema.GroupResource{Group: "authentication.k8s.io", Resource: "tokenreviews"},
+		schema.GroupResource{Group: "authentication.k8s.io", Resource: "selfsubjectreviews"},
+		schema.GroupResource{Group: "authorization.k8s.io", Resource: "subjectaccessreviews"},
+		schema.GroupResource{Group: "authorization.k8s.io", Resource: "selfsubjectaccessreviews"},
+		schema.GroupResource{Group: "authorization.k8s.io", Resource: "localsubjectaccessreviews"},
+		schema.GroupResource{Group: "authorization.k8s.io", Resource: "selfsubjectrulesreviews"},
+	)
+	return func(gr schema.GroupResource) bool { return !virtual.Has(gr) }
+}()
+
+// Plugin is the admission plugin.
+type Plugin struct {
+	*admission.Handler
+	mu     sync.Mutex
+	config *Config
+	counts map[logicalcluster.Name]*count
+}
+
+type count struct {
+	mu             sync.Mutex
+	at             time.Time
+	objects, bytes int64
+}
+
+var instance = &Plugin{Handler: admission.NewHandler(admission.Create, admission.Delete), counts: map[logicalcluster.Name]*count{}}
+
+// Register adds the plugin to a plugin registry (one instance per process).
+func Register(plugins *admission.Plugins) {
+	plugins.Register(PluginName, func(io.Reader) (admission.Interface, error) { return instance, nil })
+}
+
+// Configure gives the plugin its configuration; until then it caps nothing
+// (the server is not serving tenants yet).
+func Configure(c *Config) {
+	instance.mu.Lock()
+	defer instance.mu.Unlock()
+	instance.config = c
+}
+
+var _ admission.ValidationInterface = &Plugin{}
+
+// Validate refuses a create that would take its workspace over a cap.
+func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	p.mu.Lock()
+	cfg := p.config
+	p.mu.Unlock()
+	cluster, ok := logicalcluster.From(ctx)
+	if cfg == nil || !ok || cluster == logicalcluster.Root || cluster == logicalcluster.SystemCRDs || cluster == logicalcluster.Wildcard ||
+		a.GetSubresource() != "" || !stored(a.GetResource().GroupResource()) {
+		return nil
+	}
+	lim := effective(cfg.Limits(cluster), cfg.Defaults)
+	if lim == (tenancy.Limits{}) {
+		return nil
+	}
+	c := p.countOf(cluster)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a.GetOperation() == admission.Delete {
+		if !c.at.IsZero() && c.objects > 0 {
+			c.objects--
+		}
+		return nil
+	}
+	if c.at.IsZero() || time.Since(c.at) > RecountEvery {
+		objects, bytes, err := cfg.Count(ctx, cluster)
+		if err != nil {
+			return apierrors.NewInternalError(fmt.Errorf("counting what workspace %s stores: %v", cluster, err))
+		}
+		c.objects, c.bytes, c.at = objects, bytes, time.Now()
+	}
+	size := int64(0)
+	if lim.Bytes > 0 {
+		raw, err := json.Marshal(a.GetObject())
+		if err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		size = int64(len(raw))
+	}
+	if lim.Objects > 0 && c.objects+1 > lim.Objects {
+		return apierrors.NewForbidden(a.GetResource().GroupResource(), a.GetName(),
+			fmt.Errorf("workspace %s stores %d objects, its limit (%s) is %d: delete something first, or ask whoever manages the workspace to raise it", cluster, c.objects, source(cfg.Limits(cluster).Objects, "objects"), lim.Objects))
+	}
+	if lim.Bytes > 0 && c.bytes+size > lim.Bytes {
+		return apierrors.NewForbidden(a.GetResource().GroupResource(), a.GetName(),
+			fmt.Errorf("workspace %s stores %d bytes, this object would add %d, its limit (%s) is %d: delete something first, or ask whoever manages the workspace to raise it", cluster, c.bytes, size, source(cfg.Limits(cluster).Bytes, "bytes"), lim.Bytes))
+	}
+	if !a.IsDryRun() {
+		c.objects++
+		c.bytes += size
+	}
+	return nil
+}
+
+func (p *Plugin) countOf(cluster logicalcluster.Name) *count {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.counts[cluster]
+	if !ok {
+		c = &count{}
+		p.counts[cluster] = c
+	}
+	return c
+}
+
+// effective: the workspace's own limit where set, the default elsewhere.
+func effective(own, defaults tenancy.Limits) tenancy.Limits {
+	if own.Objects == 0 {
+		own.Objects = defaults.Objects
+	}
+	if own.Bytes == 0 {
+		own.Bytes = defaults.Bytes
+	}
+	return own
+}
+
+func source(own int64, field string) string {
+	if own > 0 {
+		return "spec.limits." + field + " of its Workspace"
+	}
+	return "the server's --workspace-max-" + field
+}
