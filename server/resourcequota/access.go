@@ -172,7 +172,6 @@ func (n namespaceLister) List(sel labels.Selector) ([]runtime.Object, error) {
 	}
 	ctx := context.TODO()
 	opts := metav1.ListOptions{LabelSelector: sel.String()}
-	var out []runtime.Object
 	if n.gvr.Group == "" && n.gvr.Version == "v1" {
 		core, err := n.l.clients.Core(cluster)
 		if err != nil {
@@ -184,28 +183,19 @@ func (n namespaceLister) List(sel labels.Selector) ([]runtime.Object, error) {
 			if err != nil {
 				return nil, notServed(err)
 			}
-			for i := range list.Items {
-				out = append(out, &list.Items[i])
-			}
-			return out, nil
+			return objects(list.Items), nil
 		case "services":
 			list, err := core.Services(ns).List(ctx, opts)
 			if err != nil {
 				return nil, notServed(err)
 			}
-			for i := range list.Items {
-				out = append(out, &list.Items[i])
-			}
-			return out, nil
+			return objects(list.Items), nil
 		case "persistentvolumeclaims":
 			list, err := core.PersistentVolumeClaims(ns).List(ctx, opts)
 			if err != nil {
 				return nil, notServed(err)
 			}
-			for i := range list.Items {
-				out = append(out, &list.Items[i])
-			}
-			return out, nil
+			return objects(list.Items), nil
 		}
 	}
 	mc, err := n.l.clients.Metadata(cluster)
@@ -216,10 +206,19 @@ func (n namespaceLister) List(sel labels.Selector) ([]runtime.Object, error) {
 	if err != nil {
 		return nil, notServed(err)
 	}
-	for i := range list.Items {
-		out = append(out, &list.Items[i])
+	return objects(list.Items), nil
+}
+
+// objects are pointers to the items of a list, as runtime.Objects.
+func objects[T any, PT interface {
+	*T
+	runtime.Object
+}](items []T) []runtime.Object {
+	out := make([]runtime.Object, len(items))
+	for i := range items {
+		out[i] = PT(&items[i])
 	}
-	return out, nil
+	return out
 }
 
 // notServed: a resource the cluster does not serve has no objects.

@@ -50,7 +50,8 @@ func specLists(t *testing.T) []string {
 		return strings.Split(v, ",")
 	}
 	return []string{filepath.Join(shared(t), "specs-core.txt"), filepath.Join(shared(t), "specs-crd.txt"),
-		filepath.Join(framework.RepoRoot(), "test", "conformance", "specs-tenancy.txt")}
+		filepath.Join(framework.RepoRoot(), "test", "conformance", "specs-tenancy.txt"),
+		filepath.Join(framework.RepoRoot(), "test", "conformance", "specs-quota.txt")}
 }
 
 // TestConformance runs each list in two logical clusters at the same time.
