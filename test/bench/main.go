@@ -27,6 +27,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -34,15 +35,17 @@ import (
 )
 
 var (
-	kcpBin         = flag.String("kcp", "bin/kcp", "path to the kcp binary")
-	kcpArgs        = flag.String("kcp-args", "", "extra arguments for every kcp server the benchmark starts, e.g. --watch-cache=false")
-	creates        = flag.Int("creates", 4000, "configmaps to create per datastore")
-	clients        = flag.Int("clients", 16, "concurrent clients")
-	clusters       = flag.Int("clusters", 16, "logical clusters the creates are spread over")
-	pgDSN          = flag.String("postgres", envOr("KCP_TEST_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL server for the postgres runs ('' to skip)")
-	write          = flag.String("write", "", "Markdown file whose generated section is replaced with the results")
-	wsCount        = flag.Int("workspaces", 1000, "empty workspaces to create (flat, then as a tree) per datastore; 0 skips")
-	featureCost    = flag.Bool("feature-cost", true, "also measure creates with --change-history and --audit-to-datastore on")
+	kcpBin      = flag.String("kcp", "bin/kcp", "path to the kcp binary")
+	kcpArgs     = flag.String("kcp-args", "", "extra arguments for every kcp server the benchmark starts, e.g. --watch-cache=false")
+	creates     = flag.Int("creates", 4000, "configmaps to create per datastore")
+	clients     = flag.Int("clients", 16, "concurrent clients")
+	clusters    = flag.Int("clusters", 16, "logical clusters the creates are spread over")
+	pgDSN       = flag.String("postgres", envOr("KCP_TEST_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL server for the postgres runs ('' to skip)")
+	write       = flag.String("write", "", "Markdown file whose generated section is replaced with the results")
+	wsCount     = flag.Int("workspaces", 1000, "empty workspaces to create (flat, then as a tree) per datastore; 0 skips")
+	featureCost = flag.Bool("feature-cost", true, "also measure creates with --change-history and --audit-to-datastore on, and with a ResourceQuota per namespace and workspace limits")
+	// benchQuota: run puts a ResourceQuota in every bench namespace.
+	benchQuota     bool
 	latencySamples = flag.Int("latency-samples", 200, "writes per watch-latency measurement (PostgreSQL, one and two replicas); 0 skips")
 )
 
@@ -107,6 +110,18 @@ func main() {
 				os.Exit(1)
 			}
 			r.datastore += " + change history + audit events"
+			results = append(results, r)
+			// Quota admission and workspace limits: a ResourceQuota in
+			// every bench namespace that the creates are charged against,
+			// and a workspace cap every create is checked against.
+			benchQuota = true
+			r, _, err = run(d, []string{"--workspace-max-objects=100000000"}, 0, log)
+			benchQuota = false
+			if err != nil {
+				log("bench on %s with quotas failed: %v", d, err)
+				os.Exit(1)
+			}
+			r.datastore += " + a ResourceQuota per namespace + workspace limits"
 			results = append(results, r)
 		}
 	}
@@ -303,6 +318,22 @@ func run(kind string, extra []string, workspaces int, log func(string, ...any)) 
 		}
 		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
 			return r, nil, err
+		}
+		if benchQuota {
+			q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "bench"},
+				Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/configmaps": resource.MustParse("100000000")}}}
+			if _, err := c.CoreV1().ResourceQuotas("bench").Create(ctx, q, metav1.CreateOptions{}); err != nil {
+				return r, nil, err
+			}
+			// Creates are refused until the controller has counted it.
+			for t0 := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+				if got, err := c.CoreV1().ResourceQuotas("bench").Get(ctx, "bench", metav1.GetOptions{}); err == nil && got.Status.Used != nil {
+					break
+				}
+				if time.Since(t0) > 30*time.Second {
+					return r, nil, fmt.Errorf("quota in root:bench-%d not counted after 30 s", i)
+				}
+			}
 		}
 		cs[i] = c
 	}
