@@ -59,13 +59,16 @@ func splitKey(k string) (logicalcluster.Name, string, error) {
 type accessor struct {
 	indexer cache.Indexer
 	clients *clusterinformer.Clients
+	// charged is told the key (clusterinformer.Key) of every quota this
+	// accessor charged.
+	charged func(key string)
 
 	mu      sync.Mutex
 	written *lru.Cache
 }
 
-func newAccessor(indexer cache.Indexer, clients *clusterinformer.Clients) *accessor {
-	return &accessor{indexer: indexer, clients: clients, written: lru.New(4096)}
+func newAccessor(indexer cache.Indexer, clients *clusterinformer.Clients, charged func(string)) *accessor {
+	return &accessor{indexer: indexer, clients: clients, charged: charged, written: lru.New(4096)}
 }
 
 // GetQuotas returns the quotas of a "<cluster>|<namespace>" key, each
@@ -116,6 +119,7 @@ func (a *accessor) UpdateQuotaStatus(q *corev1.ResourceQuota) error {
 	a.mu.Lock()
 	a.written.Add(k+"/"+q.Name, updated)
 	a.mu.Unlock()
+	a.charged(clusterinformer.Key(cluster, ns, q.Name))
 	return nil
 }
 

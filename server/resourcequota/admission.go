@@ -75,7 +75,7 @@ func Start(ctx context.Context, loopback *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	st.evaluator = upstream.NewQuotaEvaluator(newAccessor(indexer, clients), install.DefaultIgnoredResources(), generic.NewRegistry(evals), nil,
+	st.evaluator = upstream.NewQuotaEvaluator(newAccessor(indexer, clients, ctrl.charged), install.DefaultIgnoredResources(), generic.NewRegistry(evals), nil,
 		&resourcequotaapi.Configuration{}, 5, ctx.Done())
 	go informer.RunWithContext(ctx)
 	go ctrl.Run(ctx, 2)

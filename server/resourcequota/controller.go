@@ -28,6 +28,12 @@ import (
 // replica, an object whose finalizers held its deletion).
 const Resync = 5 * time.Minute
 
+// RecountAfterCharge is how soon after admission charged a quota its
+// usage is counted again: a create charged and then not stored (refused by
+// a later admission step, failed in the datastore) is refunded then, not
+// only at the next Resync. Charges in the meantime share the one recount.
+const RecountAfterCharge = 10 * time.Second
+
 // evaluators are upstream's evaluators of pods, services, persistent
 // volume claims and the legacy object counts (configmaps, secrets, ...),
 // listing through l. Resource claims (DRA) are not served by kcp.
@@ -66,6 +72,11 @@ func (c *Controller) enqueueNamespace(k string, delay time.Duration) {
 			c.queue.AddAfter(qk, delay)
 		}
 	}
+}
+
+// charged schedules the recount of a quota admission charged.
+func (c *Controller) charged(key string) {
+	c.queue.AddAfter(key, RecountAfterCharge)
 }
 
 func (c *Controller) handler() cache.ResourceEventHandler {

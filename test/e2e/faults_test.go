@@ -248,6 +248,70 @@ func TestFaultPostgresSessionsKilled(t *testing.T) {
 	verifyAcked(t, cs, ns, w)
 }
 
+// TestFaultQuotaSessionsKilled: the write paths of quota admission (each
+// create charged to the quota's status first) and of workspace limits (the
+// workspace counted with SQL) under PostgreSQL sessions killed while 16
+// writers fill a quota-limited namespace of a capped workspace. Every
+// acknowledged create is stored, a failure answers 503 (never 500, never
+// the datastore's words), the namespace never holds more than the quota
+// allows, and status.used settles on what is stored.
+func TestFaultQuotaSessionsKilled(t *testing.T) {
+	ds := framework.FreshPostgres(t)
+	s := framework.StartServer(t, ds, "--workspace-max-objects=100000")
+	const ws, hard = "root:quota-faults", 500
+	s.CreateWorkspaces(ws)
+	cfg := s.Config(ws)
+	cfg.QPS, cfg.Burst, cfg.Timeout = -1, 0, 30*time.Second
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := faultsNamespace(t, cs)
+	s.Kubectl(ws, "create", "quota", "q", "-n", ns, fmt.Sprintf("--hard=count/configmaps=%d", hard))
+	used := func() string {
+		return s.Kubectl(ws, "get", "quota", "q", "-n", ns, "-o", "jsonpath={.status.used.count/configmaps}")
+	}
+	framework.Eventually(t, 30*time.Second, "the quota counted", func() (bool, string) { u := used(); return u != "", u })
+	admin, err := sql.Open("pgx", framework.PostgresDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	u, _ := url.Parse(ds)
+	db := strings.TrimPrefix(u.Path, "/")
+
+	w := runWriters(t, cs, ns, 16, 256)
+	time.Sleep(time.Second)
+	killed := 0
+	for range 10 {
+		var n int
+		if err := admin.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, db).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		killed += n
+		time.Sleep(700 * time.Millisecond)
+	}
+	t.Logf("terminated %d sessions", killed)
+	time.Sleep(2 * time.Second)
+	w.mu.Lock()
+	refused := w.errors[403]
+	delete(w.errors, 403) // the quota's refusals once it is full
+	w.mu.Unlock()
+	verifyAcked(t, cs, ns, w)
+	list, err := cs.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d config maps stored (kube-root-ca.crt included), %d creates refused by the quota", len(list.Items), refused)
+	if len(list.Items) > hard {
+		t.Errorf("the namespace holds %d config maps, more than its quota's %d", len(list.Items), hard)
+	}
+	framework.Eventually(t, 60*time.Second, "status.used settled on what is stored", func() (bool, string) {
+		u := used()
+		return u == fmt.Sprint(len(list.Items)), u
+	})
+}
+
 // TestFaultKill9: kcp is killed (SIGKILL) under 16 writers and restarted;
 // every acknowledged create is there afterwards.
 func TestFaultKill9(t *testing.T) {

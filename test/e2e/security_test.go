@@ -123,6 +123,14 @@ func TestCrossClusterAttempts(t *testing.T) {
 		{"get in a longer-named cluster that does not exist", admin, "GET", "/clusters/root:team-bb/api/v1/namespaces/vault/secrets/key", "", []int{403, 404}},
 		{"get in a child that does not exist", admin, "GET", "/clusters/root:team-b:x/api/v1/namespaces/vault/secrets/key", "", []int{403, 404}},
 		{"get in the parent", admin, "GET", "/clusters/root/api/v1/namespaces/vault/secrets/key", "", []int{404}},
+		// Quotas and workspace limits (issue 17).
+		{"another cluster's quotas without access", alice, "GET", "/clusters/root:team-b/api/v1/namespaces/vault/resourcequotas", "", []int{403}},
+		{"wildcard quota list without privilege", alice, "GET", "/clusters/*/api/v1/resourcequotas", "", []int{403}},
+		{"quota status written into another cluster", alice, "PUT", "/clusters/root:team-b/api/v1/namespaces/vault/resourcequotas/q/status",
+			`{"apiVersion":"v1","kind":"ResourceQuota","metadata":{"name":"q","namespace":"vault"},"status":{"hard":{"count/secrets":"0"}}}`, []int{403}},
+		{"a namespace named like a quota key (cluster|namespace)", admin, "POST", "/clusters/root:team-a/api/v1/namespaces",
+			`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"vault|root:team-b"}}`, []int{422}},
+		{"raising another workspace's limits on its LogicalCluster", alice, "PATCH", "/clusters/root:team-b/apis/tenancy.kcp.io/v1alpha1/logicalclusters/cluster", `{"spec":{"limits":{"objects":1}}}`, []int{403}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
@@ -122,7 +123,10 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	if c.at.IsZero() || time.Since(c.at) > RecountEvery {
 		objects, bytes, err := cfg.Count(ctx, cluster)
 		if err != nil {
-			return apierrors.NewInternalError(fmt.Errorf("counting what workspace %s stores: %v", cluster, err))
+			// The datastore is what failed: 503, as for any write now, and
+			// nothing of the datastore's own message.
+			klog.V(2).InfoS("workspace limits: counting failed", "cluster", cluster, "err", err)
+			return apierrors.NewServiceUnavailable(fmt.Sprintf("cannot count what workspace %s stores right now; try again", cluster))
 		}
 		c.objects, c.bytes, c.at = objects, bytes, time.Now()
 	}
