@@ -77,8 +77,7 @@ func Start(ctx context.Context, loopback *rest.Config) error {
 	}
 	st.evaluator = upstream.NewQuotaEvaluator(newAccessor(indexer, clients, ctrl.charged), install.DefaultIgnoredResources(), generic.NewRegistry(evals), nil,
 		&resourcequotaapi.Configuration{}, 5, ctx.Done())
-	go informer.RunWithContext(ctx)
-	go ctrl.Run(ctx, 2)
+	go ctrl.Run(ctx, informer, 2)
 	instance.state.Store(st)
 	return nil
 }

@@ -8,20 +8,20 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	quota "k8s.io/apiserver/pkg/quota/v1"
 	"k8s.io/apiserver/pkg/quota/v1/generic"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/quota/v1/evaluator/core"
 
 	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/controllers/worker"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
+
+const name = "kcp-resource-quota"
 
 // Resync is how often every quota's usage is counted again even when
 // nothing told the controller it changed (a deletion admitted by another
@@ -58,7 +58,7 @@ func newController(st *state) (*Controller, error) {
 	}
 	return &Controller{
 		state: st,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "kcp-resource-quota"}),
+		queue: worker.NewQueue[string](name),
 		base:  base,
 	}, nil
 }
@@ -98,70 +98,48 @@ func (c *Controller) handler() cache.ResourceEventHandler {
 	}
 }
 
-// Run runs workers until ctx ends.
-func (c *Controller) Run(ctx context.Context, workers int) {
-	defer c.queue.ShutDown()
-	if !cache.WaitForCacheSync(ctx.Done(), c.state.synced) {
-		return
-	}
-	for range workers {
-		go wait.UntilWithContext(ctx, func(ctx context.Context) {
-			for c.next(ctx) {
-			}
-		}, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (c *Controller) next(ctx context.Context) bool {
-	k, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(k)
-	if err := c.sync(ctx, k); err != nil {
-		if !apierrors.IsConflict(err) {
-			klog.V(2).InfoS("resource quota", "quota", k, "err", err)
+// Run runs the quota informer and workers until ctx ends.
+func (c *Controller) Run(ctx context.Context, informer cache.Controller, workers int) {
+	worker.Run(ctx, name, c.queue, workers, []cache.Controller{informer}, func(ctx context.Context, k string) (time.Duration, error) {
+		found, err := c.sync(ctx, k)
+		if err != nil || !found {
+			return 0, err
 		}
-		c.queue.AddRateLimited(k)
-		return true
-	}
-	c.queue.Forget(k)
-	c.queue.AddAfter(k, Resync)
-	return true
+		return Resync, nil
+	})
 }
 
 // sync counts one quota's usage in its cluster and namespace and writes
 // status.hard (= spec.hard) and status.used when they differ.
-func (c *Controller) sync(ctx context.Context, k string) error {
+func (c *Controller) sync(ctx context.Context, k string) (found bool, err error) {
 	obj, ok, err := c.state.indexer.GetByKey(k)
 	if err != nil || !ok {
-		return err
+		return false, err
 	}
 	q := obj.(*corev1.ResourceQuota)
 	cluster := clusterinformer.ClusterOf(q)
 	evals, err := c.countEvaluators(ctx, q)
 	if err != nil {
-		return err
+		return true, err
 	}
 	used, err := quota.CalculateUsage(key(cluster, q.Namespace), q.Spec.Scopes, q.Spec.Hard, generic.NewRegistry(evals), q.Spec.ScopeSelector)
 	if err != nil {
-		return err
+		return true, err
 	}
 	if quota.Equals(q.Status.Hard, q.Spec.Hard) && quota.Equals(q.Status.Used, used) {
-		return nil
+		return true, nil
 	}
 	next := q.DeepCopy()
 	next.Status.Hard, next.Status.Used = q.Spec.Hard, used
 	core, err := c.state.clients.Core(cluster)
 	if err != nil {
-		return err
+		return true, err
 	}
 	// With the resourceVersion read before the count: an admission that
 	// charged the quota since makes this a conflict, and the count runs
 	// again.
 	_, err = core.ResourceQuotas(q.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{})
-	return err
+	return true, err
 }
 
 // countEvaluators are the base evaluators and an object count evaluator

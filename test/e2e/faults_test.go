@@ -224,6 +224,17 @@ func TestFaultPostgresSessionsKilled(t *testing.T) {
 	s := framework.StartServer(t, ds)
 	cs := fastClient(t, s)
 	ns := faultsNamespace(t, cs)
+	w := runWriters(t, cs, ns, 16, 256)
+	time.Sleep(2 * time.Second)
+	killSessions(t, ds)
+	time.Sleep(3 * time.Second)
+	verifyAcked(t, cs, ns, w)
+}
+
+// killSessions terminates every session of the datastore ds ten times,
+// 700 ms apart.
+func killSessions(t *testing.T, ds string) {
+	t.Helper()
 	admin, err := sql.Open("pgx", framework.PostgresDSN())
 	if err != nil {
 		t.Fatal(err)
@@ -231,11 +242,8 @@ func TestFaultPostgresSessionsKilled(t *testing.T) {
 	defer admin.Close()
 	u, _ := url.Parse(ds)
 	db := strings.TrimPrefix(u.Path, "/")
-
-	w := runWriters(t, cs, ns, 16, 256)
-	time.Sleep(2 * time.Second)
 	killed := 0
-	for i := 0; i < 10; i++ {
+	for range 10 {
 		var n int
 		if err := admin.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, db).Scan(&n); err != nil {
 			t.Fatal(err)
@@ -244,8 +252,6 @@ func TestFaultPostgresSessionsKilled(t *testing.T) {
 		time.Sleep(700 * time.Millisecond)
 	}
 	t.Logf("terminated %d sessions", killed)
-	time.Sleep(3 * time.Second)
-	verifyAcked(t, cs, ns, w)
 }
 
 // TestFaultQuotaSessionsKilled: the write paths of quota admission (each
@@ -272,26 +278,9 @@ func TestFaultQuotaSessionsKilled(t *testing.T) {
 		return s.Kubectl(ws, "get", "quota", "q", "-n", ns, "-o", "jsonpath={.status.used.count/configmaps}")
 	}
 	framework.Eventually(t, 30*time.Second, "the quota counted", func() (bool, string) { u := used(); return u != "", u })
-	admin, err := sql.Open("pgx", framework.PostgresDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	u, _ := url.Parse(ds)
-	db := strings.TrimPrefix(u.Path, "/")
-
 	w := runWriters(t, cs, ns, 16, 256)
 	time.Sleep(time.Second)
-	killed := 0
-	for range 10 {
-		var n int
-		if err := admin.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()`, db).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		killed += n
-		time.Sleep(700 * time.Millisecond)
-	}
-	t.Logf("terminated %d sessions", killed)
+	killSessions(t, ds)
 	time.Sleep(2 * time.Second)
 	w.mu.Lock()
 	refused := w.errors[403]
