@@ -51,6 +51,7 @@ bench: build
 	go run ./test/bench -write docs/performance.md
 	go run ./test/bench -sync
 	go run ./test/bench -failover
+	go run ./test/bench -noisy
 
 # Failover numbers only: three physical clusters, a divided Deployment, one
 # cluster killed per run, with the default and the fastest settings.

@@ -14,6 +14,8 @@ import (
 
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
+	"github.com/kcpsql/kcp/server/clusteradmission"
+	"github.com/kcpsql/kcp/server/clusterapf"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/clusterrbac"
 	"github.com/kcpsql/kcp/server/controllers/crdlifecycle"
@@ -40,10 +42,9 @@ import (
 // runs once per process, watches all logical clusters, and /readyz waits for
 // the hooks, so a ready server has its APIs installed.
 func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, rbac *clusterrbac.Authorizer,
-	clusters *logicalclusters.Registry, crds *crdserving.Server, negotiatedAPIs *negotiated.Index, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) {
+	clusters *logicalclusters.Registry, crds *crdserving.Server, negotiatedAPIs *negotiated.Index, apf *clusterapf.FlowControl, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) {
 	s.AddPostStartHookOrDie("kcp-service-account-tokens", func(hc genericapiserver.PostStartHookContext) error {
-		o.TokenGetter.SetLoopback(hc.LoopbackClientConfig)
-		return nil
+		return o.TokenGetter.Start(hc.Context, hc.LoopbackClientConfig)
 	})
 	s.AddPostStartHookOrDie("kcp-namespace-lifecycle", func(hc genericapiserver.PostStartHookContext) error {
 		return namespacelifecycle.Start(hc.Context, hc.LoopbackClientConfig)
@@ -51,6 +52,14 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 	s.AddPostStartHookOrDie("kcp-resource-quota", func(hc genericapiserver.PostStartHookContext) error {
 		return resourcequota.Start(hc.Context, hc.LoopbackClientConfig)
 	})
+	s.AddPostStartHookOrDie("kcp-admission-policies-webhooks", func(hc genericapiserver.PostStartHookContext) error {
+		return clusteradmission.Start(hc.Context, hc.LoopbackClientConfig)
+	})
+	if apf != nil {
+		s.AddPostStartHookOrDie("kcp-tenant-priority-and-fairness", func(hc genericapiserver.PostStartHookContext) error {
+			return apf.Start(hc.Context, hc.LoopbackClientConfig)
+		})
+	}
 	s.AddPostStartHookOrDie("kcp-cluster-rbac", func(hc genericapiserver.PostStartHookContext) error {
 		return rbac.Start(hc.Context, hc.LoopbackClientConfig)
 	})
@@ -94,6 +103,11 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 				go c.Run(ctx, 8) // I/O-bound: each namespace is a few loopback lists and writes
 			} else {
 				klog.ErrorS(err, "placement controller")
+			}
+			if c, err := clusteradmission.NewTypeCheckController(hc.LoopbackClientConfig); err == nil {
+				go c.Run(ctx, 2)
+			} else {
+				klog.ErrorS(err, "admission policy type checking")
 			}
 			if c, err := sharestatus.NewController(hc.LoopbackClientConfig); err == nil {
 				go c.Run(ctx, 2)

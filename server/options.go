@@ -29,11 +29,11 @@ import (
 	"github.com/kcpsql/kcp/server/admission/crdlimits"
 	"github.com/kcpsql/kcp/server/admission/logicalclusterprotection"
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
-	"github.com/kcpsql/kcp/server/admission/notenforced"
 	"github.com/kcpsql/kcp/server/admission/placement"
 	"github.com/kcpsql/kcp/server/admission/webhookurls"
 	"github.com/kcpsql/kcp/server/admission/workspacelimits"
 	"github.com/kcpsql/kcp/server/admission/workspaceowner"
+	"github.com/kcpsql/kcp/server/clusteradmission"
 	"github.com/kcpsql/kcp/server/outbound"
 	"github.com/kcpsql/kcp/server/pki"
 	kcpquota "github.com/kcpsql/kcp/server/resourcequota"
@@ -89,8 +89,9 @@ type Options struct {
 
 // clusterUnawarePlugins read their configuration through informers of the
 // root logical cluster only. Enabled, they would apply root's webhooks,
-// policies, quotas and namespace state to every tenant, so they are off until
-// they are cluster-aware.
+// policies, quotas and namespace state to every tenant, so they are off;
+// kcp's namespacelifecycle, resourcequota and clusteradmission run them (or
+// their evaluators) per logical cluster instead.
 var clusterUnawarePlugins = []string{
 	lifecycle.PluginName,
 	resourcequota.PluginName,
@@ -118,15 +119,15 @@ func NewOptions() *Options {
 	crdLimits := crdlimits.DefaultLimits
 	crdlimits.Register(up.Admission.GenericAdmission.Plugins, &crdLimits)
 	logicalclusterprotection.Register(up.Admission.GenericAdmission.Plugins)
-	notenforced.Register(up.Admission.GenericAdmission.Plugins)
 	placement.Register(up.Admission.GenericAdmission.Plugins)
 	workspacelimits.Register(up.Admission.GenericAdmission.Plugins)
 	kcpquota.Register(up.Admission.GenericAdmission.Plugins)
 	policy := &outbound.Policy{}
 	webhookurls.Register(up.Admission.GenericAdmission.Plugins, policy)
+	clusteradmission.Register(up.Admission.GenericAdmission.Plugins, policy)
 	// Namespace lifecycle first, as upstream orders its own plugin.
 	up.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{namespacelifecycle.PluginName},
-		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, notenforced.PluginName, placement.PluginName, workspacelimits.PluginName, kcpquota.PluginName)...)
+		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, placement.PluginName, workspacelimits.PluginName, clusteradmission.PluginName, kcpquota.PluginName)...)
 	// Upstream caches token authentication results by token alone and
 	// validates in a context without the request's cluster; a result from
 	// one cluster would then be accepted in another. Service-account tokens

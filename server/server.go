@@ -20,6 +20,7 @@ import (
 	"github.com/kcpsql/kcp/server/admission/crdlimits"
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
 	"github.com/kcpsql/kcp/server/admission/workspacelimits"
+	"github.com/kcpsql/kcp/server/clusterapf"
 	"github.com/kcpsql/kcp/server/clusterauthz"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/clusterrbac"
@@ -91,6 +92,13 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	defer closeRevisions()
 	began := &incarnations.Tracker{CreateRevision: createRevision}
 	makeClusterAware(config, crds, began)
+	// API priority and fairness shares the server between logical clusters
+	// (clusterapf); one controller serves all three servers of the chain.
+	var apf *clusterapf.FlowControl
+	if f := config.Aggregator.GenericConfig.FlowControl; f != nil {
+		apf = clusterapf.Wrap(f)
+		config.ControlPlane.Generic.FlowControl, config.APIExtensions.GenericConfig.FlowControl, config.Aggregator.GenericConfig.FlowControl = apf, apf, apf
+	}
 	// Conversion webhooks of tenants' CRDs call what the tenant wrote; the
 	// policy decides where that may be (docs/tenancy.md).
 	config.APIExtensions.ExtraConfig.AuthResolverWrapper = o.Outbound.AuthResolverWrapper()
@@ -114,7 +122,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	deleteClusterData := func(ctx context.Context, c logicalcluster.Name) (int, error) {
 		return clusterdata.DeleteAll(ctx, db, o.Datastore.Dialect, kine, c)
 	}
-	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, negotiatedAPIs, deleteClusterData)
+	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, negotiatedAPIs, apf, deleteClusterData)
 	if err := chain.GenericAPIServer.AddReadyzChecks(kine.Health); err != nil {
 		return err
 	}

@@ -5,6 +5,8 @@ import (
 
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	admissionregistrationv1client "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	rbacv1client "k8s.io/client-go/kubernetes/typed/rbac/v1"
 	"k8s.io/client-go/metadata"
@@ -31,6 +33,12 @@ func NewClients(loopback *rest.Config) (*Clients, error) {
 	return &Clients{loopback: loopback, http: hc}, nil
 }
 
+// Kubernetes is the whole typed client set of cluster, for code that
+// takes a kubernetes.Interface (upstream's admission plugins and APF).
+func (c *Clients) Kubernetes(cluster logicalcluster.Name) (kubernetes.Interface, error) {
+	return kubernetes.NewForConfigAndClient(ForCluster(c.loopback, cluster), c.http)
+}
+
 // Core is the core/v1 client of cluster.
 func (c *Clients) Core(cluster logicalcluster.Name) (corev1client.CoreV1Interface, error) {
 	return corev1client.NewForConfigAndClient(ForCluster(c.loopback, cluster), c.http)
@@ -54,4 +62,10 @@ func (c *Clients) Metadata(cluster logicalcluster.Name) (metadata.Interface, err
 // Discovery is the discovery client of cluster.
 func (c *Clients) Discovery(cluster logicalcluster.Name) (discovery.DiscoveryInterface, error) {
 	return discovery.NewDiscoveryClientForConfigAndClient(ForCluster(c.loopback, cluster), c.http)
+}
+
+// Admissionregistration is the admissionregistration.k8s.io/v1 client of
+// cluster.
+func (c *Clients) Admissionregistration(cluster logicalcluster.Name) (admissionregistrationv1client.AdmissionregistrationV1Interface, error) {
+	return admissionregistrationv1client.NewForConfigAndClient(ForCluster(c.loopback, cluster), c.http)
 }

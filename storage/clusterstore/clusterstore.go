@@ -320,14 +320,27 @@ func (s *Store) Get(ctx context.Context, key string, opts storage.GetOptions, ou
 }
 
 func (s *Store) GetList(ctx context.Context, key string, opts storage.ListOptions, out runtime.Object) error {
-	k, _, err := s.key(ctx, key, opts.Recursive)
+	k, cluster, err := s.key(ctx, key, opts.Recursive)
 	if err != nil {
 		return err
 	}
 	if err := checkResourceVersion(opts.ResourceVersion); err != nil {
 		return err
 	}
-	return datastoreError(s.Interface.GetList(ctx, k, opts, out))
+	if err := s.Interface.GetList(ctx, k, opts, out); err != nil {
+		return datastoreError(err)
+	}
+	if opts.Recursive && opts.Predicate.Limit == 0 && opts.Predicate.Empty() {
+		ListSizes.Observe(cluster, s.resource, namespaceOf(s.resourcePrefix, key), meta.LenList(out))
+	}
+	return nil
+}
+
+// namespaceOf returns the namespace a list key is limited to, or "".
+func namespaceOf(resourcePrefix, key string) string {
+	rest := strings.TrimPrefix(strings.TrimPrefix(key, resourcePrefix), "/")
+	ns, _, _ := strings.Cut(rest, "/")
+	return ns
 }
 
 func (s *Store) GuaranteedUpdate(ctx context.Context, key string, dest runtime.Object, ignoreNotFound bool,

@@ -77,6 +77,23 @@ func main() {
 		printFailover(r)
 		return
 	}
+	if *noisyOnly {
+		var rs []noisyResult
+		bins := []string{""}
+		if *noisyBefore != "" {
+			bins = []string{*noisyBefore, ""}
+		}
+		for _, bin := range bins {
+			r, err := benchNoisy(bin, log)
+			if err != nil {
+				log("noisy-neighbour benchmark failed: %v", err)
+				os.Exit(1)
+			}
+			rs = append(rs, r)
+		}
+		fmt.Print(renderNoisy(rs))
+		return
+	}
 	if *syncOnly {
 		r, err := benchSync(log)
 		if err != nil {
@@ -178,6 +195,7 @@ func main() {
 }
 
 type server struct {
+	bin   string // kcp binary; "" is -kcp
 	cmd   *exec.Cmd
 	dir   string
 	port  int
@@ -201,7 +219,11 @@ func (s *server) start() (time.Duration, error) {
 	args = append(args, strings.Fields(*kcpArgs)...)
 	logf, _ := os.OpenFile(filepath.Join(s.dir+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	t0 := time.Now()
-	s.cmd = exec.Command(*kcpBin, args...)
+	bin := *kcpBin
+	if s.bin != "" {
+		bin = s.bin
+	}
+	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		return 0, err

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -299,6 +300,90 @@ func TestFaultQuotaSessionsKilled(t *testing.T) {
 		u := used()
 		return u == fmt.Sprint(len(list.Items)), u
 	})
+}
+
+// TestFaultPolicySessionsKilled: the write path of admission policy type
+// checking (status written by a shared controller for every cluster's
+// ValidatingAdmissionPolicies) and of root's kcp-tenants APF objects under
+// PostgreSQL sessions killed while policies are created in two
+// workspaces. Every acknowledged policy is stored, a failure answers 503
+// (never 500), and every stored policy gets its type-checking status for
+// its generation.
+func TestFaultPolicySessionsKilled(t *testing.T) {
+	ds := framework.FreshPostgres(t)
+	s := framework.StartServer(t, ds)
+	const a, b = "root:policy-faults-a", "root:policy-faults-b"
+	s.CreateWorkspaces(a, b)
+	ctx := context.Background()
+	clients := map[string]*kubernetes.Clientset{}
+	for _, ws := range []string{a, b} {
+		cfg := s.Config(ws)
+		cfg.QPS, cfg.Burst, cfg.Timeout = -1, 0, 30*time.Second
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients[ws] = cs
+	}
+	policy := func(name string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+		return &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+				MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{"CREATE"},
+						Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}}}},
+				// A type error, so the status has a warning to carry.
+				Validations: []admissionregistrationv1.Validation{{Expression: `object.metadata.name == 1`}},
+			}}
+	}
+	var mu sync.Mutex
+	acked := map[string][]string{}
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for _, ws := range []string{a, b} {
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 15 {
+					name := fmt.Sprintf("p-%d-%d", w, i)
+					_, err := clients[ws].AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy(name), metav1.CreateOptions{})
+					mu.Lock()
+					if err == nil {
+						acked[ws] = append(acked[ws], name)
+					} else if st, ok := err.(apierrors.APIStatus); ok {
+						codes[int(st.Status().Code)]++
+					} else {
+						codes[0]++
+					}
+					mu.Unlock()
+					time.Sleep(100 * time.Millisecond)
+				}
+			}()
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	killSessions(t, ds)
+	wg.Wait()
+	t.Logf("acknowledged: %d in A, %d in B; failures by code: %v", len(acked[a]), len(acked[b]), codes)
+	if codes[500] > 0 {
+		t.Errorf("%d creates answered 500", codes[500])
+	}
+	for _, ws := range []string{a, b} {
+		for _, name := range acked[ws] {
+			framework.Eventually(t, 60*time.Second, ws+" policy "+name+" type-checked", func() (bool, string) {
+				p, err := clients[ws].AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				tc := p.Status.TypeChecking
+				return p.Status.ObservedGeneration == p.Generation && tc != nil && len(tc.ExpressionWarnings) > 0, fmt.Sprintf("%+v", p.Status)
+			})
+		}
+	}
+	// Root's kcp-tenants objects were written at start and are there.
+	if _, err := s.Client("root").FlowcontrolV1().FlowSchemas().Get(ctx, "kcp-tenants", metav1.GetOptions{}); err != nil {
+		t.Errorf("root's kcp-tenants FlowSchema: %v", err)
+	}
 }
 
 // TestFaultKill9: kcp is killed (SIGKILL) under 16 writers and restarted;

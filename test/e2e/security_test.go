@@ -131,6 +131,17 @@ func TestCrossClusterAttempts(t *testing.T) {
 		{"a namespace named like a quota key (cluster|namespace)", admin, "POST", "/clusters/root:team-a/api/v1/namespaces",
 			`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"vault|root:team-b"}}`, []int{422}},
 		{"raising another workspace's limits on its LogicalCluster", alice, "PATCH", "/clusters/root:team-b/apis/tenancy.kcp.io/v1alpha1/logicalclusters/cluster", `{"spec":{"limits":{"objects":1}}}`, []int{403}},
+		// Admission policies, webhooks and API priority and fairness (issue 17).
+		{"a webhook configuration written into another cluster", alice, "POST", "/clusters/root:team-b/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+			`{"apiVersion":"admissionregistration.k8s.io/v1","kind":"ValidatingWebhookConfiguration","metadata":{"name":"spy"},"webhooks":[{"name":"spy.example.com","clientConfig":{"url":"https://spy.example.com/"},"rules":[{"apiGroups":["*"],"apiVersions":["*"],"operations":["*"],"resources":["*"]}],"sideEffects":"None","admissionReviewVersions":["v1"]}]}`, []int{403}},
+		{"an admission policy written into another cluster", alice, "POST", "/clusters/root:team-b/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+			`{"apiVersion":"admissionregistration.k8s.io/v1","kind":"ValidatingAdmissionPolicy","metadata":{"name":"deny"},"spec":{"matchConstraints":{"resourceRules":[{"apiGroups":["*"],"apiVersions":["*"],"operations":["*"],"resources":["*"]}]},"validations":[{"expression":"false"}]}}`, []int{403}},
+		{"wildcard list of webhook configurations without privilege", alice, "GET", "/clusters/*/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", "", []int{403}},
+		{"a webhook aimed at cloud metadata, even by system:masters", admin, "POST", "/clusters/root:team-a/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+			`{"apiVersion":"admissionregistration.k8s.io/v1","kind":"MutatingWebhookConfiguration","metadata":{"name":"meta"},"webhooks":[{"name":"meta.example.com","clientConfig":{"url":"https://169.254.169.254/latest/meta-data/"},"rules":[{"apiGroups":[""],"apiVersions":["v1"],"operations":["CREATE"],"resources":["configmaps"]}],"sideEffects":"None","admissionReviewVersions":["v1"]}]}`, []int{422}},
+		{"root's kcp-tenants FlowSchema read through a tenant", admin, "GET", "/clusters/root:team-a/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/kcp-tenants", "", []int{404}},
+		{"root's kcp-tenants priority level changed by a tenant user", alice, "PATCH", "/clusters/root/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/kcp-tenants",
+			`{"spec":{"limited":{"nominalConcurrencyShares":1000}}}`, []int{403}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,16 +49,7 @@ func TestServiceAccountTokenIsBoundToItsCluster(t *testing.T) {
 		t.Errorf("token minted in %s authenticated in root: %+v", a, r.Status)
 	}
 	// Presented as a bearer token, it authenticates only where it was issued.
-	bearer := func(cluster string) int {
-		req, _ := http.NewRequest("GET", s.URL()+"/clusters/"+cluster+"/api/v1/namespaces/apps/serviceaccounts", nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := insecureClient(t, s).Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	bearer := func(cluster string) int { return bearerStatus(t, s, token, cluster, "serviceaccounts") }
 	if code := bearer(b); code != http.StatusUnauthorized {
 		t.Errorf("bearer token of %s in %s: %d, want 401", a, b, code)
 	}
@@ -114,4 +107,85 @@ func TestServiceAccountTokenNamesItsCluster(t *testing.T) {
 	if keys := s.Kubectl("root", "get", "--raw", "/openid/v1/jwks"); !strings.Contains(keys, `"keys"`) {
 		t.Errorf("key set: %s", keys)
 	}
+}
+
+// TestServiceAccountTokenCache: token checks are cached per logical
+// cluster (issue 17), and the cache never outlives what it caches: a token
+// used many times stops working promptly when its service account is
+// deleted, stays refused when an account of the same name is created
+// again, and a same-named account of another cluster never answers for it.
+func TestServiceAccountTokenCache(t *testing.T) {
+	s := framework.StartServer(t, "")
+	a, b := "root:sacache-a", "root:sacache-b"
+	s.CreateWorkspaces(a, b)
+	for _, c := range []string{a, b} {
+		s.Kubectl(c, "create", "namespace", "apps")
+		s.Kubectl(c, "-n", "apps", "create", "serviceaccount", "robot")
+	}
+	token := strings.TrimSpace(s.Kubectl(a, "-n", "apps", "create", "token", "robot"))
+	bearer := func(cluster string) int { return bearerStatus(t, s, token, cluster, "configmaps") }
+	s.Kubectl(a, "-n", "apps", "create", "rolebinding", "robot-view", "--clusterrole=view", "--serviceaccount=apps:robot")
+	framework.Eventually(t, 10*time.Second, "the token authorized in A", func() (bool, string) {
+		code := bearer(a)
+		return code == http.StatusOK, fmt.Sprint(code)
+	})
+	hitsBefore := cacheHits(t, s)
+	for i := 0; i < 20; i++ {
+		if code := bearer(a); code != http.StatusOK {
+			t.Fatalf("request %d with the token in A: %d", i, code)
+		}
+		if code := bearer(b); code != http.StatusUnauthorized {
+			t.Fatalf("request %d with A's token in B: %d, want 401", i, code)
+		}
+	}
+	// Nearly all of A's 20 checks were answered without a GET (B's fail
+	// before: the token's UID does not match B's account, or B's account
+	// is read and cached once).
+	if hits := cacheHits(t, s) - hitsBefore; hits < 18 {
+		t.Errorf("%d of 40 token checks answered from the cache, want at least 18", hits)
+	}
+	s.Kubectl(a, "-n", "apps", "delete", "serviceaccount", "robot")
+	framework.Eventually(t, 10*time.Second, "the token refused once its service account is gone", func() (bool, string) {
+		code := bearer(a)
+		return code == http.StatusUnauthorized, fmt.Sprint(code)
+	})
+	s.Kubectl(a, "-n", "apps", "create", "serviceaccount", "robot")
+	for i := 0; i < 5; i++ {
+		if code := bearer(a); code != http.StatusUnauthorized {
+			t.Fatalf("the old token with a new account of the same name: %d, want 401", code)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// cacheHits reads kcp_serviceaccount_token_cache_lookups_total{result="hit"}
+// from /metrics.
+func cacheHits(t *testing.T, s *framework.Server) int {
+	t.Helper()
+	body, err := s.Client("root").CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, `kcp_serviceaccount_token_cache_lookups_total{result="hit"}`) {
+			var n float64
+			fmt.Sscan(strings.Fields(line)[1], &n)
+			return int(n)
+		}
+	}
+	return 0
+}
+
+// bearerStatus lists resource in namespace apps of cluster with token and
+// returns the status code.
+func bearerStatus(t *testing.T, s *framework.Server, token, cluster, resource string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", s.URL()+"/clusters/"+cluster+"/api/v1/namespaces/apps/"+resource, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := insecureClient(t, s).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

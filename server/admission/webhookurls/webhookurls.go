@@ -1,21 +1,31 @@
-// Package webhookurls is the admission plugin that refuses, when a CRD is
-// written, conversion webhook targets the server would refuse to call
-// anyway (outbound.Policy): service references and URLs whose host is a
-// refused IP address or the local host. The tenant learns at once, with the
-// reason, instead of at the first conversion. Names that resolve to refused
-// addresses are only caught when called.
+// Package webhookurls is the admission plugin that refuses, when a CRD or
+// an admission webhook configuration is written, webhook targets the server
+// would refuse to call anyway (outbound.Policy): URLs whose host is a refused
+// IP address or the local host, and a CRD's conversion service reference.
+// The tenant learns at once, with the reason, instead of at the first call.
+// Names that resolve to refused addresses are only caught when called.
+//
+// An admission webhook with a service reference is stored with a warning
+// (charts install such configurations next to the Deployment that serves
+// them; refusing them would fail the whole install): its calls fail with a
+// clear error, so requests it matches are refused (failurePolicy Fail) or
+// pass without it (Ignore).
 package webhookurls
 
 import (
 	"context"
+
 	"fmt"
 	"io"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/warning"
+	"k8s.io/kubernetes/pkg/apis/admissionregistration"
 
 	"github.com/kcpsql/kcp/server/outbound"
 )
@@ -37,12 +47,74 @@ type plugin struct {
 
 var _ admission.ValidationInterface = &plugin{}
 
-var crds = apiextensionsv1.Resource("customresourcedefinitions")
+var (
+	crds                  = apiextensionsv1.Resource("customresourcedefinitions")
+	validatingWebhooks    = admissionregistrationv1.Resource("validatingwebhookconfigurations")
+	mutatingWebhooks      = admissionregistrationv1.Resource("mutatingwebhookconfigurations")
+	serviceReferenceWarns = "logical clusters have no Services for kcp to call: calls of this webhook fail (requests it matches are refused if its failurePolicy is Fail); give it a url"
+)
 
-func (p *plugin) Validate(_ context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
-	if a.GetResource().GroupResource() != crds || a.GetSubresource() != "" {
+func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	if a.GetSubresource() != "" {
 		return nil
 	}
+	switch a.GetResource().GroupResource() {
+	case crds:
+		return p.validateCRD(a)
+	case validatingWebhooks, mutatingWebhooks:
+		return p.validateWebhooks(ctx, a)
+	}
+	return nil
+}
+
+// validateWebhooks refuses webhook URLs the policy refuses and warns of
+// service references.
+func (p *plugin) validateWebhooks(ctx context.Context, a admission.Attributes) error {
+	type target struct {
+		name    string
+		url     *string
+		service bool
+	}
+	var targets []target
+	switch c := a.GetObject().(type) {
+	case *admissionregistration.ValidatingWebhookConfiguration:
+		for _, w := range c.Webhooks {
+			targets = append(targets, target{w.Name, w.ClientConfig.URL, w.ClientConfig.Service != nil})
+		}
+	case *admissionregistration.MutatingWebhookConfiguration:
+		for _, w := range c.Webhooks {
+			targets = append(targets, target{w.Name, w.ClientConfig.URL, w.ClientConfig.Service != nil})
+		}
+	case *admissionregistrationv1.ValidatingWebhookConfiguration:
+		for _, w := range c.Webhooks {
+			targets = append(targets, target{w.Name, w.ClientConfig.URL, w.ClientConfig.Service != nil})
+		}
+	case *admissionregistrationv1.MutatingWebhookConfiguration:
+		for _, w := range c.Webhooks {
+			targets = append(targets, target{w.Name, w.ClientConfig.URL, w.ClientConfig.Service != nil})
+		}
+	default:
+		return nil
+	}
+	var errs field.ErrorList
+	for i, t := range targets {
+		path := field.NewPath("webhooks").Index(i).Child("clientConfig")
+		if t.service {
+			warning.AddWarning(ctx, "", fmt.Sprintf("webhook %q has a service reference: %s", t.name, serviceReferenceWarns))
+		}
+		if t.url != nil {
+			if err := p.policy.CheckURL(*t.url); err != nil {
+				errs = append(errs, field.Forbidden(path.Child("url"), err.Error()))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return apierrors.NewInvalid(a.GetKind().GroupKind(), a.GetName(), errs)
+	}
+	return nil
+}
+
+func (p *plugin) validateCRD(a admission.Attributes) error {
 	var url *string
 	var service bool
 	switch crd := a.GetObject().(type) {

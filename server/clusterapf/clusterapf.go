@@ -1,0 +1,249 @@
+// Package clusterapf makes API priority and fairness share the server
+// between logical clusters.
+//
+// Upstream's APF classifies a request by its user and puts it in a flow of
+// its FlowSchema's priority level; flows of one level share the level's
+// seats fairly. Unchanged, users of equal names in different clusters share
+// a flow, a tenant with many users gets many flows, and a tenant's service
+// account in kube-system matches root's schemas for the real kube-system.
+// Here, root's configuration (the operator's) sees every request of a
+// tenant (a logical cluster other than root, by a user not in
+// system:masters) as one user, "kcp:tenant:<cluster>", in group
+// "kcp:tenants": root's FlowSchema kcp-tenants (created if missing, then
+// the operator's to change) puts all of them in priority level kcp-tenants
+// with one flow per tenant. A tenant flooding the server queues behind its
+// own requests.
+//
+// Within its flow, a tenant that has FlowSchemas or
+// PriorityLevelConfigurations of its own is classified by them first:
+// upstream's controller runs for that tenant over its own objects, with
+// TenantConcurrency seats to share among its levels, and its response
+// headers name the tenant's FlowSchema and priority level. A tenant without
+// any costs nothing.
+package clusterapf
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/user"
+	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
+	fq "k8s.io/apiserver/pkg/util/flowcontrol/fairqueuing"
+	fcrequest "k8s.io/apiserver/pkg/util/flowcontrol/request"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/percluster"
+	"github.com/kcpsql/kcp/storage/clusterstore"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+const (
+	// TenantsGroup is the group of the user root's configuration sees for
+	// every tenant request.
+	TenantsGroup = "kcp:tenants"
+	// TenantUserPrefix begins that user's name; the cluster follows.
+	TenantUserPrefix = "kcp:tenant:"
+	// TenantsName names root's FlowSchema and priority level for tenants.
+	TenantsName = "kcp-tenants"
+	// TenantConcurrency is the seats a tenant's own priority levels share
+	// (their nominalConcurrencyShares divide it), inside its flow of root's
+	// kcp-tenants level.
+	TenantConcurrency = 50
+)
+
+// ConfigResources are the objects whose presence in a tenant runs an APF
+// controller for it.
+var ConfigResources = []schema.GroupVersionResource{
+	flowcontrolv1.SchemeGroupVersion.WithResource("flowschemas"),
+	flowcontrolv1.SchemeGroupVersion.WithResource("prioritylevelconfigurations"),
+}
+
+// FlowControl is root's APF controller with tenants' requests classified
+// as above.
+type FlowControl struct {
+	utilflowcontrol.Interface
+	tenants *percluster.Registry[utilflowcontrol.Interface]
+	clients *clusterinformer.Clients // set by Start before tenants starts
+}
+
+// Wrap wraps root's controller; Start must run before tenants' own
+// configuration applies.
+func Wrap(root utilflowcontrol.Interface) *FlowControl {
+	f := &FlowControl{Interface: root}
+	f.tenants = percluster.New("API priority and fairness of a tenant", ConfigResources, f.build)
+	return f
+}
+
+// Start creates root's kcp-tenants FlowSchema and priority level if they
+// are missing and watches tenants' own APF objects.
+func (f *FlowControl) Start(ctx context.Context, loopback *rest.Config) error {
+	clients, err := clusterinformer.NewClients(loopback)
+	if err != nil {
+		return err
+	}
+	f.clients = clients
+	if err := ensureRootConfig(ctx, clients); err != nil {
+		return err
+	}
+	return f.tenants.Start(ctx, loopback)
+}
+
+func (f *FlowControl) build(ctx context.Context, cluster logicalcluster.Name) (utilflowcontrol.Interface, error) {
+	client, err := f.clients.Kubernetes(cluster)
+	if err != nil {
+		return nil, err
+	}
+	factory := informers.NewSharedInformerFactory(client, 0)
+	ctrl := utilflowcontrol.New(factory, client.FlowcontrolV1(), TenantConcurrency)
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	go func() {
+		if err := ctrl.Run(ctx.Done()); err != nil {
+			klog.ErrorS(err, "API priority and fairness of a tenant", "cluster", cluster)
+		}
+	}()
+	return ctrl, nil
+}
+
+// Handle classifies and queues a request as the package comment says.
+func (f *FlowControl) Handle(ctx context.Context, rd utilflowcontrol.RequestDigest,
+	noteFn func(fs *flowcontrolv1.FlowSchema, pl *flowcontrolv1.PriorityLevelConfiguration, flowDistinguisher string),
+	workEstimator func() fcrequest.WorkEstimate, queueNoteFn fq.QueueNoteFn, execFn func()) {
+	cluster, ok := logicalcluster.From(ctx)
+	if !ok || cluster == logicalcluster.Root || cluster.IsWildcard() || rd.User == nil || slices.Contains(rd.User.GetGroups(), user.SystemPrivilegedGroup) {
+		f.Interface.Handle(ctx, rd, noteFn, workEstimator, queueNoteFn, execFn)
+		return
+	}
+	workEstimator = tenantListCost(cluster, rd, workEstimator)
+	tenant := utilflowcontrol.RequestDigest{RequestInfo: rd.RequestInfo,
+		User: &user.DefaultInfo{Name: TenantUserPrefix + string(cluster), Groups: []string{TenantsGroup, user.AllAuthenticated}}}
+	own, ok, err := f.tenants.Get(ctx, cluster)
+	if err != nil || !ok {
+		if err != nil {
+			klog.V(2).InfoS("API priority and fairness of a tenant: using root's classification alone", "cluster", cluster, "err", err)
+		}
+		f.Interface.Handle(ctx, tenant, noteFn, workEstimator, queueNoteFn, execFn)
+		return
+	}
+	// The tenant's own classification first (within its share), then the
+	// tenant's flow of root's level. Response headers name the tenant's
+	// objects, not root's, unless none of the tenant's matched (upstream
+	// then uses the mandatory catch-all it imagines, which has no UID).
+	var ownMatched bool
+	own.Handle(ctx, rd, func(fs *flowcontrolv1.FlowSchema, pl *flowcontrolv1.PriorityLevelConfiguration, d string) {
+		ownMatched = fs.UID != ""
+		noteFn(fs, pl, d)
+	}, workEstimator, queueNoteFn, func() {
+		rootNote := noteFn
+		if ownMatched {
+			rootNote = func(*flowcontrolv1.FlowSchema, *flowcontrolv1.PriorityLevelConfiguration, string) {}
+		}
+		f.Interface.Handle(ctx, tenant, rootNote, workEstimator, queueNoteFn, execFn)
+	})
+}
+
+// ObjectsPerSeat and MaxListSeats are upstream's defaults for the cost
+// of a list: a seat per 100 objects, at most 10.
+const (
+	ObjectsPerSeat = 100
+	MaxListSeats   = 10
+)
+
+// tenantListCost estimates a tenant's list from the size of the last such list in the same
+// cluster and namespace (clusterstore.ListSizes) rather than from the
+// number of objects of the resource in all clusters; until one was seen,
+// upstream's estimate stands.
+func tenantListCost(cluster logicalcluster.Name, rd utilflowcontrol.RequestDigest, upstream func() fcrequest.WorkEstimate) func() fcrequest.WorkEstimate {
+	ri := rd.RequestInfo
+	if ri == nil || !ri.IsResourceRequest || ri.Name != "" || ri.Verb != "list" {
+		return upstream
+	}
+	return func() fcrequest.WorkEstimate {
+		w := upstream()
+		n, ok := clusterstore.ListSizes.Last(cluster, schema.GroupResource{Group: ri.APIGroup, Resource: ri.Resource}, ri.Namespace)
+		if !ok {
+			return w
+		}
+		seats := uint64((n + ObjectsPerSeat - 1) / ObjectsPerSeat)
+		w.InitialSeats = min(max(seats, 1), MaxListSeats)
+		return w
+	}
+}
+
+// RootConfig is what ensureRootConfig creates in root when missing.
+func RootConfig() (*flowcontrolv1.PriorityLevelConfiguration, *flowcontrolv1.FlowSchema) {
+	pl := &flowcontrolv1.PriorityLevelConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: TenantsName},
+		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{
+			Type: flowcontrolv1.PriorityLevelEnablementLimited,
+			Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
+				NominalConcurrencyShares: ptr.To[int32](30),
+				LendablePercent:          ptr.To[int32](50),
+				LimitResponse: flowcontrolv1.LimitResponse{
+					Type: flowcontrolv1.LimitResponseTypeQueue,
+					Queuing: &flowcontrolv1.QueuingConfiguration{
+						// One flow per tenant: many queues, each tenant's
+						// requests shuffle-sharded over a few of them.
+						Queues: 256, HandSize: 6, QueueLengthLimit: 50,
+					},
+				},
+			},
+		},
+	}
+	fs := &flowcontrolv1.FlowSchema{
+		ObjectMeta: metav1.ObjectMeta{Name: TenantsName},
+		Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: TenantsName},
+			// Before global-default (9900) and service-accounts (9000);
+			// nothing else of the defaults matches the tenants' user.
+			MatchingPrecedence:  8000,
+			DistinguisherMethod: &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
+			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
+				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: TenantsGroup}}},
+				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"},
+					ClusterScope: true, Namespaces: []string{flowcontrolv1.NamespaceEvery}}},
+				NonResourceRules: []flowcontrolv1.NonResourcePolicyRule{{Verbs: []string{"*"}, NonResourceURLs: []string{"*"}}},
+			}},
+		},
+	}
+	return pl, fs
+}
+
+// ensureRootConfig creates root's kcp-tenants objects if they do not
+// exist; an operator's changes to them are kept.
+func ensureRootConfig(ctx context.Context, clients *clusterinformer.Clients) error {
+	c, err := clients.Kubernetes(logicalcluster.Root)
+	if err != nil {
+		return err
+	}
+	pl, fs := RootConfig()
+	// Other post-start hooks (admission among them) start alongside this
+	// one: retry transient refusals for a minute before giving up.
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if _, err := c.FlowcontrolV1().PriorityLevelConfigurations().Create(ctx, pl, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			last = err
+			return false, nil
+		}
+		if _, err := c.FlowcontrolV1().FlowSchemas().Create(ctx, fs, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			last = err
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil && last != nil {
+		return fmt.Errorf("creating root's %s FlowSchema and priority level: %w", pl.Name, last)
+	}
+	return err
+}

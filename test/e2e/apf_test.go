@@ -1,0 +1,124 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcpsql/kcp/test/e2e/framework"
+)
+
+const tenantFlowSchema = `apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: PriorityLevelConfiguration
+metadata: {name: batch}
+spec:
+  type: Limited
+  limited:
+    nominalConcurrencyShares: 10
+    limitResponse: {type: Reject}
+---
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata: {name: batch-jobs}
+spec:
+  priorityLevelConfiguration: {name: batch}
+  matchingPrecedence: 1000
+  distinguisherMethod: {type: ByUser}
+  rules:
+  - subjects: [{kind: User, user: {name: batcher}}]
+    resourceRules: [{verbs: ["*"], apiGroups: ["*"], resources: ["*"], namespaces: ["*"], clusterScope: true}]
+`
+
+// TestPriorityAndFairnessPerTenant is issue 17's fair sharing: root's
+// configuration sees every tenant as one flow of its kcp-tenants level,
+// whatever user or group the tenant's request carries (a tenant's
+// service account in kube-system is not root's kube-system); a tenant's
+// own FlowSchema and priority level classify its requests (the response
+// headers name them) and apply in that tenant only; root's requests keep
+// root's classification.
+func TestPriorityAndFairnessPerTenant(t *testing.T) {
+	s := framework.StartServer(t, "")
+	const a, b = "root:apf-a", "root:apf-b"
+	s.CreateWorkspaces(a, b)
+	ctx := context.Background()
+	root := s.Client("root")
+	uid := func(kind, name string) string {
+		t.Helper()
+		switch kind {
+		case "fs":
+			fs, err := root.FlowcontrolV1().FlowSchemas().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(fs.UID)
+		default:
+			pl, err := root.FlowcontrolV1().PriorityLevelConfigurations().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(pl.UID)
+		}
+	}
+	tenantsFS, tenantsPL := uid("fs", "kcp-tenants"), uid("pl", "kcp-tenants")
+	globalFS, workloadHighFS := uid("fs", "global-default"), uid("fs", "kube-system-service-accounts")
+
+	// classified returns the FlowSchema UID a request as user (groups) in
+	// cluster was classified by; the admin impersonates, as the
+	// conformance spec does.
+	admin := userClient(t, s, "apf-admin", "system:masters")
+	classified := func(cluster, user string, groups ...string) (string, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", s.URL()+"/clusters/"+cluster+"/api/v1/namespaces/default/configmaps", nil)
+		req.Header.Set("Impersonate-User", user)
+		for _, g := range groups {
+			req.Header.Add("Impersonate-Group", g)
+		}
+		resp, err := admin.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.Header.Get("X-Kubernetes-PF-FlowSchema-UID"), resp.Header.Get("X-Kubernetes-PF-PriorityLevel-UID")
+	}
+	if fs, pl := classified(a, "alice", "system:authenticated"); fs != tenantsFS || pl != tenantsPL {
+		t.Errorf("a tenant's user: classified by %s/%s, want root's kcp-tenants %s/%s", fs, pl, tenantsFS, tenantsPL)
+	}
+	if fs, _ := classified(a, "system:serviceaccount:kube-system:robot", "system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"); fs != tenantsFS {
+		t.Errorf("a tenant's kube-system service account: classified by %s, want kcp-tenants %s (not workload-high %s)", fs, tenantsFS, workloadHighFS)
+	}
+	if fs, _ := classified("root", "alice", "system:authenticated"); fs != globalFS {
+		t.Errorf("root's user: classified by %s, want root's global-default %s", fs, globalFS)
+	}
+
+	// A's own FlowSchema classifies A's batcher, not B's.
+	if out, err := s.KubectlErr(a, tenantFlowSchema, "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	fs, err := s.Client(a).FlowcontrolV1().FlowSchemas().Get(ctx, "batch-jobs", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := s.Client(a).FlowcontrolV1().PriorityLevelConfigurations().Get(ctx, "batch", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 30*time.Second, "A's FlowSchema classifies A's batcher", func() (bool, string) {
+		gotFS, gotPL := classified(a, "batcher", "system:authenticated")
+		return gotFS == string(fs.UID) && gotPL == string(pl.UID), fmt.Sprintf("%s/%s", gotFS, gotPL)
+	})
+	if got, _ := classified(b, "batcher", "system:authenticated"); got != tenantsFS {
+		t.Errorf("B's batcher: classified by %s, want kcp-tenants %s", got, tenantsFS)
+	}
+	if got, _ := classified("root", "batcher", "system:authenticated"); got != globalFS {
+		t.Errorf("root's batcher: classified by %s, want global-default %s", got, globalFS)
+	}
+	// Root's own kcp-tenants objects are the operator's: a tenant cannot
+	// see or change them from its workspace.
+	if _, err := s.Client(a).FlowcontrolV1().FlowSchemas().Get(ctx, "kcp-tenants", metav1.GetOptions{}); err == nil {
+		t.Error("root's kcp-tenants FlowSchema is visible in a tenant")
+	}
+}
