@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	auditinternal "k8s.io/apiserver/pkg/apis/audit"
 	"k8s.io/apiserver/pkg/audit"
 	"k8s.io/apiserver/pkg/audit/policy"
@@ -24,6 +25,7 @@ import (
 	"github.com/kcpsql/kcp/server/clusterauthz"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/clusterrbac"
+	"github.com/kcpsql/kcp/server/controllers/crdlifecycle"
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/errorlimit"
 	"github.com/kcpsql/kcp/server/incarnations"
@@ -162,7 +164,11 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, began *incar
 	// every cluster. Each cluster's own CRDs are served by crdserving.
 	c.APIExtensions.GenericConfig.LoopbackClientConfig = clusterinformer.ForCluster(c.APIExtensions.GenericConfig.LoopbackClientConfig, crdserving.SystemCluster)
 	c.ControlPlane.Generic.RESTOptionsGetter = clusterstore.Wrap(c.ControlPlane.Generic.RESTOptionsGetter)
-	c.APIExtensions.GenericConfig.RESTOptionsGetter = clusterstore.Wrap(c.APIExtensions.GenericConfig.RESTOptionsGetter)
+	// A new CRD is stored with conditions (Established false, names being
+	// checked), so that kubectl wait --for=condition=Established finds a
+	// list to wait on from the first moment.
+	c.APIExtensions.GenericConfig.RESTOptionsGetter = clusterstore.WithOnCreate(c.APIExtensions.GenericConfig.RESTOptionsGetter,
+		apiextensionsv1.Resource("customresourcedefinitions"), crdlifecycle.InitialConditions)
 	// Custom resources are not in the watch cache, kcp's own (tenancy.kcp.io,
 	// one store per resource for all clusters) included: measured with
 	// 1,000 workspaces, caching Workspaces and LogicalClusters added ~21 KiB

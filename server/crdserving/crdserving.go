@@ -359,7 +359,7 @@ func (s *Server) allNamed(name string) (rep *apiextensionsv1.CustomResourceDefin
 	for _, o := range objs {
 		crd := o.(*apiextensionsv1.CustomResourceDefinition)
 		c := clusterinformer.ClusterOf(crd)
-		if c == SystemCluster || !established(crd) {
+		if c == SystemCluster || !served(crd) {
 			continue
 		}
 		all = append(all, crd)
@@ -579,6 +579,12 @@ func (s *Server) ServedVersion(cluster logicalcluster.Name, group, kind string) 
 // system CRDs, which a cluster's own CRDs cannot redefine.
 func (s *Server) Reserved(group string) bool { return s.reserved(group) }
 
-func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
-	return apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.Established)
+// served tells whether a CRD's resource, discovery and OpenAPI are served:
+// once its names are accepted, as upstream's CRD handler serves it. The
+// lifecycle controller sets Established only after this process's cache
+// shows the accepted names, so that a client that saw Established finds
+// all three.
+func served(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	return apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) ||
+		apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.Established)
 }

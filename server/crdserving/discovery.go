@@ -29,12 +29,12 @@ type group struct {
 	aggregated map[string][]apidiscoveryv2.APIResourceDiscovery
 }
 
-// groups builds the discovery of a cluster's established CRDs, leaving out
+// groups builds the discovery of a cluster's served CRDs, leaving out
 // reserved groups. Groups are sorted by name.
 func (s *Server) groups(cluster logicalcluster.Name) []*group {
 	byName := map[string]*group{}
 	for _, crd := range s.visible(cluster) {
-		if !established(crd) || s.reserved(crd.Spec.Group) {
+		if !served(crd) || s.reserved(crd.Spec.Group) {
 			continue
 		}
 		g := byName[crd.Spec.Group]

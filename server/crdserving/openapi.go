@@ -88,7 +88,7 @@ func (s *Server) serveOpenAPI(w http.ResponseWriter, req *http.Request, cluster 
 func (s *Server) v3Specs(cluster logicalcluster.Name) (map[string][]*apiextensionsv1.CustomResourceDefinition, error) {
 	out := map[string][]*apiextensionsv1.CustomResourceDefinition{}
 	for _, crd := range s.CRDs(cluster) {
-		if !established(crd) || s.reserved(crd.Spec.Group) {
+		if !served(crd) || s.reserved(crd.Spec.Group) {
 			continue
 		}
 		for _, v := range crd.Spec.Versions {

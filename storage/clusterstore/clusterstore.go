@@ -36,6 +36,24 @@ type RESTOptionsGetter struct {
 	// they get no object-count poller, which would be a goroutine per
 	// cluster and CRD counting one resource across all clusters anyway.
 	PerCluster bool
+	// OnCreate, when set for a resource, completes each new object of it
+	// just before it is stored (after the strategy and admission), for
+	// fields that must be there from the first version every client sees.
+	OnCreate map[schema.GroupResource]func(runtime.Object)
+}
+
+// WithOnCreate returns getter (made cluster-aware) with fn completing new
+// objects of gr (see RESTOptionsGetter.OnCreate).
+func WithOnCreate(getter generic.RESTOptionsGetter, gr schema.GroupResource, fn func(runtime.Object)) generic.RESTOptionsGetter {
+	g := Wrap(getter).(RESTOptionsGetter)
+	on := map[schema.GroupResource]func(runtime.Object){gr: fn}
+	for k, v := range g.OnCreate {
+		if k != gr {
+			on[k] = v
+		}
+	}
+	g.OnCreate = on
+	return g
 }
 
 // WrapPerCluster is Wrap for stores built per logical cluster.
@@ -79,6 +97,7 @@ func (g RESTOptionsGetter) GetRESTOptions(gr schema.GroupResource, example runti
 	inner := opts.Decorator
 	cached := inner != nil && !isUndecorated(inner)
 	perCluster := g.PerCluster
+	onCreate := g.OnCreate[gr]
 	opts.Decorator = func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(runtime.Object) (string, error),
 		newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers,
 	) (storage.Interface, factory.DestroyFunc, error) {
@@ -101,7 +120,7 @@ func (g RESTOptionsGetter) GetRESTOptions(gr schema.GroupResource, example runti
 		if err != nil {
 			return nil, nil, err
 		}
-		return &Store{Interface: s, resourcePrefix: resourcePrefix, resource: gr}, destroy, nil
+		return &Store{Interface: s, resourcePrefix: resourcePrefix, resource: gr, onCreate: onCreate}, destroy, nil
 	}
 	return opts, nil
 }
@@ -216,6 +235,7 @@ type Store struct {
 	storage.Interface
 	resourcePrefix string
 	resource       schema.GroupResource
+	onCreate       func(runtime.Object)
 }
 
 func clusterOf(ctx context.Context) logicalcluster.Name {
@@ -283,6 +303,9 @@ func (s *Store) Create(ctx context.Context, key string, obj, out runtime.Object,
 	}
 	if err := annotate(obj, cluster); err != nil {
 		return err
+	}
+	if s.onCreate != nil {
+		s.onCreate(obj)
 	}
 	return datastoreError(s.Interface.Create(ctx, k, obj, out, ttl))
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -49,13 +50,21 @@ func (r *reconciler) reconcile(ctx context.Context, cluster logicalcluster.Name,
 	}
 	want.Status.AcceptedNames = names
 	apihelpers.SetCRDCondition(want, accepted)
-	if accepted.Status == apiextensionsv1.ConditionTrue && !apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.Established) {
-		// One process serves the CRD from this cache: nothing to wait for.
+	switch {
+	case apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.Established):
+	case accepted.Status == apiextensionsv1.ConditionTrue && apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) &&
+		equality.Semantic.DeepEqual(crd.Status.AcceptedNames, names):
+		// The serving cache (which this CRD was read from) already has the
+		// accepted names, so this process serves the resource, its
+		// discovery and its OpenAPI: a client that sees Established can
+		// use all three at once.
 		apihelpers.SetCRDCondition(want, apiextensionsv1.CustomResourceDefinitionCondition{
 			Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionTrue,
 			Reason: "InitialNamesAccepted", Message: "the initial names have been accepted",
 		})
-	} else if apihelpers.FindCRDCondition(crd, apiextensionsv1.Established) == nil {
+	case accepted.Status == apiextensionsv1.ConditionTrue:
+		apihelpers.SetCRDCondition(want, installing)
+	default:
 		apihelpers.SetCRDCondition(want, apiextensionsv1.CustomResourceDefinitionCondition{
 			Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionFalse,
 			Reason: "NotAccepted", Message: "not all names are accepted",
@@ -75,6 +84,32 @@ func (r *reconciler) reconcile(ctx context.Context, cluster logicalcluster.Name,
 		return 0, nil // the next event brings the current object
 	}
 	return 0, err
+}
+
+// installing is Established while the names are accepted but the resource
+// is not served yet.
+var installing = apiextensionsv1.CustomResourceDefinitionCondition{
+	Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionFalse,
+	Reason: "Installing", Message: "the resource is not served yet",
+}
+
+// InitialConditions completes a CRD as it is first stored (see
+// clusterstore.WithOnCreate): upstream stores new CRDs without conditions
+// and its controllers add them within milliseconds; here, under load, that
+// took seconds, and kubectl wait --for=condition=Established failed at once
+// on the missing list. obj is the internal type the storage layer sees.
+func InitialConditions(obj runtime.Object) {
+	crd, ok := obj.(*apiextensionsinternal.CustomResourceDefinition)
+	if !ok || len(crd.Status.Conditions) > 0 {
+		return
+	}
+	now := metav1.Now()
+	crd.Status.Conditions = []apiextensionsinternal.CustomResourceDefinitionCondition{
+		{Type: apiextensionsinternal.NamesAccepted, Status: apiextensionsinternal.ConditionUnknown, LastTransitionTime: now,
+			Reason: "Checking", Message: "the names are being checked against the other definitions of the logical cluster"},
+		{Type: apiextensionsinternal.Established, Status: apiextensionsinternal.ConditionFalse, LastTransitionTime: now,
+			Reason: installing.Reason, Message: installing.Message},
+	}
 }
 
 func setOrRemove(crd *apiextensionsv1.CustomResourceDefinition, t apiextensionsv1.CustomResourceDefinitionConditionType, c *apiextensionsv1.CustomResourceDefinitionCondition) {

@@ -435,22 +435,13 @@ func (s *Server) Terminate(limit time.Duration) (time.Duration, error) {
 	}
 }
 
-// WaitEstablished waits until the CRD (a "crd/NAME" argument, or "crd
-// --all") is Established in cluster. kubectl wait fails at once while a new
-// CRD has no conditions yet (issue 15: conditions appear only once kcp's
-// CRD controller has seen it), so it is retried until the deadline.
+// WaitEstablished runs kubectl wait --for=condition=Established on the CRDs
+// ("crd/NAME" arguments, or "crd --all") once: a new CRD has conditions from
+// its first version, so the wait must not fail at once.
 func (s *Server) WaitEstablished(cluster string, crd ...string) {
 	s.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	args := append([]string{"wait", "--for=condition=Established", "--timeout=30s"}, crd...)
-	for {
-		out, err := s.KubectlErr(cluster, "", args...)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("waiting for %v to be Established in %s: %v\n%s", crd, cluster, err, out)
-		}
-		time.Sleep(200 * time.Millisecond)
+	args := append([]string{"wait", "--for=condition=Established", "--timeout=60s"}, crd...)
+	if out, err := s.KubectlErr(cluster, "", args...); err != nil {
+		s.t.Fatalf("waiting for %v to be Established in %s: %v\n%s", crd, cluster, err, out)
 	}
 }
