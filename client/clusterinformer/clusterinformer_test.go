@@ -1,0 +1,268 @@
+package clusterinformer
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+func TestKeys(t *testing.T) {
+	for _, tc := range []struct {
+		cluster         logicalcluster.Name
+		namespace, name string
+		key             string
+	}{
+		{"root:a", "default", "cm", "root:a|default/cm"},
+		{"root:a:b", "", "node", "root:a:b|node"},
+		{"root", "kube-system", "x.y", "root|kube-system/x.y"},
+	} {
+		k := Key(tc.cluster, tc.namespace, tc.name)
+		if k != tc.key {
+			t.Errorf("Key(%q, %q, %q) = %q, want %q", tc.cluster, tc.namespace, tc.name, k, tc.key)
+		}
+		c, ns, n, err := SplitKey(k)
+		if err != nil || c != tc.cluster || ns != tc.namespace || n != tc.name {
+			t.Errorf("SplitKey(%q) = %q %q %q %v", k, c, ns, n, err)
+		}
+	}
+	if _, _, _, err := SplitKey("default/cm"); err == nil {
+		t.Error("SplitKey accepted a key without a cluster")
+	}
+	if _, err := KeyFunc(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}); err == nil {
+		t.Error("KeyFunc accepted an object without the cluster annotation")
+	}
+}
+
+func TestForCluster(t *testing.T) {
+	for host, want := range map[string]string{
+		"https://h:6443":                            "https://h:6443/clusters/root:a",
+		"https://h:6443/":                           "https://h:6443/clusters/root:a",
+		"https://h:6443/clusters/root":              "https://h:6443/clusters/root:a",
+		"https://h:6443/clusters/*":                 "https://h:6443/clusters/root:a",
+		"https://h/services/syncer/x/pc":            "https://h/services/syncer/x/pc/clusters/root:a",
+		"https://h/services/syncer/x/pc/clusters/*": "https://h/services/syncer/x/pc/clusters/root:a",
+	} {
+		if got := ForCluster(&rest.Config{Host: host}, "root:a").Host; got != want {
+			t.Errorf("ForCluster(%q) = %q, want %q", host, got, want)
+		}
+	}
+}
+
+func cm(cluster, ns, name string, lbls map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Namespace: ns, Name: name, Labels: lbls,
+		Annotations: map[string]string{logicalcluster.Annotation: cluster},
+	}}
+}
+
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *recorder) add(s string) { r.mu.Lock(); r.events = append(r.events, s); r.mu.Unlock() }
+
+func (r *recorder) handler() cache.ResourceEventHandler {
+	key := func(obj interface{}) string { k, _ := KeyFunc(obj); return k }
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { r.add("add " + key(obj)) },
+		UpdateFunc: func(_, obj interface{}) { r.add("update " + key(obj)) },
+		DeleteFunc: func(obj interface{}) { r.add("delete " + key(obj)) },
+	}
+}
+
+func (r *recorder) wait(t *testing.T, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		got := append([]string(nil), r.events...)
+		r.mu.Unlock()
+		if len(got) >= n {
+			return got
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("saw %v, want %d events", r.events, n)
+	return nil
+}
+
+// source lists and watches config maps of several clusters in memory.
+// (client-go's FakeControllerSource keys by namespace/name: it collapses
+// equal names of two clusters, the very trap this package avoids.)
+type source struct {
+	mu       sync.Mutex
+	rv       int
+	items    map[string]*corev1.ConfigMap
+	watchers []*watch.RaceFreeFakeWatcher
+}
+
+func newSource() *source { return &source{items: map[string]*corev1.ConfigMap{}} }
+
+func (s *source) change(t watch.EventType, obj *corev1.ConfigMap) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rv++
+	obj = obj.DeepCopy()
+	obj.ResourceVersion = strconv.Itoa(s.rv)
+	k, _ := KeyFunc(obj)
+	if t == watch.Deleted {
+		delete(s.items, k)
+	} else {
+		s.items[k] = obj
+	}
+	for _, w := range s.watchers {
+		w.Action(t, obj)
+	}
+}
+
+func (s *source) Add(obj *corev1.ConfigMap)    { s.change(watch.Added, obj) }
+func (s *source) Modify(obj *corev1.ConfigMap) { s.change(watch.Modified, obj) }
+func (s *source) Delete(obj *corev1.ConfigMap) { s.change(watch.Deleted, obj) }
+
+func (s *source) List(metav1.ListOptions) (runtime.Object, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: strconv.Itoa(s.rv)}}
+	for _, o := range s.items {
+		l.Items = append(l.Items, *o.DeepCopy())
+	}
+	return l, nil
+}
+
+func (s *source) Watch(metav1.ListOptions) (watch.Interface, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := watch.NewRaceFreeFake()
+	s.watchers = append(s.watchers, w)
+	return w, nil
+}
+
+// TestInformerKeepsEqualNamesApart feeds objects of equal names in several
+// clusters through the informer and checks the cache, the listers and the
+// events.
+func TestInformerKeepsEqualNamesApart(t *testing.T) {
+	src := newSource()
+	for _, c := range []string{"root:a", "root:b", "root:c"} {
+		src.Add(cm(c, "default", "settings", map[string]string{"app": "x"}))
+		src.Add(cm(c, "other", "settings", nil))
+	}
+	src.Add(cm("root:b", "default", "only-b", map[string]string{"app": "y"}))
+
+	inf := New[*corev1.ConfigMap](src, WithResource(corev1.Resource("configmaps")))
+	early := &recorder{}
+	inf.AddEventHandler(early.handler())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inf.Start(ctx)
+	inf.Start(ctx) // a second Start is a no-op
+	if err := inf.WaitForCacheSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := early.wait(t, 7); len(got) != 7 {
+		t.Errorf("initial events: %v", got)
+	}
+
+	l := inf.Lister()
+	all, _ := l.List(labels.Everything())
+	if len(all) != 7 {
+		t.Errorf("List across clusters: %d objects, want 7", len(all))
+	}
+	sel := labels.SelectorFromSet(labels.Set{"app": "x"})
+	if x, _ := l.List(sel); len(x) != 3 {
+		t.Errorf("List app=x: %d, want 3", len(x))
+	}
+	if b, _ := l.Cluster("root:b").List(nil); len(b) != 3 {
+		t.Errorf("root:b: %d objects, want 3", len(b))
+	}
+	if d, _ := l.Cluster("root:b").Namespace("default").List(labels.Everything()); len(d) != 2 {
+		t.Errorf("root:b/default: %d objects, want 2", len(d))
+	}
+	got, err := l.Cluster("root:c").Namespace("other").Get("settings")
+	if err != nil || ClusterOf(got) != "root:c" || got.Namespace != "other" {
+		t.Errorf("Get root:c other/settings = %v, %v", got, err)
+	}
+	if _, err := l.Cluster("root:a").Namespace("default").Get("only-b"); !apierrors.IsNotFound(err) {
+		t.Errorf("Get of another cluster's object: %v, want NotFound", err)
+	}
+
+	// A handler added late sees what is there, once, then changes.
+	late := &recorder{}
+	inf.AddEventHandler(late.handler())
+	late.wait(t, 7)
+	upd := cm("root:a", "default", "settings", map[string]string{"app": "z"})
+	src.Modify(upd)
+	src.Add(cm("root:c", "default", "only-b", nil))
+	src.Delete(cm("root:b", "default", "settings", nil))
+	want := []string{"update root:a|default/settings", "add root:c|default/only-b", "delete root:b|default/settings"}
+	for _, r := range []*recorder{early, late} {
+		got := r.wait(t, 10)
+		if len(got) != 10 || !equal(got[7:], want) {
+			t.Errorf("events after sync: %v, want %v", got[7:], want)
+		}
+	}
+	initial := late.events[:7]
+	sort.Strings(initial)
+	for i := 1; i < len(initial); i++ {
+		if initial[i] == initial[i-1] {
+			t.Errorf("late handler saw %q twice", initial[i])
+		}
+	}
+}
+
+func equal(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// refusingSource answers every list with 403, as the server does for a
+// credential without the wildcard grant.
+type refusingSource struct{ *source }
+
+func (refusingSource) List(metav1.ListOptions) (runtime.Object, error) {
+	return nil, apierrors.NewForbidden(corev1.Resource("configmaps"), "", nil)
+}
+
+func TestWaitForCacheSyncReportsRefusal(t *testing.T) {
+	inf := New[*corev1.ConfigMap](refusingSource{newSource()}, WithResource(corev1.Resource("configmaps")))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	inf.Start(ctx)
+	start := time.Now()
+	err := inf.WaitForCacheSync(ctx)
+	var refused *RefusedError
+	if !apierrors.IsForbidden(err) || !asRefused(err, &refused) {
+		t.Fatalf("WaitForCacheSync = %v, want a RefusedError wrapping Forbidden", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("refusal reported after %s", time.Since(start))
+	}
+	t.Logf("error: %v", err)
+}
+
+func asRefused(err error, target **RefusedError) bool {
+	r, ok := err.(*RefusedError)
+	*target = r
+	return ok
+}

@@ -1,0 +1,131 @@
+package clusterinformer
+
+import (
+	"context"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+)
+
+// ListWatch adapts a typed, dynamic or metadata client's List and Watch of
+// one resource (usually through WildcardConfig) to a ListerWatcher.
+func ListWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error), watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return list(ctx, o) },
+		WatchFuncWithContext: watchFn,
+	}
+}
+
+// NewController returns the cache and the list/watch loop of an informer
+// over lw whose cache uses KeyFunc and the given indexers and which calls
+// handler (if any) for every change, on the loop's goroutine. Informer is
+// the friendlier wrapper; this is the building block kcp's own controllers
+// use.
+func NewController(lw cache.ListerWatcher, objType runtime.Object, indexers cache.Indexers, handler cache.ResourceEventHandler) (cache.Indexer, cache.Controller) {
+	return newController(lw, objType, indexers, handler, nil, nil)
+}
+
+// newController is NewController; lock (if any) is held around each
+// change's cache update and handler calls, and onError (if any) hears of
+// every failed list or dropped watch.
+func newController(lw cache.ListerWatcher, objType runtime.Object, indexers cache.Indexers, handler cache.ResourceEventHandler,
+	lock sync.Locker, onError cache.WatchErrorHandlerWithContext) (cache.Indexer, cache.Controller) {
+	if indexers == nil {
+		indexers = cache.Indexers{}
+	}
+	if handler == nil {
+		handler = cache.ResourceEventHandlerFuncs{}
+	}
+	indexer := cache.NewIndexer(KeyFunc, indexers)
+	fifo := cache.NewDeltaFIFOWithOptions(cache.DeltaFIFOOptions{
+		KeyFunction:           KeyFunc,
+		KnownObjects:          indexer,
+		EmitDeltaTypeReplaced: true,
+		Transformer:           dropManagedFields,
+	})
+	apply := func(d cache.Delta, isInInitialList bool) error {
+		if lock != nil {
+			lock.Lock()
+			defer lock.Unlock()
+		}
+		if d.Type == cache.Deleted {
+			if err := indexer.Delete(d.Object); err != nil {
+				return err
+			}
+			handler.OnDelete(d.Object)
+			return nil
+		}
+		old, exists, err := indexer.Get(d.Object)
+		if err != nil {
+			return err
+		}
+		if exists {
+			if err := indexer.Update(d.Object); err != nil {
+				return err
+			}
+			handler.OnUpdate(old, d.Object)
+			return nil
+		}
+		if err := indexer.Add(d.Object); err != nil {
+			return err
+		}
+		handler.OnAdd(d.Object, isInInitialList)
+		return nil
+	}
+	process := func(obj interface{}, isInInitialList bool) error {
+		for _, d := range obj.(cache.Deltas) {
+			if err := apply(d, isInInitialList); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	cfg := &cache.Config{
+		Queue:         fifo,
+		ListerWatcher: listOnly{lw},
+		ObjectType:    objType,
+		Process:       process,
+	}
+	if onError != nil {
+		cfg.WatchErrorHandlerWithContext = onError
+	}
+	return indexer, cache.New(cfg)
+}
+
+// dropManagedFields keeps shared caches small: with objects of every
+// cluster in memory, managed fields would be most of their size, and
+// controllers reading across clusters rarely need them.
+func dropManagedFields(obj interface{}) (interface{}, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// listOnly keeps the reflector from streaming the initial state as watch
+// events (WatchList): client-go collects those in a temporary store keyed
+// by namespace/name alone, where objects of equal name in different
+// clusters overwrite each other. A plain list is keyed by KeyFunc.
+type listOnly struct{ cache.ListerWatcher }
+
+// ListWithContext never pages: an informer across clusters reads one
+// resource of every cluster, and the watch cache serves each page of a
+// paged list by collecting everything from the page's start to the end of
+// the resource (upstream's cacher), so paging through a million objects
+// 500 at a time costs about a thousand times one whole list. Without the
+// cache, kine counts the rest of the range for every page, which is just
+// as quadratic. One unpaged list is linear in both.
+func (l listOnly) ListWithContext(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	o.Limit, o.Continue = 0, ""
+	return cache.ToListerWatcherWithContext(l.ListerWatcher).ListWithContext(ctx, o)
+}
+
+func (l listOnly) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	return cache.ToListerWatcherWithContext(l.ListerWatcher).WatchWithContext(ctx, o)
+}
+
+func (listOnly) IsWatchListSemanticsUnSupported() bool { return true }
