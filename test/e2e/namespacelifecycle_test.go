@@ -65,3 +65,82 @@ func TestNamespaceLifecyclePerCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultNamespaces: a new workspace has default, kube-system and
+// kube-public, each with its default service account and kube-root-ca.crt,
+// as a new cluster has; they take content and cannot be deleted; a
+// Placement that selects every namespace leaves the two system ones alone.
+func TestDefaultNamespaces(t *testing.T) {
+	s := framework.StartServer(t, "")
+	ws := "root:fresh"
+	s.CreateWorkspaces(ws, "root:fresh-compute")
+	ctx := context.Background()
+	c := s.Client(ws)
+	for _, ns := range []string{"default", "kube-system", "kube-public"} {
+		framework.Eventually(t, 20*time.Second, "the defaults of namespace "+ns, func() (bool, string) {
+			if _, err := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
+				return false, err.Error()
+			}
+			if _, err := c.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err != nil {
+				return false, err.Error()
+			}
+			_, err := c.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+			return err == nil, fmt.Sprint(err)
+		})
+		out, err := s.KubectlErr(ws, "", "delete", "namespace", ns)
+		if err == nil || !strings.Contains(out, "may not be deleted") {
+			t.Errorf("deleting %s: %v %s", ns, err, out)
+		}
+	}
+	if out := s.Kubectl(ws, "get", "namespaces", "-o", "name"); strings.Count(out, "namespace/") != 3 {
+		t.Errorf("a new workspace should have exactly default, kube-system and kube-public:\n%s", out)
+	}
+	s.Kubectl(ws, "-n", "kube-system", "create", "configmap", "cluster-settings", "--from-literal=a=b")
+	// Another workspace's kube-system is its own.
+	if _, err := s.Client("root:fresh-compute").CoreV1().ConfigMaps("kube-system").Get(ctx, "cluster-settings", metav1.GetOptions{}); err == nil {
+		t.Error("a config map of root:fresh's kube-system is visible in root:fresh-compute's")
+	}
+
+	// A Placement with an empty namespace selector places default (and a
+	// namespace of the user's) but neither kube-system nor kube-public.
+	s.Kubectl(ws, "create", "namespace", "app")
+	// A SyncTarget whose "syncer" is this test: Ready by its own heartbeat.
+	compute := "root:fresh-compute"
+	if out, err := s.KubectlErr(compute, `apiVersion: workload.kcp.io/v1alpha1
+kind: SyncTarget
+metadata: {name: t1}
+spec: {heartbeatTimeout: 10m}
+`, "apply", "-f", "-"); err != nil {
+		t.Fatalf("creating a SyncTarget: %v\n%s", err, out)
+	}
+	now := time.Now().UTC().Format(time.RFC3339)
+	s.Kubectl(compute, "patch", "synctarget", "t1", "--subresource=status", "--type=merge", "-p",
+		`{"status":{"lastHeartbeatTime":"`+now+`","conditions":[{"type":"Ready","status":"True","reason":"SyncerHeartbeat","message":"test","lastTransitionTime":"`+now+`"}]}}`)
+	if out, err := s.KubectlErr(ws, `apiVersion: workload.kcp.io/v1alpha1
+kind: Placement
+metadata: {name: all}
+spec:
+  locationWorkspace: root:fresh-compute
+  namespaceSelector: {}
+`, "apply", "-f", "-"); err != nil {
+		t.Fatalf("creating a Placement: %v\n%s", err, out)
+	}
+	framework.Eventually(t, 30*time.Second, "default and app to be looked at by the placement", func() (bool, string) {
+		out := s.Kubectl(ws, "get", "namespaces", "-o", `jsonpath={range .items[*]}{.metadata.name}={.metadata.annotations}{"\n"}{end}`)
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			name, ann, _ := strings.Cut(line, "=")
+			placed := strings.Contains(ann, "workload.kcp.io/")
+			switch name {
+			case "default", "app":
+				if !placed {
+					return false, line
+				}
+			case "kube-system", "kube-public":
+				if placed {
+					t.Fatalf("%s was placed: %s", name, line)
+				}
+			}
+		}
+		return true, ""
+	})
+}

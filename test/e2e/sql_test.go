@@ -65,13 +65,14 @@ func TestSQLShowsObjectsPerCluster(t *testing.T) {
 			}
 			return got
 		}
-		// A new workspace holds its LogicalCluster, the default namespace and
-		// the owner's binding; each namespace gets its default service account
-		// and kube-root-ca.crt (from a controller, so wait for them); then the
-		// shop namespace and the live configmaps (a deleted one is not live).
-		framework.Eventually(t, 20*time.Second, "footprint root:sql-a=9 root:sql-b=9", func() (bool, string) {
+		// A new workspace holds its LogicalCluster, the namespaces default,
+		// kube-system and kube-public, and the owner's binding; each namespace
+		// gets its default service account and kube-root-ca.crt (from a
+		// controller, so wait for them); then the shop namespace and the live
+		// configmaps (a deleted one is not live).
+		framework.Eventually(t, 20*time.Second, "footprint root:sql-a=15 root:sql-b=15", func() (bool, string) {
 			got := footprint()
-			return got["root:sql-a"] == 9 && got["root:sql-b"] == 9 && got["root"] > 0, fmt.Sprint(got)
+			return got["root:sql-a"] == 15 && got["root:sql-b"] == 15 && got["root"] > 0, fmt.Sprint(got)
 		})
 		q := `SELECT namespace, name FROM kcp_objects WHERE cluster = 'root:sql-a' AND resource = 'configmaps' AND name LIKE 'cm-%'`
 		var ns, name string

@@ -148,8 +148,14 @@ func Decode(obj *unstructured.Unstructured) (*workload.Placement, error) {
 }
 
 // Selects reports whether a Placement selects a namespace with these labels.
+// kube-system and kube-public (known by the name label every namespace
+// carries) are never placed: every workspace has them, empty, and every
+// physical cluster has its own.
 func Selects(p *workload.Placement, nsLabels map[string]string) bool {
 	if p.DeletionTimestamp != nil || p.Spec.NamespaceSelector == nil {
+		return false
+	}
+	if n := nsLabels[corev1.LabelMetadataName]; n == metav1.NamespaceSystem || n == metav1.NamespacePublic {
 		return false
 	}
 	sel, err := metav1.LabelSelectorAsSelector(p.Spec.NamespaceSelector)

@@ -79,7 +79,7 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 	case err != nil:
 		return err
 	}
-	if _, err := cc.core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: metav1.NamespaceDefault}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := createNamespaces(ctx, cc, DefaultNamespaces...); err != nil {
 		return err
 	}
 	if owner, ok := ownerOf(ws); ok {
@@ -94,6 +94,33 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 		return err
 	}
 	return r.setStatus(ctx, parent, ws, tenancy.PhaseReady, url, "")
+}
+
+// DefaultNamespaces are the namespaces every new logical cluster has, as a
+// new Kubernetes cluster does (kube-node-lease aside: logical clusters have
+// no nodes). Tools and charts expect kube-system and kube-public.
+var DefaultNamespaces = []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic}
+
+// createNamespaces creates the namespaces at once (one request each, in
+// parallel, so a new workspace waits for one round trip).
+func createNamespaces(ctx context.Context, cc *clients, names ...string) error {
+	errs := make(chan error, len(names))
+	for _, n := range names {
+		go func() {
+			_, err := cc.core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				err = nil
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for range names {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // syncLimits copies a ready Workspace's spec.limits to its LogicalCluster
