@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -222,9 +223,12 @@ type RefusedError struct {
 }
 
 func (e *RefusedError) Error() string {
-	return fmt.Sprintf("listing %s across all logical clusters (/clusters/*) was refused: %v; "+
-		"the credential needs get, list and watch on the non-resource URL /clusters/* in root "+
-		"(see docs/controllers.md)", e.Resource, e.Err)
+	msg := fmt.Sprintf("listing %s across all logical clusters (/clusters/*) was refused: %v", e.Resource, e.Err)
+	if !strings.Contains(e.Err.Error(), "/clusters/*") {
+		// kcp names the fix itself; other servers (or a proxy) may not.
+		msg += "; the credential needs get, list and watch on the non-resource URL /clusters/* in root"
+	}
+	return msg + " (see docs/controllers.md in kcp on SQL)"
 }
 
 func (e *RefusedError) Unwrap() error { return e.Err }
