@@ -228,7 +228,7 @@ func (e *RefusedError) Error() string {
 		// kcp names the fix itself; other servers (or a proxy) may not.
 		msg += "; the credential needs get, list and watch on the non-resource URL /clusters/* in root"
 	}
-	return msg + " (see docs/controllers.md in kcp on SQL)"
+	return msg + " (see docs/controllers.md)"
 }
 
 func (e *RefusedError) Unwrap() error { return e.Err }

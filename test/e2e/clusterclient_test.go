@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -14,7 +15,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
@@ -98,6 +101,41 @@ func TestClusterClient(t *testing.T) {
 				t.Errorf("stock informer holds %d of %d config maps, expected the 12 distinct namespace/names (if this is %d, client-go became cluster-aware)", n, created, created)
 			} else {
 				t.Logf("stock informer holds %d of %d config maps: equal names of different workspaces overwrite each other", n, created)
+			}
+		})
+
+		t.Run("stock reflector into a cluster-keyed store loses objects too (WatchList)", func(t *testing.T) {
+			if os.Getenv("KUBE_FEATURE_WatchListClient") == "false" {
+				t.Skip("WatchList is off in this environment")
+			}
+			cs, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(cfg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lw := &cache.ListWatch{
+				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					o.LabelSelector = sel.String()
+					return cs.CoreV1().ConfigMaps("").List(ctx, o)
+				},
+				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+					o.LabelSelector = sel.String()
+					return cs.CoreV1().ConfigMaps("").Watch(ctx, o)
+				},
+			}
+			store := cache.NewStore(clusterinformer.KeyFunc)
+			rctx, rcancel := context.WithCancel(ctx)
+			defer rcancel()
+			go cache.NewReflector(lw, &corev1.ConfigMap{}, store, 0).RunWithContext(rctx)
+			framework.Eventually(t, 30*time.Second, "the reflector's initial state", func() (bool, string) {
+				return len(store.List()) > 0, ""
+			})
+			time.Sleep(time.Second)
+			// client-go streams the initial state into a temporary store keyed
+			// by namespace/name before handing it over.
+			if n := len(store.List()); n != 12 {
+				t.Errorf("stock reflector with a cluster-keyed store holds %d of %d, expected 12 (WatchList collapsing equal names)", n, created)
+			} else {
+				t.Logf("stock reflector with a cluster-keyed store holds %d of %d", n, created)
 			}
 		})
 
