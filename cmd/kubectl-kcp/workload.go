@@ -38,8 +38,7 @@ func newWorkloadCommand() *cobra.Command {
 		Use:   "workload",
 		Short: "Register physical clusters (SyncTargets) and run their syncers",
 	}
-	cmd.PersistentFlags().StringVar(&o.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	cmd.PersistentFlags().StringVar(&o.context, "context", "", "kubeconfig context to use (default: the current context)")
+	o.addKubectlFlags(cmd)
 	var labels, resources, output, kubeconfigOut, image string
 	var expiration time.Duration
 	sync := &cobra.Command{

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -26,9 +27,17 @@ import (
 const previousContext = "kcp-previous-workspace"
 
 type wsOptions struct {
-	kubeconfig string
-	context    string
-	timeout    time.Duration
+	// kubectl's own connection flags (--kubeconfig, --context, --server,
+	// --token, --as, ...): kubectl passes a plugin every flag given after the
+	// plugin's name, and users expect the ones they give kubectl to work.
+	flags   *genericclioptions.ConfigFlags
+	timeout time.Duration
+}
+
+// addKubectlFlags gives cmd kubectl's connection flags.
+func (o *wsOptions) addKubectlFlags(cmd *cobra.Command) {
+	o.flags = genericclioptions.NewConfigFlags(false)
+	o.flags.AddFlags(cmd.PersistentFlags())
 }
 
 func newWorkspaceCommand() *cobra.Command {
@@ -52,8 +61,7 @@ kubeconfig's current cluster (https://host:6443/clusters/root:acme);
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.current(cmd.OutOrStdout()) },
 	}
-	cmd.PersistentFlags().StringVar(&o.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	cmd.PersistentFlags().StringVar(&o.context, "context", "", "kubeconfig context to use and edit (default: the current context)")
+	o.addKubectlFlags(cmd)
 	cmd.PersistentFlags().DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for a workspace to become ready")
 
 	var wsType string
@@ -87,7 +95,7 @@ kubeconfig's current cluster (https://host:6443/clusters/root:acme);
 // state is the loaded kubeconfig with the current server split into its
 // base URL and workspace path.
 type state struct {
-	rules   *clientcmd.ClientConfigLoadingRules
+	loader  clientcmd.ClientConfig
 	raw     clientcmdapi.Config
 	context string
 	cluster string
@@ -96,31 +104,32 @@ type state struct {
 }
 
 func (o *wsOptions) load() (*state, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if o.kubeconfig != "" {
-		rules.ExplicitPath = o.kubeconfig
-	}
-	raw, err := rules.Load()
+	loader := o.flags.ToRawKubeConfigLoader()
+	raw, err := loader.RawConfig()
 	if err != nil {
 		return nil, err
 	}
-	ctxName := o.context
-	if ctxName == "" {
-		ctxName = raw.CurrentContext
-	}
-	kctx, ok := raw.Contexts[ctxName]
-	if !ok {
-		return nil, fmt.Errorf("kubeconfig has no context %q", ctxName)
-	}
-	cl, ok := raw.Clusters[kctx.Cluster]
-	if !ok {
-		return nil, fmt.Errorf("context %q names cluster %q, which the kubeconfig lacks", ctxName, kctx.Cluster)
-	}
-	base, current, err := splitServer(cl.Server)
+	// The configuration with every flag applied (--server, --context, ...).
+	cfg, err := loader.ClientConfig()
 	if err != nil {
 		return nil, err
 	}
-	return &state{rules: rules, raw: *raw, context: ctxName, cluster: kctx.Cluster, base: base, current: current}, nil
+	ctxName := raw.CurrentContext
+	if o.flags.Context != nil && *o.flags.Context != "" {
+		ctxName = *o.flags.Context
+	}
+	clusterName := ""
+	if kctx, ok := raw.Contexts[ctxName]; ok {
+		clusterName = kctx.Cluster
+	}
+	if o.flags.ClusterName != nil && *o.flags.ClusterName != "" {
+		clusterName = *o.flags.ClusterName
+	}
+	base, current, err := splitServer(cfg.Host)
+	if err != nil {
+		return nil, err
+	}
+	return &state{loader: loader, raw: raw, context: ctxName, cluster: clusterName, base: base, current: current}, nil
 }
 
 // loadCurrent loads the kubeconfig and returns the client configuration
@@ -158,7 +167,7 @@ func splitServer(server string) (string, logicalcluster.Name, error) {
 }
 
 func (s *state) config(cluster logicalcluster.Name) (*rest.Config, error) {
-	cfg, err := clientcmd.NewNonInteractiveClientConfig(s.raw, s.context, &clientcmd.ConfigOverrides{}, s.rules).ClientConfig()
+	cfg, err := s.loader.ClientConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -224,12 +233,15 @@ func (o *wsOptions) enter(out io.Writer, s *state, target logicalcluster.Name) e
 		}
 		return fmt.Errorf("workspace %q: %v", target, err)
 	}
+	if s.raw.Clusters[s.cluster] == nil {
+		return fmt.Errorf("workspace %q exists, but there is no kubeconfig cluster to point at it (context %q names none): entering a workspace edits the server URL of the current context's cluster", target, s.context)
+	}
 	cl := s.raw.Clusters[s.cluster].DeepCopy()
 	prev := cl.DeepCopy()
 	cl.Server = s.base + "/clusters/" + string(target)
 	s.raw.Clusters[s.cluster] = cl
 	s.raw.Clusters[previousContext] = prev
-	if err := clientcmd.ModifyConfig(s.rules, s.raw, true); err != nil {
+	if err := clientcmd.ModifyConfig(s.loader.ConfigAccess(), s.raw, true); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "Current workspace is %q.\n", target)

@@ -77,6 +77,25 @@ func TestWorkspacePlugin(t *testing.T) {
 			t.Errorf("kubectl %s create Bad_Name: %v\n%s", strings.Join(plugin, " "), err, out)
 		}
 	}
+	// kubectl's connection flags work after the plugin's name: --server
+	// (with the kubeconfig's credentials), --kubeconfig, --context.
+	expect(run("kcp", "ws", "current", "--server", s.URL()+"/clusters/root:acme:web"), `Current workspace is "root:acme:web".`)
+	expect(run("ws", "tree", "--server", s.URL()+"/clusters/root:acme"), "root:acme\n└── web\n")
+	other := filepath.Join(t.TempDir(), "other")
+	if err := os.WriteFile(other, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	expect(run("ws", "--kubeconfig", other, "use", "root:acme:web"), `Current workspace is "root:acme:web".`)
+	expect(run("kcp", "ws", "current", "--kubeconfig", other), `Current workspace is "root:acme:web".`)
+	expect(run("kcp", "ws", "current"), `Current workspace is "root:acme".`) // the default kubeconfig is untouched
+	out, err := s.KubectlPlugin(kc, "ws", "current", "--context", "nope")
+	if err == nil || !strings.Contains(out, `context "nope" does not exist`) {
+		t.Errorf("kubectl ws current --context nope: %v\n%s", err, out)
+	}
+	// kubectl itself refuses flags before a plugin's name; the plugin's
+	// help says where they go.
+	expect(run("ws", "--help"), "--server")
+
 	// Usage names the commands as users type them.
 	expect(run("ws", "use", "--help"), "kubectl ws use")
 	expect(run("kcp", "ws", "use", "--help"), "kubectl kcp ws use")
