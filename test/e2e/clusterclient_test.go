@@ -176,6 +176,24 @@ func TestClusterClient(t *testing.T) {
 			if _, err := l.Cluster(workspaces[0]).Namespace("default").Get("only-1"); !apierrors.IsNotFound(err) {
 				t.Errorf("Get of another workspace's object: %v, want NotFound", err)
 			}
+
+			// The same through the dynamic constructor (unstructured objects).
+			dinf, err := clusterinformer.Dynamic(cfg, schema.GroupVersionResource{Version: "v1", Resource: "configmaps"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dctx, dcancel := context.WithCancel(ctx)
+			defer dcancel()
+			dinf.Start(dctx)
+			if err := dinf.WaitForCacheSync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if all, _ := dinf.Lister().List(sel); len(all) != created {
+				t.Errorf("dynamic informer: %d objects, want %d", len(all), created)
+			}
+			if u, err := dinf.Lister().Cluster(workspaces[5]).Namespace("default").Get("shared"); err != nil || u.GetAnnotations()[logicalcluster.Annotation] != string(workspaces[5]) {
+				t.Errorf("dynamic Get(shared) in %s: %v, %v", workspaces[5], u, err)
+			}
 		})
 
 		t.Run("events name the cluster and the kind of change", func(t *testing.T) {
