@@ -33,6 +33,14 @@ func TestMissingClusterIsNotCreated(t *testing.T) {
 				t.Errorf("%s in a missing cluster: %d %s", m, code, body)
 			}
 		}
+		// kubectl says why, also where it starts with discovery (client-go
+		// reads discovery errors raw and made them "Forbidden: unknown").
+		for _, args := range [][]string{{"api-resources"}, {"get", "configmaps"}, {"api-versions"}} {
+			out, err := s.KubectlErr("root:ghost", "", args...)
+			if err == nil || !strings.Contains(out, "logical cluster root:ghost does not exist") || strings.Contains(out, "unknown") {
+				t.Errorf("kubectl %s in a missing workspace: %v\n%s", strings.Join(args, " "), err, out)
+			}
+		}
 		var n int
 		if err := openDatastore(t, s).QueryRow(`SELECT COUNT(*) FROM kine WHERE cluster = 'root:ghost'`).Scan(&n); err != nil || n != 0 {
 			t.Errorf("rows of root:ghost: %d %v", n, err)
