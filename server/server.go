@@ -181,7 +181,7 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, began *incar
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
 		// After authorization: reads at resource versions from before a
 		// cluster's current incarnation answer 410 (incarnations).
-		routed := routing.WithLogicalCluster(routing.WithReadableDiscoveryErrors(errorlimit.WithLimit(inner(incarnations.WithIncarnations(crds.Wrap(h), began), gc))))
+		routed := routing.WithLogicalCluster(errorlimit.WithLimit(inner(incarnations.WithIncarnations(crds.Wrap(h), began), gc)))
 		view, err := syncerview.New(routed, gc.Authentication.Authenticator, gc.Authorization.Authorizer, gc.LoopbackClientConfig)
 		if err != nil {
 			klog.Fatalf("building the syncer view: %v", err)

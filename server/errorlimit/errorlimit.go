@@ -1,8 +1,10 @@
-// Package errorlimit keeps error responses small. A validation error can
-// quote a whole schema back (an enum of 100,000 values listed in every
-// "supported values" message made a 3.4 MB answer); such a Status is cut to
-// a readable size before it leaves the server. Successful responses and
-// watches pass through untouched.
+// Package errorlimit keeps error responses small and readable. A
+// validation error can quote a whole schema back (an enum of 100,000 values
+// listed in every "supported values" message made a 3.4 MB answer); such a
+// Status is cut to a readable size before it leaves the server. A failed
+// discovery request answers its message as text/plain (see
+// isDiscoveryRequest). Successful responses and watches pass through
+// untouched.
 package errorlimit
 
 import (
@@ -15,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/endpoints/responsewriter"
 )
 
@@ -30,7 +33,7 @@ const (
 // WithLimit wraps h so that JSON error bodies over MaxBody are cut.
 func WithLimit(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		lw := &limitWriter{ResponseWriter: w}
+		lw := &limitWriter{ResponseWriter: w, plain: isDiscoveryRequest(r)}
 		h.ServeHTTP(responsewriter.WrapForHTTP1Or2(lw), r)
 		lw.finish()
 	})
@@ -41,6 +44,27 @@ type limitWriter struct {
 	code      int
 	buffering bool
 	buf       bytes.Buffer
+	plain     bool // answer the Status's message as text/plain
+}
+
+// isDiscoveryRequest: GET /api, /api/v1, /apis, /apis/<group> or
+// /apis/<group>/<version>. client-go's discovery client reads those answers
+// raw and, for any content type but text/plain, reports every failure as
+// "unknown": kubectl api-resources, and any kubectl command whose discovery
+// cache is cold, printed "Error from server (Forbidden): unknown" for a
+// workspace that does not exist, where the server had said why.
+func isDiscoveryRequest(r *http.Request) bool {
+	if r.Method != http.MethodGet {
+		return false
+	}
+	p := strings.TrimSuffix(r.URL.Path, "/")
+	switch {
+	case p == "/api" || p == "/api/v1" || p == "/apis":
+		return true
+	case strings.HasPrefix(p, "/apis/"):
+		return strings.Count(p, "/") <= 3
+	}
+	return false
 }
 
 func (w *limitWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -86,6 +110,13 @@ func (w *limitWriter) finish() {
 	} else if len(body) > MaxBody {
 		if cut, ok := Cut(body); ok {
 			body = cut
+		}
+	}
+	if w.plain && w.Header().Get("Content-Encoding") == "" {
+		var st metav1.Status
+		if err := json.Unmarshal(body, &st); err == nil && st.Kind == "Status" && st.Message != "" {
+			body = []byte(st.Message + "\n")
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		}
 	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))

@@ -95,34 +95,3 @@ func FuzzSplit(f *testing.F) {
 		}
 	})
 }
-
-func TestReadableDiscoveryErrors(t *testing.T) {
-	status := `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"logical cluster root:nope does not exist","reason":"Forbidden","code":403}`
-	h := WithReadableDiscoveryErrors(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		if r.URL.Query().Get("ok") != "" {
-			_, _ = w.Write([]byte(`{"kind":"APIVersions"}`))
-			return
-		}
-		w.WriteHeader(http.StatusForbidden)
-		_, _ = w.Write([]byte(status))
-	}))
-	for _, tc := range []struct {
-		method, path string
-		code         int
-		contentType  string
-		body         string
-	}{
-		{"GET", "/api", 403, "text/plain; charset=utf-8", "logical cluster root:nope does not exist\n"},
-		{"GET", "/apis/apps/v1", 403, "text/plain; charset=utf-8", "logical cluster root:nope does not exist\n"},
-		{"GET", "/apis?ok=1", 200, "application/json", `{"kind":"APIVersions"}`},
-		{"GET", "/api/v1/namespaces", 403, "application/json", status},
-		{"POST", "/api", 403, "application/json", status},
-	} {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
-		if rec.Code != tc.code || rec.Header().Get("Content-Type") != tc.contentType || rec.Body.String() != tc.body {
-			t.Errorf("%s %s: %d %q %q", tc.method, tc.path, rec.Code, rec.Header().Get("Content-Type"), rec.Body.String())
-		}
-	}
-}
