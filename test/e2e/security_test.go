@@ -142,6 +142,10 @@ func TestCrossClusterAttempts(t *testing.T) {
 		{"root's kcp-tenants FlowSchema read through a tenant", admin, "GET", "/clusters/root:team-a/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/kcp-tenants", "", []int{404}},
 		{"root's kcp-tenants priority level changed by a tenant user", alice, "PATCH", "/clusters/root/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/kcp-tenants",
 			`{"spec":{"limited":{"nominalConcurrencyShares":1000}}}`, []int{403}},
+		// Default namespaces (issue 15): each workspace's own, and kept.
+		{"another cluster's kube-system without access", alice, "GET", "/clusters/root:team-b/api/v1/namespaces/kube-system/configmaps", "", []int{403}},
+		{"deleting a workspace's kube-system", admin, "DELETE", "/clusters/root:team-a/api/v1/namespaces/kube-system", "", []int{403}},
+		{"deleting a workspace's kube-public", admin, "DELETE", "/clusters/root:team-a/api/v1/namespaces/kube-public", "", []int{403}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -157,6 +161,23 @@ func TestCrossClusterAttempts(t *testing.T) {
 				t.Errorf("%s %s leaked team-b's secret: %s", tc.method, tc.path, body)
 			}
 		})
+	}
+
+	// A failed discovery request answers its message as plain text (issue
+	// 15); it tells a user without access an existing workspace and a
+	// missing one alike.
+	_, existing := do(t, alice, "GET", u+"/clusters/root:team-b/apis", "")
+	_, missing := do(t, alice, "GET", u+"/clusters/root:team-x/apis", "")
+	if existing == "" || strings.ReplaceAll(existing, "root:team-b", "X") != strings.ReplaceAll(missing, "root:team-x", "X") {
+		t.Errorf("discovery errors tell an existing workspace from a missing one:\n%s\n%s", existing, missing)
+	}
+
+	// A CRD created with a forged status (Established, a reason of the
+	// client's) is stored with kcp's initial conditions instead.
+	code, body := do(t, admin, "POST", u+"/clusters/root:team-a/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+		`{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"forged.example.com"},"spec":{"group":"example.com","scope":"Namespaced","names":{"plural":"forged","kind":"Forged"},"versions":[{"name":"v1","served":true,"storage":true,"schema":{"openAPIV3Schema":{"type":"object"}}}]},"status":{"conditions":[{"type":"Established","status":"True","reason":"ForgedByClient","message":"x","lastTransitionTime":"2020-01-01T00:00:00Z"}]}}`)
+	if code != 201 || strings.Contains(body, "ForgedByClient") || !strings.Contains(body, "Installing") {
+		t.Errorf("a CRD created with a forged status: %d %s", code, body)
 	}
 
 	// Headers never select a cluster.
@@ -175,7 +196,7 @@ func TestCrossClusterAttempts(t *testing.T) {
 	}
 
 	// The privileged wildcard list works and names each object's cluster.
-	code, body := do(t, admin, "GET", u+"/clusters/*/api/v1/secrets", "")
+	code, body = do(t, admin, "GET", u+"/clusters/*/api/v1/secrets", "")
 	if code != 200 || !strings.Contains(body, `"kcp.io/cluster":"root:team-b"`) {
 		t.Errorf("privileged wildcard list: %d %s", code, body)
 	}
