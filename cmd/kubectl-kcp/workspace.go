@@ -95,7 +95,8 @@ kubeconfig's current cluster (https://host:6443/clusters/root:acme);
 // state is the loaded kubeconfig with the current server split into its
 // base URL and workspace path.
 type state struct {
-	loader  clientcmd.ClientConfig
+	access  clientcmd.ConfigAccess // where use writes the kubeconfig
+	client  *rest.Config           // with every flag applied, read once
 	raw     clientcmdapi.Config
 	context string
 	cluster string
@@ -129,7 +130,7 @@ func (o *wsOptions) load() (*state, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &state{loader: loader, raw: raw, context: ctxName, cluster: clusterName, base: base, current: current}, nil
+	return &state{access: loader.ConfigAccess(), client: cfg, raw: raw, context: ctxName, cluster: clusterName, base: base, current: current}, nil
 }
 
 // loadCurrent loads the kubeconfig and returns the client configuration
@@ -139,10 +140,7 @@ func (o *wsOptions) loadCurrent() (*state, *rest.Config, dynamic.Interface, erro
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	cfg, err := s.config(s.current)
-	if err != nil {
-		return nil, nil, nil, err
-	}
+	cfg := s.config(s.current)
 	dyn, err := dynamic.NewForConfig(cfg)
 	return s, cfg, dyn, err
 }
@@ -166,21 +164,14 @@ func splitServer(server string) (string, logicalcluster.Name, error) {
 	return strings.TrimSuffix(u.String(), "/"), name, nil
 }
 
-func (s *state) config(cluster logicalcluster.Name) (*rest.Config, error) {
-	cfg, err := s.loader.ClientConfig()
-	if err != nil {
-		return nil, err
-	}
+func (s *state) config(cluster logicalcluster.Name) *rest.Config {
+	cfg := rest.CopyConfig(s.client)
 	cfg.Host = s.base + "/clusters/" + string(cluster)
-	return cfg, nil
+	return cfg
 }
 
 func (s *state) workspaces(cluster logicalcluster.Name) (dynamic.ResourceInterface, error) {
-	cfg, err := s.config(cluster)
-	if err != nil {
-		return nil, err
-	}
-	d, err := dynamic.NewForConfig(cfg)
+	d, err := dynamic.NewForConfig(s.config(cluster))
 	if err != nil {
 		return nil, err
 	}
@@ -217,11 +208,7 @@ func (s *state) resolve(arg string) (logicalcluster.Name, error) {
 
 // enter checks that the workspace answers and points the kubeconfig at it.
 func (o *wsOptions) enter(out io.Writer, s *state, target logicalcluster.Name) error {
-	cfg, err := s.config(target)
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := kubernetes.NewForConfig(s.config(target))
 	if err != nil {
 		return err
 	}
@@ -241,7 +228,7 @@ func (o *wsOptions) enter(out io.Writer, s *state, target logicalcluster.Name) e
 	cl.Server = s.base + "/clusters/" + string(target)
 	s.raw.Clusters[s.cluster] = cl
 	s.raw.Clusters[previousContext] = prev
-	if err := clientcmd.ModifyConfig(s.loader.ConfigAccess(), s.raw, true); err != nil {
+	if err := clientcmd.ModifyConfig(s.access, s.raw, true); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "Current workspace is %q.\n", target)

@@ -14,11 +14,10 @@ package webhookurls
 
 import (
 	"context"
-
 	"fmt"
 	"io"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -76,20 +75,13 @@ func (p *plugin) validateWebhooks(ctx context.Context, a admission.Attributes) e
 		service bool
 	}
 	var targets []target
+	// Admission sees the internal types of built-in resources.
 	switch c := a.GetObject().(type) {
 	case *admissionregistration.ValidatingWebhookConfiguration:
 		for _, w := range c.Webhooks {
 			targets = append(targets, target{w.Name, w.ClientConfig.URL, w.ClientConfig.Service != nil})
 		}
 	case *admissionregistration.MutatingWebhookConfiguration:
-		for _, w := range c.Webhooks {
-			targets = append(targets, target{w.Name, w.ClientConfig.URL, w.ClientConfig.Service != nil})
-		}
-	case *admissionregistrationv1.ValidatingWebhookConfiguration:
-		for _, w := range c.Webhooks {
-			targets = append(targets, target{w.Name, w.ClientConfig.URL, w.ClientConfig.Service != nil})
-		}
-	case *admissionregistrationv1.MutatingWebhookConfiguration:
 		for _, w := range c.Webhooks {
 			targets = append(targets, target{w.Name, w.ClientConfig.URL, w.ClientConfig.Service != nil})
 		}
