@@ -18,7 +18,7 @@ import (
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/satokens"
 	"github.com/kcpsql/kcp/server/serverwide"
-	"github.com/kcpsql/kcp/server/syncerview"
+	"github.com/kcpsql/kcp/server/viewidentity"
 	"github.com/kcpsql/kcp/server/workloadapis"
 )
 
@@ -68,7 +68,7 @@ func makeAuthClusterAware(g *genericapiserver.Config, rbac *clusterrbac.Authoriz
 	if g.Authentication.Authenticator != nil {
 		// A request the syncer view accepted continues as the view's
 		// identity (syncerview).
-		g.Authentication.Authenticator = syncerview.WithViewIdentity(satokens.WithServiceAccountIdentity(g.Authentication.Authenticator))
+		g.Authentication.Authenticator = viewidentity.WithViewIdentity(satokens.WithServiceAccountIdentity(g.Authentication.Authenticator))
 	}
 	if g.Authorization.Authorizer != nil {
 		// serverwide leaves the server's own endpoints (metrics, debug,

@@ -15,9 +15,11 @@ import (
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
 	"github.com/kcpsql/kcp/server/clusteradmission"
+	"github.com/kcpsql/kcp/server/boundapis"
 	"github.com/kcpsql/kcp/server/clusterapf"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/clusterrbac"
+	"github.com/kcpsql/kcp/server/controllers/apibinding"
 	"github.com/kcpsql/kcp/server/controllers/crdlifecycle"
 	"github.com/kcpsql/kcp/server/controllers/garbagecollector"
 	"github.com/kcpsql/kcp/server/controllers/namespacedefaults"
@@ -42,7 +44,7 @@ import (
 // runs once per process, watches all logical clusters, and /readyz waits for
 // the hooks, so a ready server has its APIs installed.
 func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, rbac *clusterrbac.Authorizer,
-	clusters *logicalclusters.Registry, crds *crdserving.Server, negotiatedAPIs *negotiated.Index, apf *clusterapf.FlowControl, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) {
+	clusters *logicalclusters.Registry, crds *crdserving.Server, negotiatedAPIs *negotiated.Index, boundAPIs *boundapis.Index, apf *clusterapf.FlowControl, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) {
 	s.AddPostStartHookOrDie("kcp-service-account-tokens", func(hc genericapiserver.PostStartHookContext) error {
 		return o.TokenGetter.Start(hc.Context, hc.LoopbackClientConfig)
 	})
@@ -65,7 +67,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 	})
 	s.AddPostStartHookOrDie("kcp-tenancy", func(hc genericapiserver.PostStartHookContext) error {
 		if err := systemcrds.Install(hc.Context, clusterinformer.ForCluster(hc.LoopbackClientConfig, crdserving.SystemCluster)); err != nil {
-			return fmt.Errorf("installing the tenancy.kcp.io, workload.kcp.io and apiresource.kcp.io CRDs: %v", err)
+			return fmt.Errorf("installing the tenancy.kcp.io, workload.kcp.io, apiresource.kcp.io and apis.kcp.io CRDs: %v", err)
 		}
 		// Watches of kcp's own resources start once their CRDs exist (before,
 		// their first lists fail and back off for seconds).
@@ -73,6 +75,9 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			return err
 		}
 		if err := negotiatedAPIs.Start(hc.Context, hc.LoopbackClientConfig); err != nil {
+			return err
+		}
+		if err := boundAPIs.Start(hc.Context, hc.LoopbackClientConfig); err != nil {
 			return err
 		}
 		if err := clusters.Start(hc.Context, hc.LoopbackClientConfig); err != nil {
@@ -108,6 +113,11 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 				go c.Run(ctx, 2)
 			} else {
 				klog.ErrorS(err, "admission policy type checking")
+			}
+			if c, err := apibinding.NewController(hc.LoopbackClientConfig, boundAPIs); err == nil {
+				go c.Run(ctx, 2)
+			} else {
+				klog.ErrorS(err, "API binding status controller")
 			}
 			if c, err := sharestatus.NewController(hc.LoopbackClientConfig); err == nil {
 				go c.Run(ctx, 2)

@@ -26,6 +26,7 @@ import (
 	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
+	"github.com/kcpsql/kcp/server/admission/apibinding"
 	"github.com/kcpsql/kcp/server/admission/crdlimits"
 	"github.com/kcpsql/kcp/server/admission/logicalclusterprotection"
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
@@ -120,6 +121,7 @@ func NewOptions() *Options {
 	crdlimits.Register(up.Admission.GenericAdmission.Plugins, &crdLimits)
 	logicalclusterprotection.Register(up.Admission.GenericAdmission.Plugins)
 	placement.Register(up.Admission.GenericAdmission.Plugins)
+	apibinding.Register(up.Admission.GenericAdmission.Plugins)
 	workspacelimits.Register(up.Admission.GenericAdmission.Plugins)
 	kcpquota.Register(up.Admission.GenericAdmission.Plugins)
 	policy := &outbound.Policy{}
@@ -127,7 +129,7 @@ func NewOptions() *Options {
 	clusteradmission.Register(up.Admission.GenericAdmission.Plugins, policy)
 	// Namespace lifecycle first, as upstream orders its own plugin.
 	up.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{namespacelifecycle.PluginName},
-		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, placement.PluginName, workspacelimits.PluginName, clusteradmission.PluginName, kcpquota.PluginName)...)
+		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, placement.PluginName, apibinding.PluginName, workspacelimits.PluginName, clusteradmission.PluginName, kcpquota.PluginName)...)
 	// Upstream caches token authentication results by token alone and
 	// validates in a context without the request's cluster; a result from
 	// one cluster would then be accepted in another. Service-account tokens

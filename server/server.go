@@ -26,7 +26,10 @@ import (
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/clusterrbac"
 	"github.com/kcpsql/kcp/server/controllers/crdlifecycle"
+	"github.com/kcpsql/kcp/server/boundapis"
 	"github.com/kcpsql/kcp/server/crdserving"
+	"github.com/kcpsql/kcp/server/exportview"
+	apibindingadmission "github.com/kcpsql/kcp/server/admission/apibinding"
 	"github.com/kcpsql/kcp/server/errorlimit"
 	"github.com/kcpsql/kcp/server/incarnations"
 	"github.com/kcpsql/kcp/server/logicalclusters"
@@ -82,7 +85,16 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	}
 	crds := crdserving.New(o.CRDHandlerIdle)
 	negotiatedAPIs := negotiated.New()
-	crds.SetExtra(negotiatedAPIs)
+	// A binding is a workspace's explicit choice: it wins over a negotiated
+	// definition of the same name; a cluster's own CRD wins over both.
+	boundAPIs := boundapis.New(crds.HasLocal)
+	crds.AddExtra(boundAPIs)
+	crds.AddExtra(negotiatedAPIs)
+	crds.SetExported(boundAPIs.ExportDefinitions)
+	boundAPIs.OnChange(crds.Invalidate)
+	boundAPIs.OnExportChange(func(logicalcluster.Name, string) { crds.InvalidateExports() })
+	crds.Listen(boundAPIs.CRDHandler())
+	apibindingadmission.SetBound(boundAPIs.Bound)
 	negotiatedAPIs.OnChange(crds.Invalidate)
 	placementadmission.SetNegotiated(negotiatedAPIs.Resources)
 	placementadmission.SetBuiltInSchemas(negotiatedAPIs.BuiltInSchemas)
@@ -93,7 +105,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	}
 	defer closeRevisions()
 	began := &incarnations.Tracker{CreateRevision: createRevision}
-	makeClusterAware(config, crds, began)
+	makeClusterAware(config, crds, boundAPIs, began)
 	// API priority and fairness shares the server between logical clusters
 	// (clusterapf); one controller serves all three servers of the chain.
 	var apf *clusterapf.FlowControl
@@ -124,7 +136,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	deleteClusterData := func(ctx context.Context, c logicalcluster.Name) (int, error) {
 		return clusterdata.DeleteAll(ctx, db, o.Datastore.Dialect, kine, c)
 	}
-	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, negotiatedAPIs, apf, deleteClusterData)
+	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, negotiatedAPIs, boundAPIs, apf, deleteClusterData)
 	if err := chain.GenericAPIServer.AddReadyzChecks(kine.Health); err != nil {
 		return err
 	}
@@ -151,7 +163,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 // server's storage goes through clusterstore and the
 // outermost handler chain starts with requestlimits and routing
 // (authentication and authorization were made cluster-aware by newConfig).
-func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, began *incarnations.Tracker) {
+func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *boundapis.Index, began *incarnations.Tracker) {
 	// Upstream's system-namespaces controller waits for the shared namespace
 	// informer, which is started only if it was requested before the
 	// informers start; request it now so root gets its default namespace.
@@ -186,7 +198,8 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, began *incar
 		if err != nil {
 			klog.Fatalf("building the syncer view: %v", err)
 		}
-		return requestlimits.WithURILimit(view)
+		exports := exportview.New(view, gc.Authentication.Authenticator, gc.Authorization.Authorizer, boundAPIs)
+		return requestlimits.WithURILimit(exports)
 	}
 }
 

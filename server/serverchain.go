@@ -21,12 +21,14 @@ import (
 	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
 
 	"github.com/kcpsql/kcp/schema/apiresource"
+	"github.com/kcpsql/kcp/schema/apis"
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/rbacescalation"
 	"github.com/kcpsql/kcp/server/tokenreview"
 	"github.com/kcpsql/kcp/server/workloadapis"
+	"github.com/kcpsql/kcp/storage/clusterstore"
 )
 
 // createServerChain assembles the three upstream servers (CRDs, built-in
@@ -97,11 +99,11 @@ func setUpCRDServing(c genericcp.CompletedConfig, ae *apiextensionsapiserver.Cus
 	})
 	newHandler := func(v *crdserving.View) (http.Handler, error) {
 		return apiextensionsapiserver.NewCustomResourceDefinitionHandler(nil, nil, v, notFound,
-			x.ExtraConfig.CRDRESTOptionsGetter, x.GenericConfig.AdmissionControl, establishing,
+			clusterstore.WithIdentity(x.ExtraConfig.CRDRESTOptionsGetter, v.Identity), x.GenericConfig.AdmissionControl, establishing,
 			x.ExtraConfig.ServiceResolver, x.ExtraConfig.AuthResolverWrapper, 1, ae.GenericAPIServer.Authorizer,
 			x.GenericConfig.RequestTimeout, time.Duration(x.GenericConfig.MinRequestTimeout)*time.Second,
 			static, x.GenericConfig.MaxRequestBodyBytes)
 	}
-	crds.SetUp(newHandler, crdserving.ReservedGroups(agg.GenericAPIServer.ListedPaths(), tenancy.Group, workload.Group, apiresource.Group, "apiregistration.k8s.io", "apiextensions.k8s.io"))
+	crds.SetUp(newHandler, crdserving.ReservedGroups(agg.GenericAPIServer.ListedPaths(), tenancy.Group, workload.Group, apiresource.Group, apis.Group, "apiregistration.k8s.io", "apiextensions.k8s.io"))
 	return nil
 }

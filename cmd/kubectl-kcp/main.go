@@ -32,7 +32,7 @@ func main() {
 		ws.SilenceUsage, ws.SilenceErrors = true, true
 		cmd = ws
 	} else {
-		root.AddCommand(ws, newWorkloadCommand())
+		root.AddCommand(ws, newWorkloadCommand(), newBindCommand())
 	}
 	if err := cmd.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)

@@ -33,6 +33,7 @@ import (
 	listers "k8s.io/apiextensions-apiserver/pkg/client/listers/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
@@ -77,21 +78,50 @@ type Server struct {
 	synced  atomic.Bool
 
 	mu        sync.Mutex
-	views     map[logicalcluster.Name]*View
+	views     map[scope]*View
 	listeners []cache.ResourceEventHandler
 
-	openapi openAPICache
-	extra   Extra
+	openapi  openAPICache
+	extras   []Extra
+	exported func(identity string) []*apiextensionsv1.CustomResourceDefinition
+}
+
+// scope is what one upstream handler serves: a cluster's definitions, one
+// per name across all clusters, or (identity set, across all clusters) the
+// definitions of one APIExport, whose objects are kept apart by identity.
+type scope struct {
+	cluster  logicalcluster.Name
+	identity string
+}
+
+type exportKey struct{}
+
+// WithExport marks a request across all clusters as one for the objects
+// of the APIExport with this identity (set only by the export's view).
+func WithExport(ctx context.Context, identity string) context.Context {
+	return context.WithValue(ctx, exportKey{}, identity)
+}
+
+func exportFrom(ctx context.Context) string {
+	id, _ := ctx.Value(exportKey{}).(string)
+	return id
 }
 
 // New returns a Server that drops a cluster's handler after idle without
 // requests.
 func New(idle time.Duration) *Server {
-	return &Server{idle: idle, views: map[logicalcluster.Name]*View{}, reserved: func(string) bool { return true }}
+	return &Server{idle: idle, views: map[scope]*View{}, reserved: func(string) bool { return true }}
 }
 
-// SetExtra adds a source of definitions served besides each cluster's own.
-func (s *Server) SetExtra(e Extra) { s.extra = e }
+// AddExtra adds a source of definitions served besides each cluster's own;
+// for a name several sources define, the first source added wins.
+func (s *Server) AddExtra(e Extra) { s.extras = append(s.extras, e) }
+
+// SetExported gives the definitions of an APIExport by identity, which
+// requests marked WithExport are served.
+func (s *Server) SetExported(f func(identity string) []*apiextensionsv1.CustomResourceDefinition) {
+	s.exported = f
+}
 
 // Invalidate drops the serving state of clusters whose extra definitions
 // changed (and of requests across all clusters); the next request rebuilds
@@ -100,13 +130,33 @@ func (s *Server) Invalidate(clusters []logicalcluster.Name) {
 	s.mu.Lock()
 	var dropped []*View
 	for _, c := range append(clusters, logicalcluster.Wildcard) {
-		if v := s.views[c]; v != nil {
-			delete(s.views, c)
+		if v := s.views[scope{cluster: c}]; v != nil {
+			delete(s.views, scope{cluster: c})
 			dropped = append(dropped, v)
 		}
 		s.openapi.forget(c)
 	}
 	s.mu.Unlock()
+	s.drop(dropped)
+}
+
+// InvalidateExports drops the serving state of every APIExport's view
+// (there are few: one per export in use); called when an export or its
+// schemas change.
+func (s *Server) InvalidateExports() {
+	s.mu.Lock()
+	var dropped []*View
+	for k, v := range s.views {
+		if k.identity != "" {
+			delete(s.views, k)
+			dropped = append(dropped, v)
+		}
+	}
+	s.mu.Unlock()
+	s.drop(dropped)
+}
+
+func (s *Server) drop(dropped []*View) {
 	for _, v := range dropped {
 		v.dead.Store(true)
 		for _, h := range v.handlers {
@@ -165,16 +215,19 @@ func (s *Server) Listen(h cache.ResourceEventHandler) {
 // shared cache and, for names it does not define itself, the extra ones.
 func (s *Server) CRDs(cluster logicalcluster.Name) []*apiextensionsv1.CustomResourceDefinition {
 	out := s.LocalCRDs(cluster)
-	if s.extra == nil || cluster.IsWildcard() {
+	if len(s.extras) == 0 || cluster.IsWildcard() {
 		return out
 	}
-	local := map[string]bool{}
+	taken := map[string]bool{}
 	for _, crd := range out {
-		local[crd.Name] = true
+		taken[crd.Name] = true
 	}
-	for _, crd := range s.extra.Definitions(cluster) {
-		if !local[crd.Name] {
-			out = append(out, crd)
+	for _, e := range s.extras {
+		for _, crd := range e.Definitions(cluster) {
+			if !taken[crd.Name] {
+				taken[crd.Name] = true
+				out = append(out, crd)
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
@@ -195,6 +248,15 @@ func (s *Server) LocalCRDs(cluster logicalcluster.Name) []*apiextensionsv1.Custo
 	return out
 }
 
+// HasLocal reports whether a cluster has a CRD of its own by this name.
+func (s *Server) HasLocal(cluster logicalcluster.Name, name string) bool {
+	if s.indexer == nil {
+		return false
+	}
+	_, ok, _ := s.indexer.GetByKey(clusterinformer.Key(cluster, "", name))
+	return ok
+}
+
 // CRD returns one definition a cluster is served: its own CRD, else an
 // extra one.
 func (s *Server) CRD(cluster logicalcluster.Name, name string) (*apiextensionsv1.CustomResourceDefinition, bool) {
@@ -205,11 +267,36 @@ func (s *Server) CRD(cluster logicalcluster.Name, name string) (*apiextensionsv1
 	if err == nil && ok {
 		return obj.(*apiextensionsv1.CustomResourceDefinition), true
 	}
-	if s.extra != nil && !cluster.IsWildcard() {
-		return s.extra.Definition(cluster, name)
+	if !cluster.IsWildcard() {
+		for _, e := range s.extras {
+			if crd, ok := e.Definition(cluster, name); ok {
+				return crd, true
+			}
+		}
 	}
 	return nil, false
 }
+
+// BoundIdentity is the export identity a cluster's resource is stored
+// under: set only for a definition served through an APIBinding (an extra
+// source), never taken from a cluster's own CRD, whose annotations the
+// tenant writes.
+func (s *Server) BoundIdentity(cluster logicalcluster.Name, gr schema.GroupResource) string {
+	name := gr.Resource + "." + gr.Group
+	if cluster.IsWildcard() || s.indexer == nil || s.HasLocal(cluster, name) {
+		return ""
+	}
+	for _, e := range s.extras {
+		if crd, ok := e.Definition(cluster, name); ok {
+			return crd.Annotations[IdentityAnnotation]
+		}
+	}
+	return ""
+}
+
+// IdentityAnnotation, on an extra definition, is the identity of the
+// APIExport it is served for.
+const IdentityAnnotation = "apis.kcp.io/identity"
 
 // Synced reports whether the shared informer has synced.
 func (s *Server) Synced() bool { return s.synced.Load() }
@@ -229,10 +316,10 @@ func (s *Server) dispatch(obj interface{}, call func(cache.ResourceEventHandler)
 	s.openapi.forget(cluster)
 	s.mu.Lock()
 	targets := append([]cache.ResourceEventHandler(nil), s.listeners...)
-	if v := s.views[cluster]; v != nil {
+	if v := s.views[scope{cluster: cluster}]; v != nil {
 		targets = append(targets, v.handlers...)
 	}
-	wildcard := s.views[logicalcluster.Wildcard]
+	wildcard := s.views[scope{cluster: logicalcluster.Wildcard}]
 	s.mu.Unlock()
 	for _, h := range targets {
 		call(h)
@@ -251,6 +338,7 @@ func (s *Server) dispatch(obj interface{}, call func(cache.ResourceEventHandler)
 type View struct {
 	s        *Server
 	cluster  logicalcluster.Name
+	identity string
 	handlers []cache.ResourceEventHandler
 	dead     atomic.Bool
 	lastUsed atomic.Int64
@@ -266,6 +354,17 @@ func (s *Server) EmptyView() *View {
 
 // Cluster is the logical cluster the view shows (Wildcard for all).
 func (v *View) Cluster() logicalcluster.Name { return v.cluster }
+
+// Identity is the export identity objects of gr are stored under in this
+// view ("" for a cluster's own CRDs and requests across clusters).
+func (v *View) Identity(gr schema.GroupResource) string {
+	if v.identity != "" {
+		return v.identity
+	}
+	return v.s.BoundIdentity(v.cluster, gr)
+}
+
+func (v *View) scope() scope { return scope{cluster: v.cluster, identity: v.identity} }
 
 // Informer is the part of a SharedIndexInformer the upstream handler uses:
 // it registers event handlers, which the Server calls for this cluster.
@@ -295,7 +394,7 @@ func (l viewLister) List(selector labels.Selector) ([]*apiextensionsv1.CustomRes
 		return nil, nil
 	}
 	var out []*apiextensionsv1.CustomResourceDefinition
-	for _, crd := range l.v.s.visible(l.v.cluster) {
+	for _, crd := range l.v.s.visible(l.v.scope()) {
 		if selector.Matches(labels.Set(crd.Labels)) {
 			out = append(out, crd)
 		}
@@ -306,6 +405,14 @@ func (l viewLister) List(selector labels.Selector) ([]*apiextensionsv1.CustomRes
 func (l viewLister) Get(name string) (*apiextensionsv1.CustomResourceDefinition, error) {
 	notFound := apierrors.NewNotFound(apiextensionsv1.Resource("customresourcedefinitions"), name)
 	if l.v.dead.Load() {
+		return nil, notFound
+	}
+	if l.v.identity != "" {
+		for _, crd := range l.v.s.visible(l.v.scope()) {
+			if crd.Name == name {
+				return crd, nil
+			}
+		}
 		return nil, notFound
 	}
 	if !l.v.cluster.IsWildcard() {
@@ -319,13 +426,20 @@ func (l viewLister) Get(name string) (*apiextensionsv1.CustomResourceDefinition,
 
 // visible returns the CRDs that decide what a cluster serves; across all
 // clusters, one definition per name.
-func (s *Server) visible(cluster logicalcluster.Name) []*apiextensionsv1.CustomResourceDefinition {
+func (s *Server) visible(sc scope) []*apiextensionsv1.CustomResourceDefinition {
+	if sc.identity != "" {
+		if s.exported == nil {
+			return nil
+		}
+		return s.exported(sc.identity)
+	}
+	cluster := sc.cluster
 	if !cluster.IsWildcard() {
 		return s.CRDs(cluster)
 	}
 	names := s.indexer.ListIndexFuncValues(byName)
-	if s.extra != nil {
-		names = append(names, s.extra.Names()...)
+	for _, e := range s.extras {
+		names = append(names, e.Names()...)
 	}
 	sort.Strings(names)
 	names = slices.Compact(names)
@@ -351,8 +465,8 @@ func (s *Server) representative(name string) (*apiextensionsv1.CustomResourceDef
 
 func (s *Server) allNamed(name string) (rep *apiextensionsv1.CustomResourceDefinition, all []*apiextensionsv1.CustomResourceDefinition) {
 	objs, _ := s.indexer.ByIndex(byName, name)
-	if s.extra != nil {
-		for _, crd := range s.extra.AllNamed(name) {
+	for _, e := range s.extras {
+		for _, crd := range e.AllNamed(name) {
 			objs = append(objs, crd)
 		}
 	}
@@ -411,23 +525,23 @@ func (s *Server) wildcardCRD(name string) (*apiextensionsv1.CustomResourceDefini
 	return out, nil
 }
 
-// handlerFor returns the cluster's CRD handler, building it on first use.
-func (s *Server) handlerFor(cluster logicalcluster.Name) (http.Handler, error) {
+// handlerFor returns the scope's CRD handler, building it on first use.
+func (s *Server) handlerFor(sc scope) (http.Handler, error) {
 	s.mu.Lock()
-	v := s.views[cluster]
+	v := s.views[sc]
 	s.mu.Unlock()
 	if v == nil {
-		v = &View{s: s, cluster: cluster}
+		v = &View{s: s, cluster: sc.cluster, identity: sc.identity}
 		h, err := s.newHandler(v)
 		if err != nil {
 			return nil, err
 		}
 		v.handler = h
 		s.mu.Lock()
-		if existing := s.views[cluster]; existing != nil {
+		if existing := s.views[sc]; existing != nil {
 			v = existing // another request won the race; ours is garbage
 		} else {
-			s.views[cluster] = v
+			s.views[sc] = v
 		}
 		s.mu.Unlock()
 	}
@@ -492,12 +606,16 @@ func (s *Server) Wrap(inner http.Handler) http.Handler {
 			inner.ServeHTTP(w, req)
 			return
 		}
+		sc := scope{cluster: cluster}
+		if cluster.IsWildcard() {
+			sc.identity = exportFrom(req.Context())
+		}
 		if info.IsResourceRequest {
-			if info.APIPrefix != "apis" || s.reserved(info.APIGroup) || !s.serves(cluster, info.Resource+"."+info.APIGroup) {
+			if info.APIPrefix != "apis" || s.reserved(info.APIGroup) || !s.serves(sc, info.Resource+"."+info.APIGroup) {
 				inner.ServeHTTP(w, req)
 				return
 			}
-			h, err := s.handlerFor(cluster)
+			h, err := s.handlerFor(sc)
 			if err != nil {
 				klog.ErrorS(err, "building the CRD handler", "cluster", cluster)
 				http.Error(w, "the server could not serve custom resources in this logical cluster", http.StatusInternalServerError)
@@ -510,7 +628,7 @@ func (s *Server) Wrap(inner http.Handler) http.Handler {
 			inner.ServeHTTP(w, req)
 			return
 		}
-		if s.serveDiscovery(w, req, cluster, inner) || (!cluster.IsWildcard() && s.serveOpenAPI(w, req, cluster, inner)) {
+		if s.serveDiscovery(w, req, sc, inner) || (!cluster.IsWildcard() && s.serveOpenAPI(w, req, cluster, inner)) {
 			return
 		}
 		inner.ServeHTTP(w, req)
@@ -519,7 +637,16 @@ func (s *Server) Wrap(inner http.Handler) http.Handler {
 
 // serves reports whether the cluster (or, for the wildcard, any cluster)
 // has a CRD of this name.
-func (s *Server) serves(cluster logicalcluster.Name, name string) bool {
+func (s *Server) serves(sc scope, name string) bool {
+	cluster := sc.cluster
+	if sc.identity != "" {
+		for _, crd := range s.visible(sc) {
+			if crd.Name == name {
+				return true
+			}
+		}
+		return false
+	}
 	if cluster.IsWildcard() {
 		_, err := s.representative(name)
 		return err == nil

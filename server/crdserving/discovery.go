@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/apiserver/pkg/endpoints/discovery"
 
-	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
 // group is what discovery shows of one API group of a cluster's CRDs.
@@ -31,9 +30,9 @@ type group struct {
 
 // groups builds the discovery of a cluster's served CRDs, leaving out
 // reserved groups. Groups are sorted by name.
-func (s *Server) groups(cluster logicalcluster.Name) []*group {
+func (s *Server) groups(sc scope) []*group {
 	byName := map[string]*group{}
-	for _, crd := range s.visible(cluster) {
+	for _, crd := range s.visible(sc) {
 		if !served(crd) || s.reserved(crd.Spec.Group) {
 			continue
 		}
@@ -128,13 +127,13 @@ func (g *group) aggregatedGroup() apidiscoveryv2.APIGroupDiscovery {
 
 // serveDiscovery answers /apis, /apis/<group> and /apis/<group>/<version>
 // for a cluster with CRDs of its own; it reports whether it answered.
-func (s *Server) serveDiscovery(w http.ResponseWriter, req *http.Request, cluster logicalcluster.Name, inner http.Handler) bool {
+func (s *Server) serveDiscovery(w http.ResponseWriter, req *http.Request, sc scope, inner http.Handler) bool {
 	path := strings.TrimSuffix(req.URL.Path, "/")
 	rest, ok := strings.CutPrefix(path, "/apis")
 	if !ok || (rest != "" && rest[0] != '/') {
 		return false
 	}
-	groups := s.groups(cluster)
+	groups := s.groups(sc)
 	if len(groups) == 0 {
 		return false
 	}

@@ -29,7 +29,6 @@ package syncerview
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -47,11 +46,11 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
-	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/routing"
+	"github.com/kcpsql/kcp/server/viewidentity"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -67,26 +66,12 @@ func Path(location logicalcluster.Name, target string) string {
 // maxPatch bounds the body a view patch may have (a status).
 const maxPatch = 2 << 20
 
-type identityKey struct{}
-
 // identity is the user a view request continues as.
 func identity(location logicalcluster.Name, target string) user.Info {
 	return &user.DefaultInfo{
 		Name:   "system:kcp:syncer:" + string(location) + ":" + target,
 		Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated},
 	}
-}
-
-// WithViewIdentity wraps the server's authenticator: a request that this
-// filter accepted authenticates as the view's identity. Nothing a client
-// sends can set it (a context value).
-func WithViewIdentity(delegate authenticator.Request) authenticator.Request {
-	return authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
-		if u, ok := req.Context().Value(identityKey{}).(user.Info); ok {
-			return &authenticator.Response{User: u}, true, nil
-		}
-		return delegate.AuthenticateRequest(req)
-	})
 }
 
 // Filter is the view's handler; build it with New.
@@ -120,14 +105,14 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	target, rest, _ := strings.Cut(rest, "/")
 	location, err := logicalcluster.Parse(locPart)
 	if err != nil || location.IsWildcard() || target == "" || !strings.HasPrefix(rest, "clusters/") {
-		status(w, apierrors.NewNotFound(schema.GroupResource{}, req.URL.Path), "a syncer view path is "+Prefix+"<location workspace>/<sync target>/clusters/<cluster or *>/<API path>")
+		viewidentity.Refuse(w, apierrors.NewNotFound(schema.GroupResource{}, req.URL.Path), "a syncer view path is "+Prefix+"<location workspace>/<sync target>/clusters/<cluster or *>/<API path>")
 		return
 	}
 	// Who is asking, in the location workspace.
 	authReq := req.WithContext(logicalcluster.WithCluster(req.Context(), location))
 	resp, ok, err := f.authn.AuthenticateRequest(authReq)
 	if err != nil || !ok || resp == nil || resp.User == nil {
-		status(w, apierrors.NewUnauthorized("Unauthorized"), "")
+		viewidentity.Refuse(w, apierrors.NewUnauthorized("Unauthorized"), "")
 		return
 	}
 	d, _, err := f.authz.Authorize(authReq.Context(), authorizer.AttributesRecord{
@@ -135,7 +120,7 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		Resource: "synctargets", Name: target, ResourceRequest: true,
 	})
 	if err != nil || d != authorizer.DecisionAllow {
-		status(w, apierrors.NewForbidden(workload.SyncTargetsResource.GroupResource(), target,
+		viewidentity.Refuse(w, apierrors.NewForbidden(workload.SyncTargetsResource.GroupResource(), target,
 			fmt.Errorf("%q may not use the syncer view of SyncTarget %s in %s (needs the verb %q on it there)", resp.User.GetName(), target, location, workload.VerbSync)), "")
 		return
 	}
@@ -143,14 +128,14 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	escaped := "/" + rest
 	cluster, apiPath, err := routing.Split(escaped)
 	if err != nil {
-		status(w, apierrors.NewBadRequest(err.Error()), "")
+		viewidentity.Refuse(w, apierrors.NewBadRequest(err.Error()), "")
 		return
 	}
 	probe := req.Clone(req.Context())
 	probe.URL.Path = apiPath
 	info, err := f.infos.NewRequestInfo(probe)
 	if err != nil || !info.IsResourceRequest {
-		status(w, apierrors.NewForbidden(schema.GroupResource{}, "", fmt.Errorf("the syncer view serves only the resources kcp syncs")), "")
+		viewidentity.Refuse(w, apierrors.NewForbidden(schema.GroupResource{}, "", fmt.Errorf("the syncer view serves only the resources kcp syncs")), "")
 		return
 	}
 	// Any resource: only what kcp assigned to the target carries its
@@ -162,36 +147,22 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case info.Verb == "list" || info.Verb == "watch":
 		sel, err := labels.Parse(q.Get("labelSelector"))
 		if err != nil {
-			status(w, apierrors.NewBadRequest(err.Error()), "")
+			viewidentity.Refuse(w, apierrors.NewBadRequest(err.Error()), "")
 			return
 		}
 		r, _ := labels.NewRequirement(workload.StateLabelPrefix+key, selection.Equals, []string{workload.StateSync})
 		q.Set("labelSelector", sel.Add(*r).String())
 	case info.Verb == "patch" && !cluster.IsWildcard() && gr.Resource != "namespaces":
 		if err := f.checkPatch(req, cluster, info, key); err != nil {
-			status(w, err, "")
+			viewidentity.Refuse(w, err, "")
 			return
 		}
 	default:
-		status(w, apierrors.NewForbidden(gr, info.Name, fmt.Errorf("the syncer view allows list and watch, a status merge patch, the syncer's own status annotation and the removal of its own finalizer; not %s", info.Verb)), "")
+		viewidentity.Refuse(w, apierrors.NewForbidden(gr, info.Name, fmt.Errorf("the syncer view allows list and watch, a status merge patch, the syncer's own status annotation and the removal of its own finalizer; not %s", info.Verb)), "")
 		return
 	}
 	// Continue as the view's identity, at the cluster path.
-	out := req.Clone(context.WithValue(req.Context(), identityKey{}, identity(location, target)))
-	for h := range out.Header {
-		if strings.HasPrefix(http.CanonicalHeaderKey(h), "Impersonate-") {
-			out.Header.Del(h)
-		}
-	}
-	out.Header.Del("Authorization")
-	u := *req.URL
-	u.Path, u.RawPath = "/"+rest, ""
-	if u.EscapedPath() != escaped {
-		u.RawPath = escaped
-	}
-	u.RawQuery = q.Encode()
-	out.URL = &u
-	out.RequestURI = u.RequestURI()
+	out := viewidentity.Continue(req.Context(), req, identity(location, target), "/"+rest, q)
 	f.next.ServeHTTP(w, out)
 }
 
@@ -264,18 +235,4 @@ func ownAnnotation(metadata json.RawMessage, key string) bool {
 		return false
 	}
 	return len(annotations) == 1 && annotations[workload.StatusAnnotationPrefix+key] != nil
-}
-
-func status(w http.ResponseWriter, err apierrors.APIStatus, detail string) {
-	s := err.(apierrors.APIStatus).Status()
-	s.Kind, s.APIVersion = "Status", "v1"
-	if detail != "" {
-		s.Message += ": " + detail
-	}
-	if s.Code >= 500 {
-		klog.V(2).InfoS("syncer view", "err", err)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(int(s.Code))
-	_ = json.NewEncoder(w).Encode(s)
 }

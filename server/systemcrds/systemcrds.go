@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcpsql/kcp/schema/apiresource"
+	"github.com/kcpsql/kcp/schema/apis"
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/schema/workload"
 )
@@ -29,7 +30,7 @@ func Install(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	for _, defs := range []fs.FS{tenancy.CRDs, workload.CRDs, apiresource.CRDs} {
+	for _, defs := range []fs.FS{tenancy.CRDs, workload.CRDs, apiresource.CRDs, apis.CRDs} {
 		files, err := fs.Glob(defs, "crds/*.yaml")
 		if err != nil {
 			return err

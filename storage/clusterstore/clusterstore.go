@@ -387,3 +387,26 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, dest runtime.O
 	}
 	return datastoreError(s.Interface.GuaranteedUpdate(ctx, k, dest, ignoreNotFound, pre, annotated, cached))
 }
+
+// identityGetter stores resources served through an APIBinding under their
+// export's identity (keys.BoundResourcePrefix).
+type identityGetter struct {
+	generic.RESTOptionsGetter
+	identity func(schema.GroupResource) string
+}
+
+// WithIdentity returns getter with the key range of every resource for
+// which identity is not empty moved to that export identity's.
+func WithIdentity(getter generic.RESTOptionsGetter, identity func(schema.GroupResource) string) generic.RESTOptionsGetter {
+	return identityGetter{RESTOptionsGetter: getter, identity: identity}
+}
+
+func (g identityGetter) GetRESTOptions(gr schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
+	opts, err := g.RESTOptionsGetter.GetRESTOptions(gr, example)
+	if err == nil {
+		if id := g.identity(gr); id != "" {
+			opts.ResourcePrefix = keys.BoundResourcePrefix(gr, id)
+		}
+	}
+	return opts, err
+}

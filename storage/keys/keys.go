@@ -72,3 +72,12 @@ func ClusterOf(key string) string {
 	}
 	return fields[4]
 }
+
+// BoundResourcePrefix is the resource prefix of a resource served through
+// an APIBinding: "/<group>/<resource>:<export identity>". Two exports of
+// the same group and resource are two key ranges, so the view of one export
+// lists and watches its objects in all consumers without ever seeing the
+// other's; the cluster stays the fifth '/'-field.
+func BoundResourcePrefix(gr schema.GroupResource, identity string) string {
+	return ResourcePrefix(gr) + ":" + identity
+}

@@ -1,0 +1,118 @@
+// Package apibinding is the admission side of API sharing (apis.kcp.io):
+//
+//   - creating an APIBinding needs the verb "bind" on the APIExport it
+//     names, checked with the requester's identity in the export's
+//     workspace (ordinary RBAC there decides); a requester without it is
+//     refused whether or not the export exists, so a binding cannot probe
+//     another workspace;
+//   - a CustomResourceDefinition cannot take the name of a resource an
+//     APIBinding already serves in the workspace: it would hide the bound
+//     objects.
+package apibinding
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"github.com/kcpsql/kcp/schema/apis"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// PluginName is the name under which the plugin is registered.
+const PluginName = "kcp.io/APIBinding"
+
+// BoundFunc tells which binding serves a definition name in a cluster.
+type BoundFunc func(cluster logicalcluster.Name, name string) (binding string, export apis.ExportName, ok bool)
+
+// Plugin is the admission plugin.
+type Plugin struct {
+	*admission.Handler
+	authz authorizer.Authorizer
+	bound atomic.Pointer[BoundFunc]
+}
+
+var instance = &Plugin{Handler: admission.NewHandler(admission.Create)}
+
+// Register adds the plugin to a plugin registry (one instance per process).
+func Register(plugins *admission.Plugins) {
+	plugins.Register(PluginName, func(io.Reader) (admission.Interface, error) { return instance, nil })
+}
+
+// SetBound gives the plugin the bound definitions of each cluster.
+func SetBound(f BoundFunc) { instance.bound.Store(&f) }
+
+// SetAuthorizer receives the server's (cluster-aware) authorizer.
+func (p *Plugin) SetAuthorizer(a authorizer.Authorizer) { p.authz = a }
+
+// ValidateInitialization fails when no authorizer was given.
+func (p *Plugin) ValidateInitialization() error {
+	if p.authz == nil {
+		return fmt.Errorf("%s needs an authorizer", PluginName)
+	}
+	return nil
+}
+
+var _ admission.ValidationInterface = &Plugin{}
+
+// Validate checks the bind permission of a new APIBinding and the name of
+// a new CRD.
+func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	if a.GetSubresource() != "" {
+		return nil
+	}
+	cluster, ok := logicalcluster.From(ctx)
+	if !ok || cluster.IsWildcard() {
+		return nil
+	}
+	switch a.GetResource().GroupResource() {
+	case apis.BindingsResource.GroupResource():
+		return p.checkBind(ctx, a)
+	case apiextensionsv1.Resource("customresourcedefinitions"):
+		f := p.bound.Load()
+		if f == nil {
+			return nil
+		}
+		if binding, export, ok := (*f)(cluster, a.GetName()); ok {
+			return admission.NewForbidden(a, fmt.Errorf("%s is served in this workspace by APIBinding %s (APIExport %s in %s); delete the binding first or choose another group", a.GetName(), binding, export.Name, export.Path))
+		}
+	}
+	return nil
+}
+
+func (p *Plugin) checkBind(ctx context.Context, a admission.Attributes) error {
+	u, ok := a.GetObject().(*unstructured.Unstructured)
+	if !ok {
+		if _, err := meta.Accessor(a.GetObject()); err != nil {
+			return admission.NewForbidden(a, fmt.Errorf("unexpected object %T", a.GetObject()))
+		}
+		return nil
+	}
+	path, _, _ := unstructured.NestedString(u.Object, "spec", "reference", "export", "path")
+	name, _, _ := unstructured.NestedString(u.Object, "spec", "reference", "export", "name")
+	provider, err := logicalcluster.Parse(path)
+	if err != nil || provider.IsWildcard() {
+		return admission.NewForbidden(a, fmt.Errorf("spec.reference.export.path %q is not a workspace path (like root:platform)", path))
+	}
+	attr := authorizer.AttributesRecord{
+		User: a.GetUserInfo(), Verb: apis.VerbBind, APIGroup: apis.Group, APIVersion: apis.Version,
+		Resource: "apiexports", Name: name, ResourceRequest: true,
+	}
+	d, _, err := p.authz.Authorize(logicalcluster.WithCluster(ctx, provider), attr)
+	if err != nil || d != authorizer.DecisionAllow {
+		who := ""
+		if a.GetUserInfo() != nil {
+			who = a.GetUserInfo().GetName()
+		}
+		return admission.NewForbidden(a, fmt.Errorf("%q may not bind APIExport %s of workspace %s: binding needs the verb %q on apiexports/%s in that workspace (granted with RBAC there), or the workspace does not exist",
+			who, name, path, apis.VerbBind, name))
+	}
+	return nil
+}

@@ -1,0 +1,660 @@
+// Package boundapis tells which shared APIs (apis.kcp.io) each logical
+// cluster is served: for every APIBinding, the APIExport it names and that
+// export's current APIResourceSchemas, as CustomResourceDefinitions that
+// crdserving serves next to the cluster's own. It also answers the export
+// view: which definitions an export serves and which clusters bound it.
+//
+// Nothing runs per binding: three shared watches (schemas, exports,
+// bindings across all clusters) and a cache of resolved bindings per
+// consumer cluster, rebuilt when one of its inputs changes.
+//
+// A binding's export identity is computed here from the export object
+// (apis.Identity), never read from a client-written field.
+package boundapis
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	apiextensionsinternal "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kcpsql/kcp/schema/apis"
+	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+const (
+	byExport   = "export"   // bindings by the export they name (path|name)
+	byProvider = "provider" // bindings by the export's workspace
+	byIdentity = "identity" // exports by identity
+)
+
+// Binding is one APIBinding as resolved against its export.
+type Binding struct {
+	Name    string
+	Cluster logicalcluster.Name
+	Export  apis.ExportName
+	// Identity is the export's identity ("" when the export is missing).
+	Identity string
+	// Bound is true when the export's resources are served.
+	Bound bool
+	// Reason and Message explain Bound (a condition's reason and message).
+	Reason, Message string
+	Resources       []apis.BoundResource
+	Definitions     []*apiextensionsv1.CustomResourceDefinition
+	ExportClaims    []apis.PermissionClaim
+	// Claims are the export's claims the binding accepted.
+	Claims  []apis.PermissionClaim
+	created metav1.Time
+}
+
+// Index is the shared view of exports, schemas and bindings.
+type Index struct {
+	schemas, exports, bindings cache.Indexer
+	synced                     atomic.Bool
+	// localCRD reports whether a cluster has a CRD of its own by this name.
+	localCRD func(cluster logicalcluster.Name, name string) bool
+
+	mu       sync.Mutex
+	resolved map[logicalcluster.Name][]*Binding
+	// exportCache holds resolved exports by cache key (cluster|name): an
+	// export's schemas are validated once per change, not once per
+	// consumer or request.
+	exportCache map[string]exportEntry
+	// generation counts invalidations: a result computed across one is
+	// not cached (it may be from before the change).
+	generation uint64
+	onChange []func(clusters []logicalcluster.Name)
+	onExport []func(provider logicalcluster.Name, name string)
+}
+
+// New returns an Index; localCRD tells it about a cluster's own CRDs
+// (which a binding never shadows). Start fills it.
+func New(localCRD func(logicalcluster.Name, string) bool) *Index {
+	return &Index{localCRD: localCRD, resolved: map[logicalcluster.Name][]*Binding{}, exportCache: map[string]exportEntry{}}
+}
+
+// OnChange registers a function called with the clusters whose bound APIs
+// may have changed.
+func (x *Index) OnChange(f func(clusters []logicalcluster.Name)) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.onChange = append(x.onChange, f)
+}
+
+// Changed forgets what was resolved for clusters and tells the listeners
+// (also called when a cluster's own CRDs change).
+func (x *Index) Changed(clusters ...logicalcluster.Name) {
+	if len(clusters) == 0 {
+		return
+	}
+	x.mu.Lock()
+	x.generation++
+	for _, c := range clusters {
+		delete(x.resolved, c)
+	}
+	fs := append([]func([]logicalcluster.Name){}, x.onChange...)
+	x.mu.Unlock()
+	for _, f := range fs {
+		f(clusters)
+	}
+}
+
+// OnExportChange registers a function called with each export whose
+// object or schemas changed.
+func (x *Index) OnExportChange(f func(provider logicalcluster.Name, name string)) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.onExport = append(x.onExport, f)
+}
+
+func (x *Index) forgetExports(provider logicalcluster.Name, names ...string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.generation++
+	for _, n := range names {
+		delete(x.exportCache, clusterinformer.Key(provider, "", n))
+	}
+}
+
+func (x *Index) exportChanged(provider logicalcluster.Name, names ...string) {
+	x.mu.Lock()
+	fs := append([]func(logicalcluster.Name, string){}, x.onExport...)
+	x.mu.Unlock()
+	for _, f := range fs {
+		for _, n := range names {
+			f(provider, n)
+		}
+	}
+}
+
+func unwrap(obj interface{}) *unstructured.Unstructured {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	u, _ := obj.(*unstructured.Unstructured)
+	return u
+}
+
+func exportOf(u *unstructured.Unstructured) apis.ExportName {
+	path, _, _ := unstructured.NestedString(u.Object, "spec", "reference", "export", "path")
+	name, _, _ := unstructured.NestedString(u.Object, "spec", "reference", "export", "name")
+	return apis.ExportName{Path: path, Name: name}
+}
+
+func exportKey(e apis.ExportName) string { return e.Path + "|" + e.Name }
+
+// Start runs the three watches and returns once they have synced.
+func (x *Index) Start(ctx context.Context, loopback *rest.Config) error {
+	d, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
+	if err != nil {
+		return err
+	}
+	bindingIdx := cache.Indexers{
+		byExport:   func(o interface{}) ([]string, error) { return []string{exportKey(exportOf(o.(*unstructured.Unstructured)))}, nil },
+		byProvider: func(o interface{}) ([]string, error) { return []string{exportOf(o.(*unstructured.Unstructured)).Path}, nil },
+	}
+	for k, v := range clusterinformer.ClusterIndexers {
+		bindingIdx[k] = v
+	}
+	onBinding := func(o interface{}) {
+		if u := unwrap(o); u != nil {
+			x.Changed(clusterinformer.ClusterOf(u))
+		}
+	}
+	onExport := func(o interface{}) {
+		if u := unwrap(o); u != nil {
+			x.forgetExports(clusterinformer.ClusterOf(u), u.GetName())
+			x.Changed(x.consumers(exportKey(apis.ExportName{Path: string(clusterinformer.ClusterOf(u)), Name: u.GetName()}), byExport)...)
+			x.exportChanged(clusterinformer.ClusterOf(u), u.GetName())
+		}
+	}
+	onSchema := func(o interface{}) {
+		if u := unwrap(o); u != nil {
+			provider := clusterinformer.ClusterOf(u)
+			var names []string
+			if x.exports != nil {
+				objs, _ := x.exports.ByIndex(clusterinformer.ByCluster, string(provider))
+				for _, e := range objs {
+					names = append(names, e.(*unstructured.Unstructured).GetName())
+				}
+			}
+			x.forgetExports(provider, names...)
+			x.Changed(x.consumers(string(provider), byProvider)...)
+			x.exportChanged(provider, names...)
+		}
+	}
+	specChanged := func(f func(interface{})) func(old, o interface{}) {
+		return func(old, o interface{}) {
+			a, b := unwrap(old), unwrap(o)
+			if a == nil || b == nil || fmt.Sprint(a.Object["spec"]) != fmt.Sprint(b.Object["spec"]) || a.GetUID() != b.GetUID() ||
+				(a.GetDeletionTimestamp() == nil) != (b.GetDeletionTimestamp() == nil) {
+				f(o)
+			}
+		}
+	}
+	var informers []cache.Controller
+	watch := func(gvr schema.GroupVersionResource, idx cache.Indexers, on func(interface{})) cache.Indexer {
+		r := d.Resource(gvr)
+		indexer, inf := clusterinformer.New(clusterinformer.ListWatch(r.List, r.Watch), &unstructured.Unstructured{}, idx,
+			cache.ResourceEventHandlerFuncs{AddFunc: on, UpdateFunc: specChanged(on), DeleteFunc: on})
+		informers = append(informers, inf)
+		return indexer
+	}
+	x.schemas = watch(apis.SchemasResource, clusterinformer.ClusterIndexers, onSchema)
+	exportIdx := cache.Indexers{byIdentity: func(o interface{}) ([]string, error) {
+		u := o.(*unstructured.Unstructured)
+		return []string{apis.Identity(string(clusterinformer.ClusterOf(u)), u.GetName(), u.GetUID())}, nil
+	}}
+	for k, v := range clusterinformer.ClusterIndexers {
+		exportIdx[k] = v
+	}
+	x.exports = watch(apis.ExportsResource, exportIdx, onExport)
+	x.bindings = watch(apis.BindingsResource, bindingIdx, onBinding)
+	var synced []cache.InformerSynced
+	for _, inf := range informers {
+		go inf.RunWithContext(ctx)
+		synced = append(synced, inf.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("the API binding index did not sync")
+	}
+	x.synced.Store(true)
+	return nil
+}
+
+// consumers returns the clusters of the bindings with this index value.
+func (x *Index) consumers(value, index string) []logicalcluster.Name {
+	if x.bindings == nil {
+		return nil
+	}
+	objs, _ := x.bindings.ByIndex(index, value)
+	seen := map[logicalcluster.Name]bool{}
+	var out []logicalcluster.Name
+	for _, o := range objs {
+		c := clusterinformer.ClusterOf(o.(*unstructured.Unstructured))
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Bindings returns the cluster's APIBindings, resolved, oldest first.
+func (x *Index) Bindings(cluster logicalcluster.Name) []*Binding {
+	if !x.synced.Load() || cluster.IsWildcard() {
+		return nil
+	}
+	x.mu.Lock()
+	out, ok := x.resolved[cluster]
+	gen := x.generation
+	x.mu.Unlock()
+	if ok {
+		return out
+	}
+	objs, _ := x.bindings.ByIndex(clusterinformer.ByCluster, string(cluster))
+	if len(objs) == 0 {
+		return nil // nothing cached for the (many) clusters without bindings
+	}
+	out = x.resolve(cluster, objs)
+	x.mu.Lock()
+	if x.generation == gen {
+		x.resolved[cluster] = out
+	}
+	x.mu.Unlock()
+	return out
+}
+
+// resolve decides what each binding of a cluster serves. The oldest
+// binding of a resource wins; a resource the cluster already has a CRD of,
+// or that an older binding serves, makes the binding not bound.
+func (x *Index) resolve(cluster logicalcluster.Name, objs []interface{}) []*Binding {
+	var out []*Binding
+	for _, o := range objs {
+		u := o.(*unstructured.Unstructured)
+		var b apis.APIBinding
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &b) != nil {
+			continue
+		}
+		out = append(out, &Binding{Name: b.Name, Cluster: cluster, Export: b.Spec.Reference.Export, created: b.CreationTimestamp})
+		r := out[len(out)-1]
+		if b.DeletionTimestamp != nil {
+			r.Reason, r.Message = "Deleting", "the binding is being deleted"
+			continue
+		}
+		x.resolveOne(r, &b)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].created.Equal(&out[j].created) {
+			return out[i].created.Before(&out[j].created)
+		}
+		return out[i].Name < out[j].Name
+	})
+	taken := map[string]string{}
+	for _, r := range out {
+		if !r.Bound {
+			continue
+		}
+		for _, crd := range r.Definitions {
+			if other, ok := taken[crd.Name]; ok {
+				r.Bound, r.Reason, r.Message = false, "NameConflict", fmt.Sprintf("%s is already served by APIBinding %s", crd.Name, other)
+			} else if x.localCRD != nil && x.localCRD(cluster, crd.Name) {
+				r.Bound, r.Reason, r.Message = false, "NameConflict", fmt.Sprintf("this workspace has a CustomResourceDefinition %s of its own; delete it or this binding", crd.Name)
+			}
+		}
+		if r.Bound {
+			for _, crd := range r.Definitions {
+				taken[crd.Name] = r.Name
+			}
+		} else {
+			r.Definitions, r.Resources = nil, nil
+		}
+	}
+	return out
+}
+
+// resolveOne fills r from the export b names.
+func (x *Index) resolveOne(r *Binding, b *apis.APIBinding) {
+	ref := b.Spec.Reference.Export
+	provider, err := logicalcluster.Parse(ref.Path)
+	if err != nil || provider.IsWildcard() {
+		r.Reason, r.Message = "InvalidReference", fmt.Sprintf("%q is not a workspace path", ref.Path)
+		return
+	}
+	e, err := x.Export(provider, ref.Name)
+	switch {
+	case e == nil && err == nil:
+		r.Reason, r.Message = "ExportNotFound", fmt.Sprintf("APIExport %s not found in workspace %s", ref.Name, ref.Path)
+		return
+	case e == nil:
+		r.Reason, r.Message = "InvalidSchema", err.Error()
+		return
+	}
+	r.Identity = e.Identity
+	r.ExportClaims = e.Claims
+	for _, c := range e.Claims {
+		for _, a := range b.Spec.PermissionClaims {
+			if a.State == apis.ClaimAccepted && a.Group == c.Group && a.Resource == c.Resource && sameVerbs(a.Verbs, c.Verbs) {
+				r.Claims = append(r.Claims, c)
+			}
+		}
+	}
+	if err != nil {
+		r.Reason, r.Message = "InvalidSchema", err.Error()
+		return
+	}
+	for _, def := range e.Definitions {
+		crd := def.DeepCopy()
+		crd.Annotations[logicalcluster.Annotation] = string(r.Cluster)
+		crd.Annotations[apis.BindingAnnotation] = b.Name
+		r.Definitions = append(r.Definitions, crd)
+	}
+	r.Resources = e.Resources
+	r.Bound, r.Reason, r.Message = true, "Bound", fmt.Sprintf("%d resource(s) of APIExport %s:%s served", len(r.Definitions), ref.Path, ref.Name)
+}
+
+func sameVerbs(a, b []string) bool {
+	a, b = append([]string(nil), a...), append([]string(nil), b...)
+	sort.Strings(a)
+	sort.Strings(b)
+	return strings.Join(a, ",") == strings.Join(b, ",")
+}
+
+// definitions makes the served definitions of an export's schemas.
+func (x *Index) definitions(provider logicalcluster.Name, e *apis.APIExport, identity string) ([]*apiextensionsv1.CustomResourceDefinition, []apis.BoundResource, error) {
+	var defs []*apiextensionsv1.CustomResourceDefinition
+	var resources []apis.BoundResource
+	seen := map[string]bool{}
+	for _, name := range e.Spec.LatestResourceSchemas {
+		o, ok, _ := x.schemas.GetByKey(clusterinformer.Key(provider, "", name))
+		if !ok {
+			return nil, nil, fmt.Errorf("APIResourceSchema %s not found in workspace %s", name, provider)
+		}
+		var s apis.APIResourceSchema
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.(*unstructured.Unstructured).Object, &s); err != nil {
+			return nil, nil, fmt.Errorf("APIResourceSchema %s: %v", name, err)
+		}
+		crd, err := Definition(&s, identity)
+		if err != nil {
+			return nil, nil, err
+		}
+		if seen[crd.Name] {
+			return nil, nil, fmt.Errorf("APIExport %s names two schemas of %s", e.Name, crd.Name)
+		}
+		seen[crd.Name] = true
+		defs = append(defs, crd)
+		resources = append(resources, apis.BoundResource{Group: s.Spec.Group, Resource: s.Spec.Names.Plural, Schema: s.Name, StorageVersion: crd.Status.StoredVersions[0]})
+	}
+	return defs, resources, nil
+}
+
+// Definition turns a schema into the established CRD it is served as,
+// validated like a CRD a user creates. Its UID changes with the schema and
+// the identity, so serving state is rebuilt when either does.
+func Definition(s *apis.APIResourceSchema, identity string) (*apiextensionsv1.CustomResourceDefinition, error) {
+	names := s.Spec.Names
+	if names.Singular == "" {
+		names.Singular = strings.ToLower(names.Kind)
+	}
+	if names.ListKind == "" {
+		names.ListKind = names.Kind + "List"
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%s/%s", identity, s.UID, s.ResourceVersion)
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: names.Plural + "." + s.Spec.Group, UID: types.UID(fmt.Sprintf("bound-%x", h.Sum64())), ResourceVersion: s.ResourceVersion,
+			Generation: 1, CreationTimestamp: s.CreationTimestamp,
+			Annotations: map[string]string{apis.IdentityAnnotation: identity},
+		},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: s.Spec.Group, Names: names, Scope: s.Spec.Scope, Versions: s.Spec.Versions,
+			Conversion: &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.NoneConverter},
+		},
+		Status: apiextensionsv1.CustomResourceDefinitionStatus{
+			AcceptedNames: names,
+			Conditions: []apiextensionsv1.CustomResourceDefinitionCondition{
+				{Type: apiextensionsv1.NamesAccepted, Status: apiextensionsv1.ConditionTrue, Reason: "Bound"},
+				{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionTrue, Reason: "Bound"},
+			},
+		},
+	}
+	for _, v := range s.Spec.Versions {
+		if v.Storage {
+			crd.Status.StoredVersions = []string{v.Name}
+		}
+	}
+	if err := validate(crd); err != nil {
+		return nil, fmt.Errorf("APIResourceSchema %s is not a valid definition: %v", s.Name, err)
+	}
+	return crd, nil
+}
+
+// validate checks a definition as the CRD API would on create.
+func validate(crd *apiextensionsv1.CustomResourceDefinition) error {
+	var internal apiextensionsinternal.CustomResourceDefinition
+	v := crd.DeepCopy()
+	v.Status = apiextensionsv1.CustomResourceDefinitionStatus{}
+	apiextensionsv1.SetObjectDefaults_CustomResourceDefinition(v)
+	if err := apiextensionsv1.Convert_v1_CustomResourceDefinition_To_apiextensions_CustomResourceDefinition(v, &internal, nil); err != nil {
+		return err
+	}
+	if errs := validation.ValidateCustomResourceDefinition(context.Background(), &internal); len(errs) > 0 {
+		return errs.ToAggregate()
+	}
+	if len(crd.Status.StoredVersions) != 1 {
+		return fmt.Errorf("exactly one version must be the storage version")
+	}
+	return nil
+}
+
+// Definitions returns the definitions a cluster is served through its
+// bound bindings (crdserving.Extra).
+func (x *Index) Definitions(cluster logicalcluster.Name) []*apiextensionsv1.CustomResourceDefinition {
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, b := range x.Bindings(cluster) {
+		if b.Bound {
+			out = append(out, b.Definitions...)
+		}
+	}
+	return out
+}
+
+// Definition returns one definition a cluster is served through a binding.
+func (x *Index) Definition(cluster logicalcluster.Name, name string) (*apiextensionsv1.CustomResourceDefinition, bool) {
+	for _, b := range x.Bindings(cluster) {
+		if !b.Bound {
+			continue
+		}
+		for _, crd := range b.Definitions {
+			if crd.Name == name {
+				return crd, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// AllNamed and Names: bound resources are not served by requests across
+// all clusters (each export's objects are apart); the export's view is
+// where a provider reads them.
+func (x *Index) AllNamed(string) []*apiextensionsv1.CustomResourceDefinition { return nil }
+func (x *Index) Names() []string                                             { return nil }
+
+// Export is an APIExport with its current definitions.
+type Export struct {
+	Provider    logicalcluster.Name
+	Name        string
+	Identity    string
+	Definitions []*apiextensionsv1.CustomResourceDefinition
+	Resources   []apis.BoundResource
+	Claims      []apis.PermissionClaim
+}
+
+type exportEntry struct {
+	export *Export
+	err    error
+}
+
+// Export returns an export with its current definitions: nil, nil when it
+// does not exist; the export and an error when a schema is missing or
+// invalid (Definitions empty then).
+func (x *Index) Export(provider logicalcluster.Name, name string) (*Export, error) {
+	if !x.synced.Load() {
+		return nil, fmt.Errorf("the API binding index is starting")
+	}
+	key := clusterinformer.Key(provider, "", name)
+	x.mu.Lock()
+	entry, ok := x.exportCache[key]
+	gen := x.generation
+	x.mu.Unlock()
+	if ok {
+		return entry.export, entry.err
+	}
+	o, ok, _ := x.exports.GetByKey(key)
+	if !ok {
+		return nil, nil
+	}
+	var e apis.APIExport
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.(*unstructured.Unstructured).Object, &e); err != nil {
+		return nil, err
+	}
+	if e.DeletionTimestamp != nil {
+		return nil, nil
+	}
+	out := &Export{Provider: provider, Name: e.Name, Identity: apis.Identity(string(provider), e.Name, e.UID), Claims: e.Spec.PermissionClaims}
+	defs, resources, err := x.definitions(provider, &e, out.Identity)
+	if err == nil {
+		for _, crd := range defs {
+			crd.Annotations[logicalcluster.Annotation] = string(provider)
+		}
+		out.Definitions, out.Resources = defs, resources
+	}
+	x.mu.Lock()
+	if x.generation == gen {
+		x.exportCache[key] = exportEntry{export: out, err: err}
+	}
+	x.mu.Unlock()
+	return out, err
+}
+
+// ExportDefinitions returns the definitions of the export with this
+// identity (what its view serves across all consumers).
+func (x *Index) ExportDefinitions(identity string) []*apiextensionsv1.CustomResourceDefinition {
+	if !x.synced.Load() {
+		return nil
+	}
+	objs, _ := x.exports.ByIndex(byIdentity, identity)
+	if len(objs) != 1 {
+		return nil
+	}
+	u := objs[0].(*unstructured.Unstructured)
+	e, err := x.Export(clusterinformer.ClusterOf(u), u.GetName())
+	if err != nil || e == nil || e.Identity != identity {
+		return nil
+	}
+	return e.Definitions
+}
+
+// BindingTo returns the cluster's bound binding of the export with this
+// identity.
+func (x *Index) BindingTo(cluster logicalcluster.Name, identity string) (*Binding, bool) {
+	for _, b := range x.Bindings(cluster) {
+		if b.Bound && b.Identity == identity {
+			return b, true
+		}
+	}
+	return nil, false
+}
+
+// Bound returns the binding name and export of a definition a cluster is
+// served through a binding (ok false for its own CRDs).
+func (x *Index) Bound(cluster logicalcluster.Name, name string) (binding string, export apis.ExportName, ok bool) {
+	for _, b := range x.Bindings(cluster) {
+		for _, crd := range b.Definitions {
+			if b.Bound && crd.Name == name {
+				return b.Name, b.Export, true
+			}
+		}
+	}
+	return "", apis.ExportName{}, false
+}
+
+// Synced reports whether the watches have synced.
+func (x *Index) Synced() bool { return x.synced.Load() }
+
+// Keys returns the cache keys (cluster|name) of every binding and export.
+func (x *Index) Keys() (bindings, exports []string) {
+	if !x.synced.Load() {
+		return nil, nil
+	}
+	return x.bindings.ListKeys(), x.exports.ListKeys()
+}
+
+// Object returns the cached APIBinding (binding true) or APIExport.
+func (x *Index) Object(binding bool, cluster logicalcluster.Name, name string) (*unstructured.Unstructured, bool) {
+	idx := x.exports
+	if binding {
+		idx = x.bindings
+	}
+	if idx == nil {
+		return nil, false
+	}
+	o, ok, _ := idx.GetByKey(clusterinformer.Key(cluster, "", name))
+	if !ok {
+		return nil, false
+	}
+	return o.(*unstructured.Unstructured), true
+}
+
+// CRDHandler returns the handler crdserving calls when a cluster's own
+// CRDs change: a CRD created or deleted may decide a binding's conflict.
+// Clusters without bindings cost one index lookup.
+func (x *Index) CRDHandler() cache.ResourceEventHandler {
+	on := func(obj interface{}) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
+		if !ok || x.bindings == nil {
+			return
+		}
+		cluster := clusterinformer.ClusterOf(crd)
+		if objs, _ := x.bindings.ByIndex(clusterinformer.ByCluster, string(cluster)); len(objs) == 0 {
+			return
+		}
+		before := fingerprint(x.Bindings(cluster))
+		x.mu.Lock()
+		x.generation++
+		delete(x.resolved, cluster)
+		x.mu.Unlock()
+		if fingerprint(x.Bindings(cluster)) != before {
+			x.Changed(cluster)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{AddFunc: on, UpdateFunc: func(_, o interface{}) { on(o) }, DeleteFunc: on}
+}
+
+func fingerprint(bs []*Binding) string {
+	var b strings.Builder
+	for _, r := range bs {
+		fmt.Fprintf(&b, "%s/%v/%s;", r.Name, r.Bound, r.Reason)
+	}
+	return b.String()
+}

@@ -1,0 +1,194 @@
+// Package exportview serves a provider the objects of its APIExport in
+// every workspace that bound it, with one list and one watch per resource,
+// and the resources consumers granted it through permission claims.
+//
+//	/services/apiexport/<provider workspace>/<export>/clusters/<cluster or *>/<API path>
+//
+// The caller authenticates as usual, in the provider workspace, and needs
+// the verb "content" on apiexports/<export> there. Then:
+//
+//   - the export's resources across all consumers (*): list and watch.
+//     Objects are stored under the export's identity, so the key range
+//     holds exactly the bound objects of this export, nothing of another
+//     export of the same group and resource and nothing of a workspace
+//     that did not bind it; each carries its kcp.io/cluster annotation;
+//   - the export's resources in one consumer that bound it: every verb
+//     (status writes included);
+//   - a claimed resource in one consumer whose binding accepted the claim:
+//     the claimed verbs;
+//   - discovery shows the export's resources.
+//
+// Everything else is refused; a consumer that did not bind the export
+// answers 404 as if it did not exist. An accepted request continues down
+// the handler chain as system:kcp:apiexport:<provider>:<export>.
+package exportview
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/kcpsql/kcp/schema/apis"
+	"github.com/kcpsql/kcp/server/boundapis"
+	"github.com/kcpsql/kcp/server/crdserving"
+	"github.com/kcpsql/kcp/server/routing"
+	"github.com/kcpsql/kcp/server/viewidentity"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// Prefix starts every view path.
+const Prefix = "/services/apiexport/"
+
+// Path returns the view's URL path prefix for one export (what a provider's
+// controller puts in front of /clusters/...).
+func Path(provider logicalcluster.Name, export string) string {
+	return Prefix + string(provider) + "/" + export
+}
+
+// identity is the user a view request continues as.
+func identity(provider logicalcluster.Name, export string) user.Info {
+	return &user.DefaultInfo{
+		Name:   "system:kcp:apiexport:" + string(provider) + ":" + export,
+		Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated},
+	}
+}
+
+// Filter is the view's handler.
+type Filter struct {
+	authn authenticator.Request
+	authz authorizer.Authorizer
+	index *boundapis.Index
+	infos *apirequest.RequestInfoFactory
+	next  http.Handler
+}
+
+// New returns next, with view requests handled first.
+func New(next http.Handler, authn authenticator.Request, authz authorizer.Authorizer, index *boundapis.Index) http.Handler {
+	return &Filter{
+		authn: authn, authz: authz, index: index, next: next,
+		infos: &apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")},
+	}
+}
+
+func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	rest, ok := strings.CutPrefix(req.URL.Path, Prefix)
+	if !ok {
+		f.next.ServeHTTP(w, req)
+		return
+	}
+	providerPart, rest, _ := strings.Cut(rest, "/")
+	name, rest, _ := strings.Cut(rest, "/")
+	provider, err := logicalcluster.Parse(providerPart)
+	if err != nil || provider.IsWildcard() || name == "" || !strings.HasPrefix(rest, "clusters/") {
+		viewidentity.Refuse(w, apierrors.NewNotFound(schema.GroupResource{}, req.URL.Path), "an APIExport view path is "+Prefix+"<provider workspace>/<export>/clusters/<cluster or *>/<API path>")
+		return
+	}
+	// Who is asking, in the provider workspace.
+	authReq := req.WithContext(logicalcluster.WithCluster(req.Context(), provider))
+	resp, ok, err := f.authn.AuthenticateRequest(authReq)
+	if err != nil || !ok || resp == nil || resp.User == nil {
+		viewidentity.Refuse(w, apierrors.NewUnauthorized("Unauthorized"), "")
+		return
+	}
+	exportsGR := apis.ExportsResource.GroupResource()
+	d, _, err := f.authz.Authorize(authReq.Context(), authorizer.AttributesRecord{
+		User: resp.User, Verb: apis.VerbContent, APIGroup: apis.Group, APIVersion: apis.Version,
+		Resource: "apiexports", Name: name, ResourceRequest: true,
+	})
+	if err != nil || d != authorizer.DecisionAllow {
+		viewidentity.Refuse(w, apierrors.NewForbidden(exportsGR, name,
+			fmt.Errorf("%q may not use the view of APIExport %s in %s (needs the verb %q on apiexports/%s there)", resp.User.GetName(), name, provider, apis.VerbContent, name)), "")
+		return
+	}
+	export, err := f.index.Export(provider, name)
+	if export == nil {
+		if err != nil {
+			viewidentity.Refuse(w, apierrors.NewServiceUnavailable(err.Error()), "")
+			return
+		}
+		viewidentity.Refuse(w, apierrors.NewNotFound(exportsGR, name), "")
+		return
+	}
+	// What it asks for.
+	path := "/" + rest
+	cluster, apiPath, err := routing.Split(path)
+	if err != nil {
+		viewidentity.Refuse(w, apierrors.NewBadRequest(err.Error()), "")
+		return
+	}
+	probe := req.Clone(req.Context())
+	probe.URL.Path = apiPath
+	info, err := f.infos.NewRequestInfo(probe)
+	if err != nil {
+		viewidentity.Refuse(w, apierrors.NewBadRequest(err.Error()), "")
+		return
+	}
+	ctx := req.Context()
+	if !info.IsResourceRequest {
+		// Discovery of the export's resources, the same for every consumer.
+		if req.Method != http.MethodGet || !(apiPath == "/api" || apiPath == "/apis" || strings.HasPrefix(apiPath, "/api/") || strings.HasPrefix(apiPath, "/apis/")) {
+			viewidentity.Refuse(w, apierrors.NewForbidden(exportsGR, name, fmt.Errorf("the view of an APIExport serves discovery and the export's resources, not %s", apiPath)), "")
+			return
+		}
+		ctx = crdserving.WithExport(ctx, export.Identity)
+		path = "/clusters/*" + apiPath
+	} else if err := f.allow(export, cluster, info); err != nil {
+		viewidentity.Refuse(w, err, "")
+		return
+	} else if cluster.IsWildcard() {
+		ctx = crdserving.WithExport(ctx, export.Identity)
+	}
+	f.next.ServeHTTP(w, viewidentity.Continue(ctx, req, identity(provider, name), path, req.URL.Query()))
+}
+
+// allow decides a resource request.
+func (f *Filter) allow(export *boundapis.Export, cluster logicalcluster.Name, info *apirequest.RequestInfo) *apierrors.StatusError {
+	gr := schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}
+	exported := slices.ContainsFunc(export.Resources, func(r apis.BoundResource) bool { return r.Group == gr.Group && r.Resource == gr.Resource })
+	if exported && cluster.IsWildcard() {
+		if info.Verb != "list" && info.Verb != "watch" {
+			return apierrors.NewForbidden(gr, info.Name, fmt.Errorf("across all consumers (clusters/*) the view allows list and watch; %s an object at clusters/<its kcp.io/cluster>", info.Verb))
+		}
+		return nil
+	}
+	if cluster.IsWildcard() {
+		return apierrors.NewForbidden(gr, info.Name, fmt.Errorf("APIExport %s serves %s; across all consumers only its own resources are served (claimed resources are reached per consumer, at clusters/<consumer>)", export.Name, resourceList(export)))
+	}
+	binding, ok := f.index.BindingTo(cluster, export.Identity)
+	if !ok {
+		// Whether the workspace exists is none of the provider's business.
+		return apierrors.NewNotFound(gr, info.Name)
+	}
+	if exported {
+		return nil
+	}
+	for _, c := range binding.Claims {
+		if c.GroupResource() == gr {
+			if slices.Contains(c.Verbs, info.Verb) || (info.Verb == "deletecollection" && slices.Contains(c.Verbs, "delete")) {
+				return nil
+			}
+			return apierrors.NewForbidden(gr, info.Name, fmt.Errorf("the consumer granted %v on %s, not %s", c.Verbs, gr, info.Verb))
+		}
+	}
+	return apierrors.NewForbidden(gr, info.Name, fmt.Errorf("APIExport %s serves %s; %s is neither one of them nor a permission claim workspace %s accepted", export.Name, resourceList(export), gr, cluster))
+}
+
+func resourceList(e *boundapis.Export) string {
+	var names []string
+	for _, r := range e.Resources {
+		names = append(names, r.Resource+"."+r.Group)
+	}
+	if len(names) == 0 {
+		return "no resources"
+	}
+	return strings.Join(names, ", ")
+}
