@@ -14,8 +14,8 @@ import (
 
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
-	"github.com/kcpsql/kcp/server/clusteradmission"
 	"github.com/kcpsql/kcp/server/boundapis"
+	"github.com/kcpsql/kcp/server/clusteradmission"
 	"github.com/kcpsql/kcp/server/clusterapf"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/clusterrbac"

@@ -10,7 +10,6 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
-	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,9 +67,9 @@ type APIResourceSchema struct {
 // APIResourceSchemaSpec is a CustomResourceDefinition's spec without
 // conversion webhooks.
 type APIResourceSchemaSpec struct {
-	Group    string                                             `json:"group"`
-	Names    apiextensionsv1.CustomResourceDefinitionNames      `json:"names"`
-	Scope    apiextensionsv1.ResourceScope                      `json:"scope"`
+	Group    string                                            `json:"group"`
+	Names    apiextensionsv1.CustomResourceDefinitionNames     `json:"names"`
+	Scope    apiextensionsv1.ResourceScope                     `json:"scope"`
 	Versions []apiextensionsv1.CustomResourceDefinitionVersion `json:"versions"`
 }
 
@@ -142,12 +141,12 @@ type AcceptablePermission struct {
 
 // APIBindingStatus says what is bound.
 type APIBindingStatus struct {
-	Phase            string             `json:"phase,omitempty"`
-	IdentityHash     string             `json:"identityHash,omitempty"`
-	BoundResources   []BoundResource    `json:"boundResources,omitempty"`
-	ExportClaims     []PermissionClaim  `json:"exportPermissionClaims,omitempty"`
-	AcceptedClaims   []PermissionClaim  `json:"acceptedPermissionClaims,omitempty"`
-	Conditions       []metav1.Condition `json:"conditions,omitempty"`
+	Phase          string             `json:"phase,omitempty"`
+	IdentityHash   string             `json:"identityHash,omitempty"`
+	BoundResources []BoundResource    `json:"boundResources,omitempty"`
+	ExportClaims   []PermissionClaim  `json:"exportPermissionClaims,omitempty"`
+	AcceptedClaims []PermissionClaim  `json:"acceptedPermissionClaims,omitempty"`
+	Conditions     []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // BoundResource is one resource served through the binding.
@@ -173,12 +172,6 @@ const (
 func Identity(provider string, name string, uid types.UID) string {
 	sum := sha256.Sum256([]byte(provider + "\x00" + name + "\x00" + string(uid)))
 	return hex.EncodeToString(sum[:10])
-}
-
-// SchemaName is the name a schema of gr must have: <prefix>.<plural>.<group>
-// (ok reports whether name has that shape).
-func SchemaResource(name string, s *APIResourceSchemaSpec) bool {
-	return strings.HasSuffix(name, "."+s.Names.Plural+"."+s.Group) && len(name) > len(s.Names.Plural)+len(s.Group)+2
 }
 
 //go:embed crds/*.yaml

@@ -79,8 +79,8 @@ type Index struct {
 	// generation counts invalidations: a result computed across one is
 	// not cached (it may be from before the change).
 	generation uint64
-	onChange []func(clusters []logicalcluster.Name)
-	onExport []func(provider logicalcluster.Name, name string)
+	onChange   []func(clusters []logicalcluster.Name)
+	onExport   []func(provider logicalcluster.Name, name string)
 }
 
 // New returns an Index; localCRD tells it about a cluster's own CRDs
@@ -166,8 +166,12 @@ func (x *Index) Start(ctx context.Context, loopback *rest.Config) error {
 		return err
 	}
 	bindingIdx := cache.Indexers{
-		byExport:   func(o interface{}) ([]string, error) { return []string{exportKey(exportOf(o.(*unstructured.Unstructured)))}, nil },
-		byProvider: func(o interface{}) ([]string, error) { return []string{exportOf(o.(*unstructured.Unstructured)).Path}, nil },
+		byExport: func(o interface{}) ([]string, error) {
+			return []string{exportKey(exportOf(o.(*unstructured.Unstructured)))}, nil
+		},
+		byProvider: func(o interface{}) ([]string, error) {
+			return []string{exportOf(o.(*unstructured.Unstructured)).Path}, nil
+		},
 	}
 	for k, v := range clusterinformer.ClusterIndexers {
 		bindingIdx[k] = v
