@@ -36,6 +36,10 @@ const (
 	// BindingAnnotation, on such a definition, names the APIBinding.
 	BindingAnnotation = "apis.kcp.io/binding"
 
+	// BindingFinalizer holds a deleted APIBinding until the workspace's
+	// objects of its resources are deleted.
+	BindingFinalizer = "apis.kcp.io/apibinding"
+
 	// ConditionBound, on an APIBinding: its export's resources are served
 	// in the workspace.
 	ConditionBound = "Bound"

@@ -53,6 +53,8 @@ type Binding struct {
 	Identity string
 	// Bound is true when the export's resources are served.
 	Bound bool
+	// Deleting: the binding is being deleted (its objects first).
+	Deleting bool
 	// Reason and Message explain Bound (a condition's reason and message).
 	Reason, Message string
 	Resources       []apis.BoundResource
@@ -298,11 +300,12 @@ func (x *Index) resolve(cluster logicalcluster.Name, objs []interface{}) []*Bind
 		}
 		out = append(out, &Binding{Name: b.Name, Cluster: cluster, Export: b.Spec.Reference.Export, created: b.CreationTimestamp})
 		r := out[len(out)-1]
-		if b.DeletionTimestamp != nil {
-			r.Reason, r.Message = "Deleting", "the binding is being deleted"
-			continue
-		}
+		// A binding being deleted stays served until its finalizer has
+		// deleted the objects of its resources (through this very API).
 		x.resolveOne(r, &b)
+		if b.DeletionTimestamp != nil {
+			r.Deleting = true
+		}
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].created.Equal(&out[j].created) {

@@ -16,6 +16,8 @@
 //     inside already; the name alone proves nothing), and is then
 //     authorized by the RBAC of that cluster alone (Clusters), so bindings in
 //     root never grant anything in another cluster;
+//   - the verbs "bind" and "content" on an APIExport, when kcp itself asks
+//     (WithExportGrant), need only the provider workspace's RBAC;
 //   - the creator of a workspace may get, update, patch and delete its
 //     Workspace object in the parent.
 package clusterauthz
@@ -30,6 +32,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
+	"github.com/kcpsql/kcp/schema/apis"
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -106,10 +109,28 @@ func (a Authorizer) precheck(ctx context.Context, attr authorizer.Attributes) (a
 	case impersonatesPrivileged(attr):
 		return authorizer.DecisionDeny, fmt.Sprintf("impersonating %s %q is reserved to system:masters outside root; "+
 			"impersonate an identity of logical cluster %s instead", attr.GetResource(), attr.GetName(), cluster), true
-	case !a.mayAccess(ctx, cluster, u):
+	case !a.mayAccess(ctx, cluster, u) && !exportGrant(ctx, attr):
 		return authorizer.DecisionDeny, noAccess(cluster, u), true
 	}
 	return authorizer.DecisionNoOpinion, "", false
+}
+
+type exportGrantKey struct{}
+
+// WithExportGrant marks a check of the verb "bind" or "content" on an
+// APIExport, made by kcp itself (APIBinding admission, the export's view):
+// such a grant in the provider workspace's RBAC is enough, without access
+// to the workspace, so that a provider can let other teams bind its API or
+// run its controller without letting them in. A context value: no client
+// can set it.
+func WithExportGrant(ctx context.Context) context.Context {
+	return context.WithValue(ctx, exportGrantKey{}, true)
+}
+
+func exportGrant(ctx context.Context, attr authorizer.Attributes) bool {
+	marked, _ := ctx.Value(exportGrantKey{}).(bool)
+	return marked && attr.IsResourceRequest() && attr.GetAPIGroup() == apis.Group && attr.GetResource() == "apiexports" &&
+		attr.GetSubresource() == "" && (attr.GetVerb() == apis.VerbBind || attr.GetVerb() == apis.VerbContent)
 }
 
 // selfReview: a SelfSubjectReview, which stores nothing and answers with

@@ -39,6 +39,7 @@ import (
 
 	"github.com/kcpsql/kcp/schema/apis"
 	"github.com/kcpsql/kcp/server/boundapis"
+	"github.com/kcpsql/kcp/server/clusterauthz"
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/routing"
 	"github.com/kcpsql/kcp/server/viewidentity"
@@ -92,6 +93,13 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		viewidentity.Refuse(w, apierrors.NewNotFound(schema.GroupResource{}, req.URL.Path), "an APIExport view path is "+Prefix+"<provider workspace>/<export>/clusters/<cluster or *>/<API path>")
 		return
 	}
+	for h := range req.Header {
+		if strings.HasPrefix(http.CanonicalHeaderKey(h), "Impersonate-") {
+			viewidentity.Refuse(w, apierrors.NewForbidden(apis.ExportsResource.GroupResource(), name,
+				fmt.Errorf("the view of an APIExport does not take impersonation; authenticate as the user itself")), "")
+			return
+		}
+	}
 	// Who is asking, in the provider workspace.
 	authReq := req.WithContext(logicalcluster.WithCluster(req.Context(), provider))
 	resp, ok, err := f.authn.AuthenticateRequest(authReq)
@@ -100,7 +108,7 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	exportsGR := apis.ExportsResource.GroupResource()
-	d, _, err := f.authz.Authorize(authReq.Context(), authorizer.AttributesRecord{
+	d, _, err := f.authz.Authorize(clusterauthz.WithExportGrant(authReq.Context()), authorizer.AttributesRecord{
 		User: resp.User, Verb: apis.VerbContent, APIGroup: apis.Group, APIVersion: apis.Version,
 		Resource: "apiexports", Name: name, ResourceRequest: true,
 	})

@@ -21,6 +21,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/keyutil"
 
 	"github.com/kcpsql/kcp/test/e2e/framework"
@@ -29,6 +30,18 @@ import (
 // userClient returns an HTTP client authenticating with a client certificate
 // signed by the server's CA for the given user and groups.
 func userClient(t *testing.T, s *framework.Server, user string, groups ...string) *http.Client {
+	t.Helper()
+	c, err := rest.HTTPClientFor(userConfig(t, s, user, groups...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Timeout = 10 * time.Second
+	return c
+}
+
+// userConfig is a client configuration of root with a client certificate
+// signed by the server's CA for the given user and groups.
+func userConfig(t *testing.T, s *framework.Server, user string, groups ...string) *rest.Config {
 	t.Helper()
 	caPEM, err := os.ReadFile(filepath.Join(s.RootDir, "ca.crt"))
 	if err != nil {
@@ -55,10 +68,15 @@ func userClient(t *testing.T, s *framework.Server, user string, groups ...string
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}}}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rest.Config{Host: s.URL(), TLSClientConfig: rest.TLSClientConfig{
+		CAData:   caPEM,
+		CertData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		KeyData:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	}}
 }
 
 func do(t *testing.T, c *http.Client, method, url, body string) (int, string) {

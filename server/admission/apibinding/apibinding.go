@@ -5,6 +5,8 @@
 //     workspace (ordinary RBAC there decides); a requester without it is
 //     refused whether or not the export exists, so a binding cannot probe
 //     another workspace;
+//   - a new APIBinding gets the finalizer under which unbinding deletes the
+//     workspace's objects of the bound resources;
 //   - a CustomResourceDefinition cannot take the name of a resource an
 //     APIBinding already serves in the workspace: it would hide the bound
 //     objects.
@@ -14,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sync/atomic"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -23,6 +26,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/kcpsql/kcp/schema/apis"
+	"github.com/kcpsql/kcp/server/clusterauthz"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -40,6 +44,26 @@ type Plugin struct {
 }
 
 var instance = &Plugin{Handler: admission.NewHandler(admission.Create)}
+
+var _ admission.MutationInterface = &Plugin{}
+
+// Admit gives a new APIBinding the finalizer under which unbinding deletes
+// the bound objects of the workspace (as deleting a CRD deletes its
+// objects): without it, they would stay in the export's key range and the
+// provider's view would still show them.
+func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	if a.GetSubresource() != "" || a.GetResource().GroupResource() != apis.BindingsResource.GroupResource() {
+		return nil
+	}
+	obj, err := meta.Accessor(a.GetObject())
+	if err != nil {
+		return nil
+	}
+	if !slices.Contains(obj.GetFinalizers(), apis.BindingFinalizer) {
+		obj.SetFinalizers(append(obj.GetFinalizers(), apis.BindingFinalizer))
+	}
+	return nil
+}
 
 // Register adds the plugin to a plugin registry (one instance per process).
 func Register(plugins *admission.Plugins) {
@@ -105,7 +129,7 @@ func (p *Plugin) checkBind(ctx context.Context, a admission.Attributes) error {
 		User: a.GetUserInfo(), Verb: apis.VerbBind, APIGroup: apis.Group, APIVersion: apis.Version,
 		Resource: "apiexports", Name: name, ResourceRequest: true,
 	}
-	d, _, err := p.authz.Authorize(logicalcluster.WithCluster(ctx, provider), attr)
+	d, _, err := p.authz.Authorize(clusterauthz.WithExportGrant(logicalcluster.WithCluster(ctx, provider)), attr)
 	if err != nil || d != authorizer.DecisionAllow {
 		who := ""
 		if a.GetUserInfo() != nil {

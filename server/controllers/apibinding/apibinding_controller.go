@@ -6,8 +6,14 @@ package apibinding
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/workqueue"
@@ -43,6 +49,52 @@ func NewController(loopback *rest.Config, index *boundapis.Index) (*Controller, 
 	}
 	c := &Controller{queue: worker.NewQueue[key](name), index: index}
 	c.r = &reconciler{
+		deleteObjects: func(ctx context.Context, cluster logicalcluster.Name, defs []*apiextensionsv1.CustomResourceDefinition) (int, error) {
+			d, err := clients.Dynamic(cluster)
+			if err != nil {
+				return 0, err
+			}
+			n := 0
+			for _, crd := range defs {
+				gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: crd.Status.StoredVersions[0], Resource: crd.Spec.Names.Plural}
+				list, err := d.Resource(gvr).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return 0, err
+				}
+				n += len(list.Items)
+				for _, o := range list.Items {
+					if o.GetDeletionTimestamp() != nil {
+						continue
+					}
+					err := d.Resource(gvr).Namespace(o.GetNamespace()).Delete(ctx, o.GetName(), metav1.DeleteOptions{})
+					if err != nil && !apierrors.IsNotFound(err) {
+						return 0, err
+					}
+				}
+			}
+			return n, nil
+		},
+		removeFinalizer: func(ctx context.Context, cluster logicalcluster.Name, obj *unstructured.Unstructured) error {
+			d, err := clients.Dynamic(cluster)
+			if err != nil {
+				return err
+			}
+			var keep []string
+			for _, f := range obj.GetFinalizers() {
+				if f != apis.BindingFinalizer {
+					keep = append(keep, f)
+				}
+			}
+			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": keep, "resourceVersion": obj.GetResourceVersion()}})
+			if err != nil {
+				return err
+			}
+			_, err = d.Resource(apis.BindingsResource).Patch(ctx, obj.GetName(), types.MergePatchType, patch, metav1PatchOptions)
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		},
 		bindings: index.Bindings,
 		export:   index.Export,
 		object:   index.Object,
@@ -88,7 +140,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 		}
 	}()
 	worker.Run(ctx, name, c.queue, workers, nil, func(ctx context.Context, k key) (time.Duration, error) {
-		return 0, c.r.reconcile(ctx, k)
+		return c.r.reconcile(ctx, k)
 	})
 }
 

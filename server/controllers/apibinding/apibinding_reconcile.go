@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"slices"
+	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -18,17 +21,50 @@ import (
 var metav1PatchOptions = metav1.PatchOptions{FieldManager: name}
 
 type reconciler struct {
+	// deleteObjects deletes a cluster's objects of the definitions and
+	// returns how many were there.
+	deleteObjects func(ctx context.Context, cluster logicalcluster.Name, defs []*apiextensionsv1.CustomResourceDefinition) (int, error)
+	// removeFinalizer takes the binding finalizer off a binding.
+	removeFinalizer func(ctx context.Context, cluster logicalcluster.Name, obj *unstructured.Unstructured) error
 	bindings    func(logicalcluster.Name) []*boundapis.Binding
 	export      func(logicalcluster.Name, string) (*boundapis.Export, error)
 	object      func(binding bool, cluster logicalcluster.Name, name string) (*unstructured.Unstructured, bool)
 	patchStatus func(ctx context.Context, binding bool, cluster logicalcluster.Name, name string, patch []byte) error
 }
 
-func (r *reconciler) reconcile(ctx context.Context, k key) error {
+func (r *reconciler) reconcile(ctx context.Context, k key) (time.Duration, error) {
 	obj, ok := r.object(k.binding, k.cluster, k.name)
-	if !ok || obj.GetDeletionTimestamp() != nil {
-		return nil
+	if !ok {
+		return 0, nil
 	}
+	if obj.GetDeletionTimestamp() != nil {
+		if !k.binding || !slices.Contains(obj.GetFinalizers(), apis.BindingFinalizer) {
+			return 0, nil
+		}
+		return r.unbind(ctx, k, obj)
+	}
+	return 0, r.status(ctx, k, obj)
+}
+
+// unbind deletes the workspace's objects of the binding's resources, then
+// lets the binding go.
+func (r *reconciler) unbind(ctx context.Context, k key, obj *unstructured.Unstructured) (time.Duration, error) {
+	for _, b := range r.bindings(k.cluster) {
+		if b.Name != k.name || !b.Bound {
+			continue
+		}
+		n, err := r.deleteObjects(ctx, k.cluster, b.Definitions)
+		if err != nil {
+			return 0, err
+		}
+		if n > 0 {
+			return time.Second, nil // look again once they are gone (finalizers of their own)
+		}
+	}
+	return 0, r.removeFinalizer(ctx, k.cluster, obj)
+}
+
+func (r *reconciler) status(ctx context.Context, k key, obj *unstructured.Unstructured) error {
 	var current, want any
 	if k.binding {
 		var b apis.APIBinding

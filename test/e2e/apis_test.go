@@ -1,0 +1,294 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kcpsql/kcp/client/clusterinformer"
+	"github.com/kcpsql/kcp/test/e2e/framework"
+)
+
+var databasesGVR = schema.GroupVersionResource{Group: "platform.example.com", Version: "v1", Resource: "databases"}
+
+// databaseSchema is an APIResourceSchema of databases.platform.example.com
+// named <prefix>.databases.platform.example.com with extra spec fields.
+func databaseSchema(prefix, extraFields string) string {
+	return fmt.Sprintf(`apiVersion: apis.kcp.io/v1alpha1
+kind: APIResourceSchema
+metadata: {name: %s.databases.platform.example.com}
+spec:
+  group: platform.example.com
+  scope: Namespaced
+  names: {plural: databases, singular: database, kind: Database, listKind: DatabaseList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {size: {type: integer, description: size in GiB}%s}}
+          status: {type: object, properties: {phase: {type: string}}}
+`, prefix, extraFields)
+}
+
+func database(name string, size int) string {
+	return fmt.Sprintf("apiVersion: platform.example.com/v1\nkind: Database\nmetadata: {name: %s, namespace: default}\nspec: {size: %d}\n", name, size)
+}
+
+// viewConfig is a client configuration for an APIExport's view as user.
+func viewConfig(t *testing.T, s *framework.Server, provider, export, user string, groups ...string) *rest.Config {
+	cfg := userConfig(t, s, user, groups...)
+	cfg.Host = s.URL() + "/services/apiexport/" + provider + "/" + export
+	return cfg
+}
+
+// TestAPISharing: a provider exports an API, two consumers bind it and
+// create objects, the provider's controller (a client-go informer on the
+// export's view) reconciles both and writes their status; a workspace that
+// did not bind sees nothing; a second provider of the same group and
+// resource shares no data; the schema is switched to a new version;
+// permission claims accepted and not; unbinding; a restart.
+func TestAPISharing(t *testing.T) {
+	for _, d := range []framework.Dialect{framework.SQLite, framework.Postgres} {
+		t.Run(string(d), func(t *testing.T) { testAPISharing(t, framework.DatastoreFor(t, d)) })
+	}
+}
+
+func testAPISharing(t *testing.T, datastore string) {
+	s := framework.StartServer(t, datastore)
+	s.CreateWorkspaces("root:platform", "root:platform2", "root:team-a", "root:team-b", "root:team-c", "root:outsider")
+	ctx := context.Background()
+
+	// The provider publishes the API and lets db-operator read its content.
+	export := databaseSchema("v1", "") + `---
+apiVersion: apis.kcp.io/v1alpha1
+kind: APIExport
+metadata: {name: databases}
+spec:
+  latestResourceSchemas: [v1.databases.platform.example.com]
+  permissionClaims:
+  - {resource: configmaps, verbs: [get, list]}
+`
+	if out, err := s.KubectlErr("root:platform", export, "apply", "-f", "-"); err != nil {
+		t.Fatalf("publishing the export: %v\n%s", err, out)
+	}
+	s.Kubectl("root:platform", "create", "clusterrole", "db-operator", "--verb=content", "--resource=apiexports.apis.kcp.io", "--resource-name=databases")
+	s.Kubectl("root:platform", "create", "clusterrolebinding", "db-operator", "--clusterrole=db-operator", "--user=db-operator")
+	framework.Eventually(t, 20*time.Second, "the export's Ready condition and identity", func() (bool, string) {
+		out, _ := s.KubectlErr("root:platform", "", "get", "apiexport", "databases", "-o", "jsonpath={.status.conditions[0].status} {.status.identityHash}")
+		return strings.HasPrefix(out, "True ") && len(out) > 10, out
+	})
+
+	// Both consumers bind with the plugin (team-a accepts the claim) and
+	// see the API as if it were their own CRD.
+	bind := func(cluster string, extra ...string) string {
+		t.Helper()
+		out, err := s.KubectlPlugin(s.Kubeconfig, append([]string{"kcp", "bind", "export", "root:platform:databases", "--server", s.URL() + "/clusters/" + cluster}, extra...)...)
+		if err != nil {
+			t.Fatalf("binding in %s: %v\n%s", cluster, err, out)
+		}
+		return out
+	}
+	mustContain(t, "kubectl kcp bind export", bind("root:team-a", "--accept", "configmaps=get,list"), "is bound: databases.platform.example.com")
+	bind("root:team-b")
+	for _, c := range []string{"root:team-a", "root:team-b"} {
+		mustContain(t, "api-resources in "+c, s.Kubectl(c, "api-resources", "--api-group=platform.example.com"), "databases", "Database")
+		mustContain(t, "explain in "+c, s.Kubectl(c, "explain", "databases.spec.size"), "size in GiB")
+	}
+	for _, c := range []string{"root:team-a", "root:team-b"} {
+		for i := 0; i < 3; i++ {
+			if out, err := s.KubectlErr(c, database(fmt.Sprintf("db%d", i), 10+i), "apply", "-f", "-"); err != nil {
+				t.Fatalf("creating a database in %s: %v\n%s", c, err, out)
+			}
+		}
+	}
+	// The schema is enforced in the consumer.
+	if out, err := s.KubectlErr("root:team-a", strings.Replace(database("bad", 1), "size: 1", "size: big", 1), "apply", "-f", "-"); err == nil || !strings.Contains(out, "spec.size") {
+		t.Fatalf("a database with size: big was not refused: %v\n%s", err, out)
+	}
+	// A workspace that did not bind has no such API.
+	if out, err := s.KubectlErr("root:outsider", "", "get", "databases"); err == nil {
+		t.Fatalf("root:outsider sees databases without a binding:\n%s", out)
+	}
+
+	// The provider's controller: one informer on the view across all
+	// consumers; it marks each database Provisioned in its own workspace.
+	view := viewConfig(t, s, "root:platform", "databases", "db-operator")
+	inf, err := clusterinformer.Dynamic(view, databasesGVR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrlCtx, stopCtrl := context.WithCancel(ctx)
+	defer stopCtrl()
+	reconciled := sync.Map{}
+	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj interface{}) {
+		u := obj.(*unstructured.Unstructured)
+		cluster := clusterinformer.ClusterOf(u)
+		go func() {
+			d, err := dynamic.NewForConfig(clusterinformer.ForCluster(view, cluster))
+			if err != nil {
+				return
+			}
+			patch := []byte(`{"status":{"phase":"Provisioned"}}`)
+			if _, err := d.Resource(databasesGVR).Namespace(u.GetNamespace()).Patch(ctrlCtx, u.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err == nil {
+				reconciled.Store(string(cluster)+"/"+u.GetName(), true)
+			}
+		}()
+	}})
+	inf.Start(ctrlCtx)
+	if err := inf.WaitForCacheSync(ctrlCtx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"root:team-a", "root:team-b"} {
+		framework.Eventually(t, 20*time.Second, "the provider's status on the databases of "+c, func() (bool, string) {
+			out, _ := s.KubectlErr(c, "", "get", "databases", "-n", "default", "-o", "jsonpath={.items[*].status.phase}")
+			return strings.Count(out, "Provisioned") == 3, out
+		})
+	}
+	if got := viewClusters(t, inf); got != "root:team-a=3 root:team-b=3" {
+		t.Fatalf("the view holds %s; want the 3 databases of each consumer", got)
+	}
+
+	// A second provider of the same group and resource, bound by team-c:
+	// neither provider sees the other's consumers, and team-c's objects
+	// live in the second export's key range.
+	if out, err := s.KubectlErr("root:platform2", databaseSchema("v1", ", tier: {type: string}")+`---
+apiVersion: apis.kcp.io/v1alpha1
+kind: APIExport
+metadata: {name: databases}
+spec: {latestResourceSchemas: [v1.databases.platform.example.com]}
+`, "apply", "-f", "-"); err != nil {
+		t.Fatalf("publishing the second export: %v\n%s", err, out)
+	}
+	if out, err := s.KubectlPlugin(s.Kubeconfig, "kcp", "bind", "export", "root:platform2:databases", "--server", s.URL()+"/clusters/root:team-c"); err != nil {
+		t.Fatalf("binding the second export: %v\n%s", err, out)
+	}
+	if out, err := s.KubectlErr("root:team-c", strings.Replace(database("other", 5), "size: 5", "size: 5, tier: gold", 1), "apply", "-f", "-"); err != nil {
+		t.Fatalf("creating a database in root:team-c: %v\n%s", err, out)
+	}
+	time.Sleep(time.Second)
+	if got := viewClusters(t, inf); got != "root:team-a=3 root:team-b=3" {
+		t.Fatalf("after another export's consumer wrote, the first view holds %s", got)
+	}
+	other := listView(t, viewConfig(t, s, "root:platform2", "databases", "admin", "system:masters"))
+	if other != "root:team-c/other" {
+		t.Fatalf("the second export's view lists %q; want only root:team-c/other", other)
+	}
+
+	// Permission claims: team-a accepted configmaps (get, list), team-b
+	// did not; neither granted secrets or writes.
+	s.Kubectl("root:team-a", "create", "configmap", "settings", "--from-literal=a=b")
+	s.Kubectl("root:team-b", "create", "configmap", "settings", "--from-literal=a=b")
+	vc := userClient(t, s, "db-operator")
+	base := s.URL() + "/services/apiexport/root:platform/databases/clusters/"
+	for _, c := range []struct {
+		method, path string
+		want         int
+	}{
+		{"GET", "root:team-a/api/v1/namespaces/default/configmaps/settings", 200},
+		{"GET", "root:team-a/api/v1/configmaps", 200},
+		{"DELETE", "root:team-a/api/v1/namespaces/default/configmaps/settings", 403},
+		{"GET", "root:team-a/api/v1/secrets", 403},
+		{"GET", "root:team-b/api/v1/configmaps", 403},
+		{"GET", "*/api/v1/configmaps", 403},
+		{"GET", "root:outsider/apis/platform.example.com/v1/databases", 404},
+		{"GET", "root:team-c/apis/platform.example.com/v1/databases", 404},
+		{"DELETE", "*/apis/platform.example.com/v1/namespaces/default/databases/db0", 403},
+	} {
+		code, body := doWith(t, vc, c.method, base+c.path, "", nil)
+		if code != c.want {
+			t.Errorf("%s %s through the view: %d, want %d\n%s", c.method, c.path, code, c.want, body)
+		}
+	}
+
+	// A new schema version: spec.engine is pruned (refused by kubectl's
+	// strict validation) until the provider switches the export to it.
+	withEngine := strings.Replace(database("db9", 9), "size: 9", "size: 9, engine: postgres", 1)
+	if out, err := s.KubectlErr("root:team-a", withEngine, "apply", "-f", "-"); err == nil || !strings.Contains(out, "engine") {
+		t.Fatalf("spec.engine accepted before the switch: %v\n%s", err, out)
+	}
+	if out, err := s.KubectlErr("root:platform", databaseSchema("v2", ", engine: {type: string, description: the database engine}"), "apply", "-f", "-"); err != nil {
+		t.Fatalf("publishing v2: %v\n%s", err, out)
+	}
+	if out, err := s.KubectlErr("root:platform", strings.Replace(databaseSchema("v1", ""), "size in GiB", "changed", 1), "apply", "-f", "-"); err == nil || !strings.Contains(out, "immutable") {
+		t.Fatalf("changing a published schema was not refused as immutable: %v\n%s", err, out)
+	}
+	s.Kubectl("root:platform", "patch", "apiexport", "databases", "--type=merge", "-p", `{"spec":{"latestResourceSchemas":["v2.databases.platform.example.com"]}}`)
+	framework.Eventually(t, 20*time.Second, "spec.engine served after the switch", func() (bool, string) {
+		out, err := s.KubectlErr("root:team-a", withEngine, "apply", "-f", "-")
+		return err == nil, out
+	})
+	mustContain(t, "explain after the switch", s.Kubectl("root:team-b", "explain", "databases.spec.engine"), "the database engine")
+	mustContain(t, "old objects after the switch", s.Kubectl("root:team-b", "get", "database", "db1", "-n", "default", "-o", "jsonpath={.spec.size}"), "11")
+
+	// Unbinding team-b deletes its databases (as deleting a CRD deletes
+	// its objects): the API is gone there and the view no longer has them.
+	s.Kubectl("root:team-b", "delete", "apibinding", "databases", "--timeout=60s")
+	framework.Eventually(t, 20*time.Second, "databases gone from root:team-b and from the view", func() (bool, string) {
+		out, err := s.KubectlErr("root:team-b", "", "get", "databases", "-A")
+		got := viewClusters(t, inf)
+		return err != nil && !strings.Contains(got, "team-b"), out + " / view: " + got
+	})
+
+	// After a restart, all of it is served again.
+	stopCtrl()
+	s.Stop()
+	s.Start()
+	mustContain(t, "team-a after a restart", s.Kubectl("root:team-a", "get", "databases", "-n", "default", "-o", "name"), "db0", "db1", "db2", "db9")
+	if got := listView(t, view); got != "root:team-a/db0 root:team-a/db1 root:team-a/db2 root:team-a/db9" {
+		t.Fatalf("the view after a restart lists %q", got)
+	}
+	if out, err := s.KubectlErr("root:team-b", "", "get", "databases"); err == nil {
+		t.Fatalf("root:team-b still serves databases after unbinding and a restart:\n%s", out)
+	}
+}
+
+// viewClusters summarizes an informer's cache as cluster=count.
+func viewClusters(t *testing.T, inf *clusterinformer.Informer[*unstructured.Unstructured]) string {
+	t.Helper()
+	counts := map[string]int{}
+	for _, o := range inf.Indexer().List() {
+		counts[string(clusterinformer.ClusterOf(o.(*unstructured.Unstructured)))]++
+	}
+	var out []string
+	for c, n := range counts {
+		out = append(out, fmt.Sprintf("%s=%d", c, n))
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+// listView lists databases through a view, as cluster/name.
+func listView(t *testing.T, cfg *rest.Config) string {
+	t.Helper()
+	d, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := d.Resource(databasesGVR).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("listing through the view: %v", err)
+	}
+	var out []string
+	for _, o := range list.Items {
+		out = append(out, string(clusterinformer.ClusterOf(&o))+"/"+o.GetName())
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
