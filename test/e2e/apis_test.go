@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -291,4 +292,148 @@ func listView(t *testing.T, cfg *rest.Config) string {
 	}
 	sort.Strings(out)
 	return strings.Join(out, " ")
+}
+
+// TestAPISharingAttempts: the ways a consumer or a provider could reach
+// what API sharing does not give them. Each must fail and leak nothing.
+func TestAPISharingAttempts(t *testing.T) {
+	s := framework.StartServer(t, "")
+	s.CreateWorkspaces("root:platform", "root:other-provider", "root:team-a", "root:team-b", "root:mallory")
+	export := databaseSchema("v1", "") + `---
+apiVersion: apis.kcp.io/v1alpha1
+kind: APIExport
+metadata: {name: databases}
+spec: {latestResourceSchemas: [v1.databases.platform.example.com]}
+`
+	for _, p := range []string{"root:platform", "root:other-provider"} {
+		if out, err := s.KubectlErr(p, export, "apply", "-f", "-"); err != nil {
+			t.Fatalf("publishing in %s: %v\n%s", p, err, out)
+		}
+	}
+	s.Kubectl("root:platform", "create", "configmap", "provider-secret", "--from-literal=k=v")
+	// team-a's admin may bind root:platform's export (and nothing there).
+	// (kubectl create clusterrole allows the verb bind only on roles.)
+	if out, err := s.KubectlErr("root:platform", `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: bind-databases}
+rules: [{apiGroups: [apis.kcp.io], resources: [apiexports], resourceNames: [databases], verbs: [bind]}]
+`, "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	s.Kubectl("root:platform", "create", "clusterrolebinding", "team-a-binds", "--clusterrole=bind-databases", "--user=alice")
+	for _, ws := range []struct{ cluster, user string }{{"root:team-a", "alice"}, {"root:team-b", "bob"}, {"root:mallory", "mallory"}} {
+		s.Kubectl("root", "create", "clusterrole", "access-"+ws.user, "--verb=access", "--resource=workspaces/content", "--resource-name="+strings.TrimPrefix(ws.cluster, "root:"))
+		s.Kubectl("root", "create", "clusterrolebinding", "access-"+ws.user, "--clusterrole=access-"+ws.user, "--user="+ws.user)
+		s.Kubectl(ws.cluster, "create", "clusterrolebinding", "admin-"+ws.user, "--clusterrole=cluster-admin", "--user="+ws.user)
+	}
+	alice, bob, mallory := userClient(t, s, "alice"), userClient(t, s, "bob"), userClient(t, s, "mallory")
+	binding := func(path string) string {
+		return fmt.Sprintf(`{"apiVersion":"apis.kcp.io/v1alpha1","kind":"APIBinding","metadata":{"name":"databases"},"spec":{"reference":{"export":{"path":%q,"name":"databases"}}}}`, path)
+	}
+	api := func(cluster string) string {
+		return s.URL() + "/clusters/" + cluster + "/apis/apis.kcp.io/v1alpha1/apibindings"
+	}
+	framework.Eventually(t, 20*time.Second, "alice's rights", func() (bool, string) {
+		code, body := doWith(t, alice, "GET", api("root:team-a"), "", nil)
+		return code == 200, body
+	})
+	// Binding without the verb bind (mallory), or to a workspace that does
+	// not exist, is refused with the same answer.
+	for _, c := range []struct{ who, path string }{{"mallory", "root:platform"}, {"mallory", "root:no-such-workspace"}} {
+		code, body := doWith(t, mallory, "POST", api("root:mallory"), binding(c.path), nil)
+		if code != 403 || !strings.Contains(body, `may not bind APIExport databases of workspace `+c.path) {
+			t.Errorf("%s binding %s: %d %s", c.who, c.path, code, body)
+		}
+	}
+	if code, body := doWith(t, alice, "POST", api("root:team-a"), binding("root:platform"), nil); code != 201 {
+		t.Fatalf("alice binding with the bind grant: %d %s", code, body)
+	}
+	// The bind grant gives alice nothing else in the provider workspace.
+	for _, path := range []string{"/api/v1/namespaces/default/configmaps/provider-secret", "/apis/apis.kcp.io/v1alpha1/apiresourceschemas", "/apis/apis.kcp.io/v1alpha1/apiexports/databases"} {
+		if code, body := doWith(t, alice, "GET", s.URL()+"/clusters/root:platform"+path, "", nil); code != 403 || strings.Contains(body, `"data"`) {
+			t.Errorf("alice reading root:platform%s: %d %s", path, code, body)
+		}
+	}
+	// Changing the binding to another export is refused.
+	patch := `{"spec":{"reference":{"export":{"path":"root:other-provider","name":"databases"}}}}`
+	if code, body := doWithType(t, alice, "PATCH", api("root:team-a")+"/databases", patch, "application/merge-patch+json"); code != 422 || !strings.Contains(body, "cannot change") {
+		t.Errorf("repointing a binding: %d %s", code, body)
+	}
+	framework.Eventually(t, 20*time.Second, "databases served in root:team-a", func() (bool, string) {
+		out, err := s.KubectlErr("root:team-a", database("a1", 1), "apply", "-f", "-")
+		return err == nil, out
+	})
+	// A forged identity in the binding's status changes nothing: objects
+	// keep going to the export the binding names.
+	other := s.Kubectl("root:other-provider", "get", "apiexport", "databases", "-o", "jsonpath={.status.identityHash}")
+	if other == "" {
+		t.Fatal("the other export has no identity")
+	}
+	status := fmt.Sprintf(`{"status":{"identityHash":%q}}`, other)
+	doWithType(t, alice, "PATCH", api("root:team-a")+"/databases/status", status, "application/merge-patch+json")
+	if out, err := s.KubectlErr("root:team-a", database("a2", 2), "apply", "-f", "-"); err != nil {
+		t.Fatalf("creating a2: %v\n%s", err, out)
+	}
+	// mallory defines the same group and resource as a CRD of its own,
+	// annotated with root:platform's identity, and writes an object.
+	crd := namespacedCRD("platform.example.com", "databases", "Database", "{type: object, x-kubernetes-preserve-unknown-fields: true}")
+	crd = strings.Replace(crd, "metadata: {name: databases.platform.example.com}",
+		"metadata: {name: databases.platform.example.com, annotations: {apis.kcp.io/identity: '"+s.Kubectl("root:platform", "get", "apiexport", "databases", "-o", "jsonpath={.status.identityHash}")+"'}}", 1)
+	if out, err := s.KubectlErr("root:mallory", crd, "apply", "-f", "-"); err != nil {
+		t.Fatalf("mallory's CRD: %v\n%s", err, out)
+	}
+	s.WaitEstablished("root:mallory", "crd/databases.platform.example.com")
+	if out, err := s.KubectlErr("root:mallory", database("injected", 1), "apply", "-f", "-"); err != nil {
+		t.Fatalf("mallory's object: %v\n%s", err, out)
+	}
+	// team-a cannot define a CRD of the bound name over its binding.
+	if out, err := s.KubectlErr("root:team-a", namespacedCRD("platform.example.com", "databases", "Database", "{type: object}"), "apply", "-f", "-"); err == nil || !strings.Contains(out, "served in this workspace by APIBinding databases") {
+		t.Errorf("a CRD over a binding: %v\n%s", err, out)
+	}
+	// The provider's view holds team-a's objects alone; the other
+	// provider's view none of them.
+	framework.Eventually(t, 10*time.Second, "the view", func() (bool, string) {
+		got := listView(t, viewConfig(t, s, "root:platform", "databases", "admin", "system:masters"))
+		return got == "root:team-a/a1 root:team-a/a2", got
+	})
+	if got := listView(t, viewConfig(t, s, "root:other-provider", "databases", "admin", "system:masters")); got != "" {
+		t.Errorf("the other provider's view lists %q", got)
+	}
+	// Consumers (without the verb content) cannot use the view, neither to
+	// read each other's objects nor their own; impersonation is refused.
+	view := s.URL() + "/services/apiexport/root:platform/databases/clusters/"
+	for _, c := range []struct {
+		client  *http.Client
+		who     string
+		path    string
+		headers map[string]string
+	}{
+		{alice, "alice", "*/apis/platform.example.com/v1/databases", nil},
+		{bob, "bob", "root:team-a/apis/platform.example.com/v1/databases", nil},
+		{mallory, "mallory", "root:team-a/apis/platform.example.com/v1/namespaces/default/databases/a1", nil},
+		{userClient(t, s, "admin", "system:masters"), "impersonating alice", "*/apis/platform.example.com/v1/databases", map[string]string{"Impersonate-User": "alice"}},
+	} {
+		code, body := doWith(t, c.client, "GET", view+c.path, "", c.headers)
+		if code != 403 || strings.Contains(body, `"a1"`) {
+			t.Errorf("%s through the view at %s: %d %s", c.who, c.path, code, body)
+		}
+	}
+	// Paths that try to leave the view.
+	admin := userClient(t, s, "admin", "system:masters")
+	for _, p := range []string{
+		"root:platform/../../../clusters/root:platform/api/v1/configmaps",
+		"*/api/v1/configmaps",
+		"root:team-a/api/v1/secrets",
+		"root:mallory/apis/platform.example.com/v1/databases",
+		"*/apis/apis.kcp.io/v1alpha1/apibindings",
+	} {
+		if code, body := doWith(t, admin, "GET", view+p, "", nil); code < 400 || strings.Contains(body, "provider-secret") || strings.Contains(body, "injected") {
+			t.Errorf("the view at %s: %d %s", p, code, body)
+		}
+	}
+}
+
+func doWithType(t *testing.T, c *http.Client, method, url, body, contentType string) (int, string) {
+	t.Helper()
+	return doWith(t, c, method, url, body, map[string]string{"Content-Type": contentType})
 }
