@@ -1,0 +1,67 @@
+package boundapis
+
+import (
+	"strings"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kcpsql/kcp/schema/apis"
+)
+
+func schemaOf(name string, versions ...apiextensionsv1.CustomResourceDefinitionVersion) *apis.APIResourceSchema {
+	return &apis.APIResourceSchema{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: "u1", ResourceVersion: "7"},
+		Spec: apis.APIResourceSchemaSpec{Group: "example.com", Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Kind: "Widget"}, Versions: versions},
+	}
+}
+
+var objectSchema = &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object"}}
+
+func TestDefinition(t *testing.T) {
+	good := schemaOf("v1.widgets.example.com", apiextensionsv1.CustomResourceDefinitionVersion{Name: "v1", Served: true, Storage: true, Schema: objectSchema})
+	crd, err := Definition(good, "abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if crd.Name != "widgets.example.com" || crd.Status.AcceptedNames.ListKind != "WidgetList" || crd.Status.AcceptedNames.Singular != "widget" ||
+		crd.Annotations[apis.IdentityAnnotation] != "abc" || crd.Status.StoredVersions[0] != "v1" {
+		t.Errorf("unexpected definition: %+v", crd)
+	}
+	other, _ := Definition(good, "def")
+	if other.UID == crd.UID {
+		t.Error("two identities gave one UID: serving state would not be rebuilt when a binding's export changes")
+	}
+	for name, bad := range map[string]*apis.APIResourceSchema{
+		"two storage versions": schemaOf("v1.widgets.example.com",
+			apiextensionsv1.CustomResourceDefinitionVersion{Name: "v1", Served: true, Storage: true, Schema: objectSchema},
+			apiextensionsv1.CustomResourceDefinitionVersion{Name: "v2", Served: true, Storage: true, Schema: objectSchema}),
+		"no schema": schemaOf("v1.widgets.example.com", apiextensionsv1.CustomResourceDefinitionVersion{Name: "v1", Served: true, Storage: true}),
+		"non-structural": schemaOf("v1.widgets.example.com", apiextensionsv1.CustomResourceDefinitionVersion{Name: "v1", Served: true, Storage: true,
+			Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object",
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{"spec": {}}}}}),
+	} {
+		if _, err := Definition(bad, "abc"); err == nil || !strings.Contains(err.Error(), "v1.widgets.example.com") {
+			t.Errorf("%s: want an error naming the schema, got %v", name, err)
+		}
+	}
+}
+
+func TestIdentity(t *testing.T) {
+	a := apis.Identity("root:platform", "databases", "uid-1")
+	for _, other := range []string{
+		apis.Identity("root:platform2", "databases", "uid-1"),
+		apis.Identity("root:platform", "databases2", "uid-1"),
+		apis.Identity("root:platform", "databases", "uid-2"),
+		apis.Identity("root:platfor", "mdatabases", "uid-1"),
+	} {
+		if other == a {
+			t.Errorf("two exports share identity %s", a)
+		}
+	}
+	if strings.ContainsAny(a, "/:") {
+		t.Errorf("identity %q would break the key layout", a)
+	}
+}
