@@ -250,16 +250,7 @@ func (x *Index) consumers(value, index string) []logicalcluster.Name {
 		return nil
 	}
 	objs, _ := x.bindings.ByIndex(index, value)
-	seen := map[logicalcluster.Name]bool{}
-	var out []logicalcluster.Name
-	for _, o := range objs {
-		c := clusterinformer.ClusterOf(o.(*unstructured.Unstructured))
-		if !seen[c] {
-			seen[c] = true
-			out = append(out, c)
-		}
-	}
-	return out
+	return clusterinformer.ClustersOf(objs)
 }
 
 // Bindings returns the cluster's APIBindings, resolved, oldest first.

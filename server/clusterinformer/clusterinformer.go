@@ -65,3 +65,21 @@ func ListWatch[L runtime.Object](list func(context.Context, metav1.ListOptions) 
 func New(lw cache.ListerWatcher, objType runtime.Object, indexers cache.Indexers, handler cache.ResourceEventHandler) (cache.Indexer, cache.Controller) {
 	return clusterinformer.NewController(lw, objType, indexers, handler)
 }
+
+// ClustersOf returns the distinct clusters of objects from a cache, in the
+// order first seen.
+func ClustersOf(objs []interface{}) []logicalcluster.Name {
+	seen := map[logicalcluster.Name]bool{}
+	var out []logicalcluster.Name
+	for _, o := range objs {
+		m, ok := o.(interface{ GetAnnotations() map[string]string })
+		if !ok {
+			continue
+		}
+		if c := ClusterOf(m); !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	return out
+}

@@ -140,16 +140,7 @@ func (x *Index) Start(ctx context.Context, loopback *rest.Config) error {
 // placedOn returns the clusters with a Placement on location.
 func (x *Index) placedOn(location logicalcluster.Name) []logicalcluster.Name {
 	objs, _ := x.placements.ByIndex(byLocation, string(location))
-	seen := map[logicalcluster.Name]bool{}
-	var out []logicalcluster.Name
-	for _, o := range objs {
-		c := clusterinformer.ClusterOf(o.(*unstructured.Unstructured))
-		if !seen[c] {
-			seen[c] = true
-			out = append(out, c)
-		}
-	}
-	return out
+	return clusterinformer.ClustersOf(objs)
 }
 
 // locations returns, in name order, the location workspaces the cluster's
