@@ -31,12 +31,12 @@ import (
 // signed by the server's CA for the given user and groups.
 func userClient(t *testing.T, s *framework.Server, user string, groups ...string) *http.Client {
 	t.Helper()
-	c, err := rest.HTTPClientFor(userConfig(t, s, user, groups...))
+	tlsConfig, err := rest.TLSConfigFor(userConfig(t, s, user, groups...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Timeout = 10 * time.Second
-	return c
+	// A plain transport: some tests tune it (HTTP/1 only, connection reuse).
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
 }
 
 // userConfig is a client configuration of root with a client certificate
