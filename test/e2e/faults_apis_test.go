@@ -1,0 +1,176 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/kcpsql/kcp/schema/apis"
+	"github.com/kcpsql/kcp/test/e2e/framework"
+)
+
+// TestFaultAPIBindingsSessionsKilled: the write paths of API sharing
+// (binding admission with its finalizer, the status controller, bound
+// objects stored under the export's identity, unbinding that deletes them)
+// under PostgreSQL sessions killed while consumers bind, write and unbind.
+// Nothing answers 500; every acknowledged binding becomes Bound; every
+// acknowledged object is in its workspace and in the provider's view; every
+// acknowledged unbinding ends with its objects gone from both.
+func TestFaultAPIBindingsSessionsKilled(t *testing.T) {
+	ds := framework.FreshPostgres(t)
+	s := framework.StartServer(t, ds)
+	const consumers = 6
+	var names []string
+	for i := range consumers {
+		names = append(names, fmt.Sprintf("root:consumer-%d", i))
+	}
+	s.CreateWorkspaces(append([]string{"root:platform"}, names...)...)
+	if out, err := s.KubectlErr("root:platform", databaseSchema("v1", "")+`---
+apiVersion: apis.kcp.io/v1alpha1
+kind: APIExport
+metadata: {name: databases}
+spec: {latestResourceSchemas: [v1.databases.platform.example.com]}
+`, "apply", "-f", "-"); err != nil {
+		t.Fatalf("publishing the export: %v\n%s", err, out)
+	}
+	ctx := context.Background()
+	client := func(cluster string) dynamic.Interface {
+		cfg := s.Config(cluster)
+		cfg.QPS, cfg.Burst, cfg.Timeout = -1, 0, 30*time.Second
+		d, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	var mu sync.Mutex
+	codes := map[int]int{}
+	record := func(err error) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			return true
+		}
+		if st, ok := err.(apierrors.APIStatus); ok {
+			codes[int(st.Status().Code)]++
+		} else {
+			codes[0]++
+		}
+		return false
+	}
+	binding := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": apis.Group + "/" + apis.Version, "kind": "APIBinding", "metadata": map[string]interface{}{"name": "databases"},
+		"spec": map[string]interface{}{"reference": map[string]interface{}{"export": map[string]interface{}{"path": "root:platform", "name": "databases"}}}}}
+	db := func(name string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]interface{}{
+			"apiVersion": "platform.example.com/v1", "kind": "Database",
+			"metadata": map[string]interface{}{"name": name, "namespace": "default"}, "spec": map[string]interface{}{"size": int64(1)}}}
+	}
+	// Each consumer binds (retrying what failed), then writes databases
+	// for as long as the faults last; the sessions die meanwhile.
+	bound := make([]bool, consumers)
+	acked := make([][]string, consumers)
+	var wg sync.WaitGroup
+	for i, c := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := client(c)
+			for try := 0; try < 20 && !bound[i]; try++ {
+				_, err := d.Resource(apis.BindingsResource).Create(ctx, binding.DeepCopy(), metav1.CreateOptions{})
+				bound[i] = record(err) || apierrors.IsAlreadyExists(err)
+				time.Sleep(100 * time.Millisecond)
+			}
+			for j := 0; j < 40; j++ {
+				name := fmt.Sprintf("db-%d", j)
+				if _, err := d.Resource(databasesGVR).Namespace("default").Create(ctx, db(name), metav1.CreateOptions{}); err == nil {
+					acked[i] = append(acked[i], name)
+				} else if !apierrors.IsNotFound(err) { // not served yet: the binding is being resolved
+					record(err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(700 * time.Millisecond)
+	killSessions(t, ds)
+	time.Sleep(700 * time.Millisecond)
+	killSessions(t, ds)
+	wg.Wait()
+	view := viewConfig(t, s, "root:platform", "databases", "admin", "system:masters")
+	want := func(skip map[int]bool) string {
+		var all []string
+		for i, c := range names {
+			if skip[i] {
+				continue
+			}
+			for _, n := range acked[i] {
+				all = append(all, c+"/"+n)
+			}
+		}
+		sort.Strings(all)
+		return strings.Join(all, " ")
+	}
+	total := 0
+	for i := range names {
+		if !bound[i] {
+			t.Fatalf("%s could not create its binding in 20 tries; failures by code: %v", names[i], codes)
+		}
+		total += len(acked[i])
+	}
+	t.Logf("acknowledged: %d databases in %d consumers; failures by code: %v", total, consumers, codes)
+	if codes[500] > 0 {
+		t.Errorf("%d requests answered 500", codes[500])
+	}
+	if total == 0 {
+		t.Fatal("no database was acknowledged: the test measured nothing")
+	}
+	for _, c := range names {
+		framework.Eventually(t, 60*time.Second, "the binding of "+c+" Bound", func() (bool, string) {
+			out, _ := s.KubectlErr(c, "", "get", "apibinding", "databases", "-o", "jsonpath={.status.phase}")
+			return out == apis.PhaseBound, out
+		})
+	}
+	framework.Eventually(t, 30*time.Second, "every acknowledged database in the view", func() (bool, string) {
+		got := listView(t, view)
+		return got == want(nil), got
+	})
+
+	// Half the consumers unbind while sessions die again.
+	unbound := map[int]bool{}
+	for i := 0; i < consumers; i += 2 {
+		unbound[i] = true
+		for try := 0; try < 20; try++ {
+			err := client(names[i]).Resource(apis.BindingsResource).Delete(ctx, "databases", metav1.DeleteOptions{})
+			if record(err) || apierrors.IsNotFound(err) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if i == 2 {
+			killSessions(t, ds)
+		}
+	}
+	framework.Eventually(t, 90*time.Second, "the unbound consumers' databases gone from the view", func() (bool, string) {
+		got := listView(t, view)
+		return got == want(unbound), got
+	})
+	for i := range unbound {
+		framework.Eventually(t, 30*time.Second, "the binding of "+names[i]+" gone", func() (bool, string) {
+			_, err := client(names[i]).Resource(apis.BindingsResource).Get(ctx, "databases", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+	}
+	if codes[500] > 0 {
+		t.Errorf("%d requests answered 500", codes[500])
+	}
+}
