@@ -497,7 +497,6 @@ func (x *Index) Names() []string                                             { r
 
 // Export is an APIExport with its current definitions.
 type Export struct {
-	Provider    logicalcluster.Name
 	Name        string
 	Identity    string
 	Definitions []*apiextensionsv1.CustomResourceDefinition
@@ -536,7 +535,7 @@ func (x *Index) Export(provider logicalcluster.Name, name string) (*Export, erro
 	if e.DeletionTimestamp != nil {
 		return nil, nil
 	}
-	out := &Export{Provider: provider, Name: e.Name, Identity: apis.Identity(string(provider), e.Name, e.UID), Claims: e.Spec.PermissionClaims}
+	out := &Export{Name: e.Name, Identity: apis.Identity(string(provider), e.Name, e.UID), Claims: e.Spec.PermissionClaims}
 	defs, resources, err := x.definitions(provider, &e, out.Identity)
 	if err == nil {
 		for _, crd := range defs {
@@ -593,9 +592,6 @@ func (x *Index) Bound(cluster logicalcluster.Name, name string) (binding string,
 	}
 	return "", apis.ExportName{}, false
 }
-
-// Synced reports whether the watches have synced.
-func (x *Index) Synced() bool { return x.synced.Load() }
 
 // Keys returns the cache keys (cluster|name) of every binding and export.
 func (x *Index) Keys() (bindings, exports []string) {

@@ -41,6 +41,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/kcpsql/kcp/schema/apis"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -288,15 +289,11 @@ func (s *Server) BoundIdentity(cluster logicalcluster.Name, gr schema.GroupResou
 	}
 	for _, e := range s.extras {
 		if crd, ok := e.Definition(cluster, name); ok {
-			return crd.Annotations[IdentityAnnotation]
+			return crd.Annotations[apis.IdentityAnnotation]
 		}
 	}
 	return ""
 }
-
-// IdentityAnnotation, on an extra definition, is the identity of the
-// APIExport it is served for.
-const IdentityAnnotation = "apis.kcp.io/identity"
 
 // Synced reports whether the shared informer has synced.
 func (s *Server) Synced() bool { return s.synced.Load() }

@@ -49,18 +49,9 @@ import (
 // Prefix starts every view path.
 const Prefix = "/services/apiexport/"
 
-// Path returns the view's URL path prefix for one export (what a provider's
-// controller puts in front of /clusters/...).
-func Path(provider logicalcluster.Name, export string) string {
-	return Prefix + string(provider) + "/" + export
-}
-
 // identity is the user a view request continues as.
 func identity(provider logicalcluster.Name, export string) user.Info {
-	return &user.DefaultInfo{
-		Name:   "system:kcp:apiexport:" + string(provider) + ":" + export,
-		Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated},
-	}
+	return viewidentity.Privileged("system:kcp:apiexport:" + string(provider) + ":" + export)
 }
 
 // Filter is the view's handler.

@@ -68,10 +68,7 @@ const maxPatch = 2 << 20
 
 // identity is the user a view request continues as.
 func identity(location logicalcluster.Name, target string) user.Info {
-	return &user.DefaultInfo{
-		Name:   "system:kcp:syncer:" + string(location) + ":" + target,
-		Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated},
-	}
+	return viewidentity.Privileged("system:kcp:syncer:" + string(location) + ":" + target)
 }
 
 // Filter is the view's handler; build it with New.

@@ -48,6 +48,23 @@ spec:
 `, prefix, extraFields)
 }
 
+// publishDatabases publishes, in provider, a v1 schema of databases (with
+// extra spec fields) and the APIExport "databases" serving it (with extra
+// spec lines, indented two spaces).
+func publishDatabases(t *testing.T, s *framework.Server, provider, extraFields, extraSpec string) {
+	t.Helper()
+	export := databaseSchema("v1", extraFields) + `---
+apiVersion: apis.kcp.io/v1alpha1
+kind: APIExport
+metadata: {name: databases}
+spec:
+  latestResourceSchemas: [v1.databases.platform.example.com]
+` + extraSpec
+	if out, err := s.KubectlErr(provider, export, "apply", "-f", "-"); err != nil {
+		t.Fatalf("publishing the export in %s: %v\n%s", provider, err, out)
+	}
+}
+
 func database(name string, size int) string {
 	return fmt.Sprintf("apiVersion: platform.example.com/v1\nkind: Database\nmetadata: {name: %s, namespace: default}\nspec: {size: %d}\n", name, size)
 }
@@ -77,18 +94,7 @@ func testAPISharing(t *testing.T, datastore string) {
 	ctx := context.Background()
 
 	// The provider publishes the API and lets db-operator read its content.
-	export := databaseSchema("v1", "") + `---
-apiVersion: apis.kcp.io/v1alpha1
-kind: APIExport
-metadata: {name: databases}
-spec:
-  latestResourceSchemas: [v1.databases.platform.example.com]
-  permissionClaims:
-  - {resource: configmaps, verbs: [get, list]}
-`
-	if out, err := s.KubectlErr("root:platform", export, "apply", "-f", "-"); err != nil {
-		t.Fatalf("publishing the export: %v\n%s", err, out)
-	}
+	publishDatabases(t, s, "root:platform", "", "  permissionClaims:\n  - {resource: configmaps, verbs: [get, list]}\n")
 	s.Kubectl("root:platform", "create", "clusterrole", "db-operator", "--verb=content", "--resource=apiexports.apis.kcp.io", "--resource-name=databases")
 	s.Kubectl("root:platform", "create", "clusterrolebinding", "db-operator", "--clusterrole=db-operator", "--user=db-operator")
 	framework.Eventually(t, 20*time.Second, "the export's Ready condition and identity", func() (bool, string) {
@@ -169,14 +175,7 @@ spec:
 	// A second provider of the same group and resource, bound by team-c:
 	// neither provider sees the other's consumers, and team-c's objects
 	// live in the second export's key range.
-	if out, err := s.KubectlErr("root:platform2", databaseSchema("v1", ", tier: {type: string}")+`---
-apiVersion: apis.kcp.io/v1alpha1
-kind: APIExport
-metadata: {name: databases}
-spec: {latestResourceSchemas: [v1.databases.platform.example.com]}
-`, "apply", "-f", "-"); err != nil {
-		t.Fatalf("publishing the second export: %v\n%s", err, out)
-	}
+	publishDatabases(t, s, "root:platform2", ", tier: {type: string}", "")
 	if out, err := s.KubectlPlugin(s.Kubeconfig, "kcp", "bind", "export", "root:platform2:databases", "--server", s.URL()+"/clusters/root:team-c"); err != nil {
 		t.Fatalf("binding the second export: %v\n%s", err, out)
 	}
@@ -299,16 +298,8 @@ func listView(t *testing.T, cfg *rest.Config) string {
 func TestAPISharingAttempts(t *testing.T) {
 	s := framework.StartServer(t, "")
 	s.CreateWorkspaces("root:platform", "root:other-provider", "root:team-a", "root:team-b", "root:mallory")
-	export := databaseSchema("v1", "") + `---
-apiVersion: apis.kcp.io/v1alpha1
-kind: APIExport
-metadata: {name: databases}
-spec: {latestResourceSchemas: [v1.databases.platform.example.com]}
-`
 	for _, p := range []string{"root:platform", "root:other-provider"} {
-		if out, err := s.KubectlErr(p, export, "apply", "-f", "-"); err != nil {
-			t.Fatalf("publishing in %s: %v\n%s", p, err, out)
-		}
+		publishDatabases(t, s, p, "", "")
 	}
 	s.Kubectl("root:platform", "create", "configmap", "provider-secret", "--from-literal=k=v")
 	// team-a's admin may bind root:platform's export (and nothing there).

@@ -34,14 +34,7 @@ func TestFaultAPIBindingsSessionsKilled(t *testing.T) {
 		names = append(names, fmt.Sprintf("root:consumer-%d", i))
 	}
 	s.CreateWorkspaces(append([]string{"root:platform"}, names...)...)
-	if out, err := s.KubectlErr("root:platform", databaseSchema("v1", "")+`---
-apiVersion: apis.kcp.io/v1alpha1
-kind: APIExport
-metadata: {name: databases}
-spec: {latestResourceSchemas: [v1.databases.platform.example.com]}
-`, "apply", "-f", "-"); err != nil {
-		t.Fatalf("publishing the export: %v\n%s", err, out)
-	}
+	publishDatabases(t, s, "root:platform", "", "")
 	ctx := context.Background()
 	client := func(cluster string) dynamic.Interface {
 		cfg := s.Config(cluster)

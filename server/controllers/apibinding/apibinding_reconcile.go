@@ -26,10 +26,10 @@ type reconciler struct {
 	deleteObjects func(ctx context.Context, cluster logicalcluster.Name, defs []*apiextensionsv1.CustomResourceDefinition) (int, error)
 	// removeFinalizer takes the binding finalizer off a binding.
 	removeFinalizer func(ctx context.Context, cluster logicalcluster.Name, obj *unstructured.Unstructured) error
-	bindings    func(logicalcluster.Name) []*boundapis.Binding
-	export      func(logicalcluster.Name, string) (*boundapis.Export, error)
-	object      func(binding bool, cluster logicalcluster.Name, name string) (*unstructured.Unstructured, bool)
-	patchStatus func(ctx context.Context, binding bool, cluster logicalcluster.Name, name string, patch []byte) error
+	bindings        func(logicalcluster.Name) []*boundapis.Binding
+	export          func(logicalcluster.Name, string) (*boundapis.Export, error)
+	object          func(binding bool, cluster logicalcluster.Name, name string) (*unstructured.Unstructured, bool)
+	patchStatus     func(ctx context.Context, binding bool, cluster logicalcluster.Name, name string, patch []byte) error
 }
 
 func (r *reconciler) reconcile(ctx context.Context, k key) (time.Duration, error) {
@@ -113,21 +113,20 @@ func bindingStatus(b *apis.APIBinding, r *boundapis.Binding) apis.APIBindingStat
 
 // exportStatus is what an export's status should say.
 func exportStatus(e *apis.APIExport, resolved *boundapis.Export, err error) apis.APIExportStatus {
-	st := apis.APIExportStatus{IdentityHash: apis.Identity(clusterOf(e), e.Name, e.UID), Conditions: append([]metav1.Condition(nil), e.Status.Conditions...)}
+	if resolved == nil {
+		return e.Status // gone, or the index cannot say yet
+	}
+	st := apis.APIExportStatus{IdentityHash: resolved.Identity, Conditions: append([]metav1.Condition(nil), e.Status.Conditions...)}
 	cond := metav1.Condition{Type: apis.ConditionReady, Status: metav1.ConditionTrue, Reason: "SchemasValid", Message: "every schema exists and is a valid definition", ObservedGeneration: e.Generation}
 	switch {
 	case err != nil:
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "InvalidSchema", err.Error()
-	case resolved == nil:
-		return e.Status
 	case len(resolved.Definitions) == 0:
 		cond.Message = "the export names no schema yet (spec.latestResourceSchemas)"
 	}
 	setCondition(&st.Conditions, cond)
 	return st
 }
-
-func clusterOf(e *apis.APIExport) string { return e.Annotations[logicalcluster.Annotation] }
 
 // setCondition sets c, keeping the transition time when the status did not
 // change.
