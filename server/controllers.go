@@ -14,6 +14,7 @@ import (
 
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
+	"github.com/kcpsql/kcp/server/admission/workspacetype"
 	"github.com/kcpsql/kcp/server/boundapis"
 	"github.com/kcpsql/kcp/server/clusteradmission"
 	"github.com/kcpsql/kcp/server/clusterapf"
@@ -73,6 +74,12 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 		// their first lists fail and back off for seconds).
 		if err := placementadmission.Start(hc.Context, hc.LoopbackClientConfig); err != nil {
 			return err
+		}
+		if err := workspacetype.Start(hc.LoopbackClientConfig); err != nil {
+			return err
+		}
+		if err := systemcrds.InstallBuiltInTypes(hc.Context, hc.LoopbackClientConfig); err != nil {
+			return fmt.Errorf("creating the built-in workspace types in root: %v", err)
 		}
 		if err := negotiatedAPIs.Start(hc.Context, hc.LoopbackClientConfig); err != nil {
 			return err

@@ -34,6 +34,7 @@ import (
 	"github.com/kcpsql/kcp/server/admission/webhookurls"
 	"github.com/kcpsql/kcp/server/admission/workspacelimits"
 	"github.com/kcpsql/kcp/server/admission/workspaceowner"
+	"github.com/kcpsql/kcp/server/admission/workspacetype"
 	"github.com/kcpsql/kcp/server/clusteradmission"
 	"github.com/kcpsql/kcp/server/outbound"
 	"github.com/kcpsql/kcp/server/pki"
@@ -116,6 +117,7 @@ func NewOptions() *Options {
 	up.Authorization.Modes = []string{"RBAC"}
 	up.Admission.GenericAdmission.DisablePlugins = append(up.Admission.GenericAdmission.DisablePlugins, clusterUnawarePlugins...)
 	workspaceowner.Register(up.Admission.GenericAdmission.Plugins)
+	workspacetype.Register(up.Admission.GenericAdmission.Plugins)
 	namespacelifecycle.Register(up.Admission.GenericAdmission.Plugins)
 	crdLimits := crdlimits.DefaultLimits
 	crdlimits.Register(up.Admission.GenericAdmission.Plugins, &crdLimits)
@@ -129,7 +131,7 @@ func NewOptions() *Options {
 	clusteradmission.Register(up.Admission.GenericAdmission.Plugins, policy)
 	// Namespace lifecycle first, as upstream orders its own plugin.
 	up.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{namespacelifecycle.PluginName},
-		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, placement.PluginName, apibinding.PluginName, workspacelimits.PluginName, clusteradmission.PluginName, kcpquota.PluginName)...)
+		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, workspacetype.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, placement.PluginName, apibinding.PluginName, workspacelimits.PluginName, clusteradmission.PluginName, kcpquota.PluginName)...)
 	// Upstream caches token authentication results by token alone and
 	// validates in a context without the request's cluster; a result from
 	// one cluster would then be accepted in another. Service-account tokens

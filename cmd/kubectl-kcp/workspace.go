@@ -74,7 +74,7 @@ kubeconfig's current cluster (https://host:6443/clusters/root:acme);
 			return o.create(cmd.OutOrStdout(), args[0], wsType, enter)
 		},
 	}
-	create.Flags().StringVar(&wsType, "type", "", "free-form type of the workspace (organization, team, ...)")
+	create.Flags().StringVar(&wsType, "type", "", "WorkspaceType of the workspace, defined in the current workspace or an ancestor (kubectl get workspacetypes; built in: organization, team); the type's default APIs are bound before the workspace is ready")
 	create.Flags().BoolVar(&enter, "enter", false, "enter the workspace once it is ready")
 	wait := true
 	deleteCmd := &cobra.Command{Use: "delete NAME", Short: "Delete a workspace of the current one, with everything it holds, and wait until it is gone", Args: cobra.ExactArgs(1),

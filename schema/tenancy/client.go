@@ -29,15 +29,23 @@ func CreateWorkspace(ctx context.Context, parent dynamic.Interface, name, wsType
 	deadline := time.Now().Add(timeout)
 	for {
 		got, err := res.Get(ctx, name, metav1.GetOptions{})
-		phase := ""
+		phase, why := "", ""
 		if err == nil {
 			phase, _, _ = unstructured.NestedString(got.Object, "status", "phase")
 			if phase == PhaseReady {
 				return nil
 			}
+			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+			for _, c := range conds {
+				if m, ok := c.(map[string]interface{}); ok && m["type"] == "Ready" {
+					why, _ = m["message"].(string)
+				}
+			}
+		} else {
+			why = err.Error()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("workspace %q is not ready after %s (phase %q, %v)", name, timeout, phase, err)
+			return fmt.Errorf("workspace %q is not ready after %s (phase %q): %s", name, timeout, phase, why)
 		}
 		select {
 		case <-ctx.Done():

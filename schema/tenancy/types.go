@@ -24,12 +24,59 @@ const (
 	// OwnerAnnotation records, on a Workspace, who created it (JSON of
 	// username and groups). Written by admission, never trusted from clients.
 	OwnerAnnotation = "tenancy.kcp.io/owner"
+	// TypeAnnotation records, on a Workspace with a type, the workspace
+	// whose WorkspaceType it is and the default APIBindings admitted at
+	// creation (JSON of ResolvedType). Written by admission, never trusted
+	// from clients; the workspace controller creates those bindings.
+	TypeAnnotation = "tenancy.kcp.io/type"
 )
+
+// ResolvedType is what a Workspace's TypeAnnotation holds.
+type ResolvedType struct {
+	// Path is the workspace that defines the type (the Workspace's parent
+	// or one of its ancestors).
+	Path     string              `json:"path"`
+	Name     string              `json:"name"`
+	Bindings []DefaultAPIBinding `json:"bindings,omitempty"`
+}
 
 var (
 	WorkspacesResource      = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "workspaces"}
 	LogicalClustersResource = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "logicalclusters"}
+	WorkspaceTypesResource  = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "workspacetypes"}
 )
+
+// BuiltInTypes are the WorkspaceTypes kcp creates in root when they are
+// missing (with no default bindings; an operator may add some). Being in
+// root, they can be used everywhere.
+var BuiltInTypes = map[string]string{
+	"organization": "A workspace for an organization; it holds team workspaces.",
+	"team":         "A workspace for one team or application.",
+}
+
+// WorkspaceType is cluster-scoped: a type defined in a workspace can be
+// used by Workspaces created in it and in every workspace below it. The
+// nearest definition of a name wins (the parent's over root's).
+type WorkspaceType struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              WorkspaceTypeSpec `json:"spec,omitempty"`
+}
+
+// WorkspaceTypeSpec says what a new workspace of the type starts with.
+type WorkspaceTypeSpec struct {
+	Description string `json:"description,omitempty"`
+	// DefaultAPIBindings are the APIExports every new workspace of the
+	// type binds before it is Ready. Creating such a workspace needs the
+	// verb "bind" on each of them (as binding by hand would).
+	DefaultAPIBindings []DefaultAPIBinding `json:"defaultAPIBindings,omitempty"`
+}
+
+// DefaultAPIBinding names an APIExport by workspace path and name.
+type DefaultAPIBinding struct {
+	Path   string `json:"path"`
+	Export string `json:"export"`
+}
 
 // Phases of Workspace and LogicalCluster.
 const (
@@ -49,8 +96,8 @@ type Workspace struct {
 
 // WorkspaceSpec is what the creator asks for.
 type WorkspaceSpec struct {
-	// Type is a free-form label of the workspace's kind (for example
-	// "organization" or "team"); kcp does not interpret it yet.
+	// Type names a WorkspaceType defined in the parent or an ancestor
+	// (empty: no type). A new workspace binds the type's default APIs.
 	Type string `json:"type,omitempty"`
 	// Limits cap what the workspace's logical cluster may store; whoever
 	// may edit the Workspace in its parent sets them (the tenant inside

@@ -14,7 +14,9 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
@@ -22,6 +24,8 @@ import (
 	"github.com/kcpsql/kcp/schema/apis"
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/schema/workload"
+	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
 // Install creates or updates the CRDs and waits for them to be established.
@@ -80,4 +84,27 @@ func apply(ctx context.Context, client apiextensionsclient.Interface, crd *apiex
 		}
 		return false, nil
 	})
+}
+
+// InstallBuiltInTypes creates the built-in WorkspaceTypes
+// (tenancy.BuiltInTypes) in root where they are missing. One that exists
+// is left as the operator made it; one deleted comes back at the next
+// start, as upstream's bootstrap roles do.
+func InstallBuiltInTypes(ctx context.Context, loopback *rest.Config) error {
+	d, err := dynamic.NewForConfig(clusterinformer.ForCluster(loopback, logicalcluster.Root))
+	if err != nil {
+		return err
+	}
+	for name, description := range tenancy.BuiltInTypes {
+		wt := &unstructured.Unstructured{Object: map[string]interface{}{
+			"apiVersion": tenancy.Group + "/" + tenancy.Version,
+			"kind":       "WorkspaceType",
+			"metadata":   map[string]interface{}{"name": name},
+			"spec":       map[string]interface{}{"description": description},
+		}}
+		if _, err := d.Resource(tenancy.WorkspaceTypesResource).Create(ctx, wt, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("WorkspaceType %s: %v", name, err)
+		}
+	}
+	return nil
 }

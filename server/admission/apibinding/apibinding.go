@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/kcpsql/kcp/schema/apis"
@@ -121,22 +122,32 @@ func (p *Plugin) checkBind(ctx context.Context, a admission.Attributes) error {
 	}
 	path, _, _ := unstructured.NestedString(u.Object, "spec", "reference", "export", "path")
 	name, _, _ := unstructured.NestedString(u.Object, "spec", "reference", "export", "name")
+	if err := MayBind(ctx, p.authz, a.GetUserInfo(), path, name); err != nil {
+		return admission.NewForbidden(a, err)
+	}
+	return nil
+}
+
+// MayBind checks that u has the verb "bind" on the APIExport name of the
+// workspace path, in that workspace's RBAC. A missing workspace or export
+// gives the same error as a missing grant.
+func MayBind(ctx context.Context, authz authorizer.Authorizer, u user.Info, path, name string) error {
 	provider, err := logicalcluster.Parse(path)
 	if err != nil || provider.IsWildcard() {
-		return admission.NewForbidden(a, fmt.Errorf("spec.reference.export.path %q is not a workspace path (like root:platform)", path))
+		return fmt.Errorf("%q is not a workspace path (like root:platform)", path)
 	}
 	attr := authorizer.AttributesRecord{
-		User: a.GetUserInfo(), Verb: apis.VerbBind, APIGroup: apis.Group, APIVersion: apis.Version,
+		User: u, Verb: apis.VerbBind, APIGroup: apis.Group, APIVersion: apis.Version,
 		Resource: "apiexports", Name: name, ResourceRequest: true,
 	}
-	d, _, err := p.authz.Authorize(clusterauthz.WithExportGrant(logicalcluster.WithCluster(ctx, provider)), attr)
+	d, _, err := authz.Authorize(clusterauthz.WithExportGrant(logicalcluster.WithCluster(ctx, provider)), attr)
 	if err != nil || d != authorizer.DecisionAllow {
 		who := ""
-		if a.GetUserInfo() != nil {
-			who = a.GetUserInfo().GetName()
+		if u != nil {
+			who = u.GetName()
 		}
-		return admission.NewForbidden(a, fmt.Errorf("%q may not bind APIExport %s of workspace %s: binding needs the verb %q on apiexports/%s in that workspace (granted with RBAC there), or the workspace does not exist",
-			who, name, path, apis.VerbBind, name))
+		return fmt.Errorf("%q may not bind APIExport %s of workspace %s: binding needs the verb %q on apiexports/%s in that workspace (granted with RBAC there), or the workspace does not exist",
+			who, name, path, apis.VerbBind, name)
 	}
 	return nil
 }

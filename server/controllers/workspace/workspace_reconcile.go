@@ -62,5 +62,5 @@ func (r *reconciler) reconcile(ctx context.Context, parent logicalcluster.Name, 
 	if ws.GetDeletionTimestamp() != nil {
 		return r.delete(ctx, parent, child, ws)
 	}
-	return 0, r.bootstrap(ctx, parent, child, ws)
+	return r.bootstrap(ctx, parent, child, ws)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/kcpsql/kcp/schema/apis"
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/admission/workspaceowner"
 	"github.com/kcpsql/kcp/server/logicalclusters"
@@ -23,26 +25,26 @@ import (
 // cluster was (being) deleted.
 var errOrphanDeleted = errors.New("an earlier logical cluster of this name is being deleted")
 
-func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster.Name, ws *unstructured.Unstructured) error {
+func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster.Name, ws *unstructured.Unstructured) (time.Duration, error) {
 	pc, err := r.clients(parent)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if !slices.Contains(ws.GetFinalizers(), tenancy.WorkspaceFinalizer) {
 		ws.SetFinalizers(append(ws.GetFinalizers(), tenancy.WorkspaceFinalizer))
 		updated, err := pc.dynamic.Resource(tenancy.WorkspacesResource).Update(ctx, ws, metav1.UpdateOptions{})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		ws = updated
 	}
 	phase, _, _ := unstructured.NestedString(ws.Object, "status", "phase")
 	if phase == tenancy.PhaseReady {
-		return r.syncLimits(ctx, child, ws)
+		return 0, r.syncLimits(ctx, child, ws)
 	}
 	cc, err := r.clients(child)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	url := r.serverURL + "/clusters/" + string(child)
 	lc := &unstructured.Unstructured{Object: map[string]interface{}{
@@ -61,7 +63,7 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		if created, err = lcs.Get(ctx, tenancy.LogicalClusterName, metav1.GetOptions{}); err != nil {
-			return err
+			return 0, err
 		}
 		if uid, _, _ := unstructured.NestedString(created.Object, "spec", "owner", "uid"); uid != string(ws.GetUID()) {
 			// The earlier Workspace of this name is gone (a name holds one
@@ -69,31 +71,109 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 			// come back to create this one.
 			if err := r.setStatus(ctx, parent, ws, tenancy.PhaseInitializing, "",
 				fmt.Sprintf("logical cluster %s still belongs to an earlier workspace of this name that is being deleted", child)); err != nil {
-				return err
+				return 0, err
 			}
 			if _, err := r.deleteOrphan(ctx, parent, ws.GetName()); err != nil {
-				return err
+				return 0, err
 			}
-			return errOrphanDeleted
+			return 0, errOrphanDeleted
 		}
 	case err != nil:
-		return err
+		return 0, err
 	}
 	if err := createNamespaces(ctx, cc, DefaultNamespaces...); err != nil {
-		return err
+		return 0, err
 	}
 	if owner, ok := ownerOf(ws); ok {
 		if err := r.grantOwner(ctx, cc, owner); err != nil {
-			return err
+			return 0, err
 		}
 	}
+	// The type's default APIs are bound before the workspace is Ready: a
+	// workspace of type team has the platform APIs from its first moment.
+	if waiting, err := r.bindDefaults(ctx, cc, ws); err != nil || waiting != "" {
+		if err == nil && readyMessage(ws) != waiting {
+			err = r.setStatus(ctx, parent, ws, tenancy.PhaseInitializing, "", waiting)
+		}
+		// Soon while the binding controller catches up; slower for a
+		// binding that stays unbound (a missing export).
+		retry := bindRetry
+		if time.Since(ws.GetCreationTimestamp().Time) > time.Minute {
+			retry = 10 * time.Second
+		}
+		return retry, err
+	}
 	if err := unstructured.SetNestedField(created.Object, map[string]interface{}{"phase": tenancy.PhaseReady, "URL": url}, "status"); err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := lcs.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		return err
+		return 0, err
 	}
-	return r.setStatus(ctx, parent, ws, tenancy.PhaseReady, url, "")
+	return 0, r.setStatus(ctx, parent, ws, tenancy.PhaseReady, url, "")
+}
+
+// bindRetry is how soon a workspace waiting for its default bindings is
+// looked at again (their status is written by another controller).
+const bindRetry = 300 * time.Millisecond
+
+// bindDefaults creates the APIBindings recorded by admission from the
+// workspace's type (tenancy.TypeAnnotation) and says what is not bound yet
+// ("" when all are). The creator's right to bind each was checked at
+// admission; the bindings are created with kcp's identity.
+func (r *reconciler) bindDefaults(ctx context.Context, cc *clients, ws *unstructured.Unstructured) (string, error) {
+	raw := ws.GetAnnotations()[tenancy.TypeAnnotation]
+	if raw == "" {
+		return "", nil
+	}
+	var rt tenancy.ResolvedType
+	if err := json.Unmarshal([]byte(raw), &rt); err != nil {
+		return "", fmt.Errorf("reading %s: %v", tenancy.TypeAnnotation, err)
+	}
+	bindings := cc.dynamic.Resource(apis.BindingsResource)
+	for _, b := range rt.Bindings {
+		binding := &unstructured.Unstructured{Object: map[string]interface{}{
+			"apiVersion": apis.Group + "/" + apis.Version,
+			"kind":       "APIBinding",
+			"metadata":   map[string]interface{}{"name": b.Export},
+			"spec": map[string]interface{}{
+				"reference": map[string]interface{}{"export": map[string]interface{}{"path": b.Path, "name": b.Export}},
+			},
+		}}
+		got, err := bindings.Create(ctx, binding, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			got, err = bindings.Get(ctx, b.Export, metav1.GetOptions{})
+		}
+		if err != nil {
+			return "", fmt.Errorf("binding APIExport %s of %s: %v", b.Export, b.Path, err)
+		}
+		if msg, bound := boundCondition(got); !bound {
+			return fmt.Sprintf("waiting for APIBinding %s (APIExport %s of %s, from workspace type %s of %s) to be bound: %s", b.Export, b.Export, b.Path, rt.Name, rt.Path, msg), nil
+		}
+	}
+	return "", nil
+}
+
+// readyMessage is the message of the Workspace's Ready condition.
+func readyMessage(ws *unstructured.Unstructured) string {
+	conds, _, _ := unstructured.NestedSlice(ws.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]interface{}); ok && m["type"] == "Ready" {
+			msg, _ := m["message"].(string)
+			return msg
+		}
+	}
+	return ""
+}
+
+func boundCondition(u *unstructured.Unstructured) (string, bool) {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]interface{}); ok && m["type"] == apis.ConditionBound {
+			msg, _ := m["message"].(string)
+			return msg, m["status"] == "True"
+		}
+	}
+	return "not looked at yet", false
 }
 
 // DefaultNamespaces are the namespaces every new logical cluster has, as a
