@@ -52,6 +52,7 @@ bench: build
 	go run ./test/bench -sync
 	go run ./test/bench -failover
 	go run ./test/bench -noisy
+	go run ./test/bench -apis
 
 # Failover numbers only: three physical clusters, a divided Deployment, one
 # cluster killed per run, with the default and the fastest settings.
@@ -59,6 +60,9 @@ bench-failover: build
 	go run ./test/bench -failover
 
 # Multi-cluster numbers only: a physical cluster, a syncer, placed workspaces.
+bench-apis: build
+	go run ./test/bench -apis
+
 bench-sync: build
 	go run ./test/bench -sync
 

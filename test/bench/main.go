@@ -94,6 +94,15 @@ func main() {
 		fmt.Print(renderNoisy(rs))
 		return
 	}
+	if *apisOnly {
+		r, err := benchAPIs(log)
+		if err != nil {
+			log("API-sharing benchmark failed: %v", err)
+			os.Exit(1)
+		}
+		fmt.Print(renderAPIs(r))
+		return
+	}
 	if *syncOnly {
 		r, err := benchSync(log)
 		if err != nil {

@@ -1,0 +1,273 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/kcpsql/kcp/client/clusterinformer"
+	"github.com/kcpsql/kcp/schema/apis"
+)
+
+var (
+	apisOnly      = flag.Bool("apis", false, "run only the API-sharing benchmark (one export, -apis-consumers workspaces binding it, -apis-objects bound objects across them)")
+	apisConsumers = flag.Int("apis-consumers", 1000, "consumer workspaces that bind the export")
+	apisObjects   = flag.Int("apis-objects", 100000, "bound objects created across the consumers, listed through the provider's view")
+)
+
+var benchDatabases = schema.GroupVersionResource{Group: "platform.example.com", Version: "v1", Resource: "databases"}
+
+type apisResult struct {
+	consumers, objects         int
+	bindP50, bindP99, bindMax  time.Duration
+	bindAll                    time.Duration
+	heapBefore, heapAfter      float64
+	gorBefore, gorAfter        int
+	heapObjects                float64
+	createsPerSec              float64
+	viewList                   []time.Duration
+	viewPaged                  time.Duration
+	consumerP50, consumerP99   time.Duration
+	viewWatchOpen, viewWatchEv time.Duration
+}
+
+// benchAPIs: a provider publishes one export; consumers bind it (bind
+// latency: APIBinding created until a list of the resource answers in the
+// consumer); the server's live heap and goroutines before and after; then
+// objects across the consumers and lists through the provider's view.
+func benchAPIs(log func(string, ...any)) (apisResult, error) {
+	r := apisResult{consumers: *apisConsumers, objects: *apisObjects}
+	tmp, err := os.MkdirTemp("", "kcp-bench-apis-")
+	if err != nil {
+		return r, err
+	}
+	defer os.RemoveAll(tmp)
+	s := &server{dir: filepath.Join(tmp, "kcp"), port: freePort()}
+	if _, err := s.start(); err != nil {
+		return r, err
+	}
+	defer s.stop()
+	ctx := context.Background()
+	pairs := [][2]string{{"root", "platform"}}
+	for i := range r.consumers {
+		pairs = append(pairs, [2]string{"root", fmt.Sprintf("consumer-%d", i)})
+	}
+	log("creating %d workspaces", len(pairs))
+	if err := s.createWorkspaces(pairs); err != nil {
+		return r, err
+	}
+	provider, err := s.dynamic("root:platform")
+	if err != nil {
+		return r, err
+	}
+	for _, obj := range []map[string]interface{}{
+		{
+			"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIResourceSchema",
+			"metadata": map[string]interface{}{"name": "v1.databases.platform.example.com"},
+			"spec": map[string]interface{}{
+				"group": "platform.example.com", "scope": "Namespaced",
+				"names": map[string]interface{}{"plural": "databases", "singular": "database", "kind": "Database", "listKind": "DatabaseList"},
+				"versions": []interface{}{map[string]interface{}{
+					"name": "v1", "served": true, "storage": true,
+					"subresources": map[string]interface{}{"status": map[string]interface{}{}},
+					"schema": map[string]interface{}{"openAPIV3Schema": map[string]interface{}{
+						"type": "object",
+						"properties": map[string]interface{}{
+							"spec":   map[string]interface{}{"type": "object", "properties": map[string]interface{}{"size": map[string]interface{}{"type": "integer"}}},
+							"status": map[string]interface{}{"type": "object", "properties": map[string]interface{}{"phase": map[string]interface{}{"type": "string"}}},
+						},
+					}},
+				}},
+			},
+		},
+		{
+			"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIExport",
+			"metadata": map[string]interface{}{"name": "databases"},
+			"spec":     map[string]interface{}{"latestResourceSchemas": []interface{}{"v1.databases.platform.example.com"}},
+		},
+	} {
+		u := &unstructured.Unstructured{Object: obj}
+		gvr := apis.SchemasResource
+		if u.GetKind() == "APIExport" {
+			gvr = apis.ExportsResource
+		}
+		if _, err := provider.Resource(gvr).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			return r, fmt.Errorf("publishing the export: %v", err)
+		}
+	}
+	time.Sleep(3 * time.Second)
+	r.heapBefore, r.gorBefore = s.liveHeapMiB(), s.goroutines()
+	log("%d workspaces: live heap %.0f MiB, %d goroutines", len(pairs), r.heapBefore, r.gorBefore)
+
+	consumers := make([]dynamic.Interface, r.consumers)
+	for i := range consumers {
+		if consumers[i], err = s.dynamic(fmt.Sprintf("root:consumer-%d", i)); err != nil {
+			return r, err
+		}
+	}
+	var mu sync.Mutex
+	var lat []time.Duration
+	t0 := time.Now()
+	log("binding %d consumers (%d at a time)", r.consumers, *clients)
+	if err := parallel(r.consumers, func(i int) error {
+		b := &unstructured.Unstructured{Object: map[string]interface{}{
+			"apiVersion": "apis.kcp.io/v1alpha1", "kind": "APIBinding",
+			"metadata": map[string]interface{}{"name": "databases"},
+			"spec":     map[string]interface{}{"reference": map[string]interface{}{"export": map[string]interface{}{"path": "root:platform", "name": "databases"}}},
+		}}
+		start := time.Now()
+		if _, err := consumers[i].Resource(apis.BindingsResource).Create(ctx, b, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		for deadline := start.Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if _, err := consumers[i].Resource(benchDatabases).Namespace("default").List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
+				mu.Lock()
+				lat = append(lat, time.Since(start))
+				mu.Unlock()
+				return nil
+			}
+		}
+		return fmt.Errorf("databases not served in root:consumer-%d 2 minutes after binding", i)
+	}); err != nil {
+		return r, err
+	}
+	r.bindAll = time.Since(t0)
+	r.bindP50, r.bindP99, r.bindMax = percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 1)
+	time.Sleep(3 * time.Second)
+	r.heapAfter, r.gorAfter = s.liveHeapMiB(), s.goroutines()
+	log("bound: p50 %s p99 %s; live heap %.0f MiB, %d goroutines", r.bindP50, r.bindP99, r.heapAfter, r.gorAfter)
+
+	per := r.objects / r.consumers
+	t0 = time.Now()
+	log("creating %d databases (%d per consumer)", per*r.consumers, per)
+	if err := parallel(r.consumers, func(i int) error {
+		for j := range per {
+			obj := &unstructured.Unstructured{Object: map[string]interface{}{
+				"apiVersion": "platform.example.com/v1", "kind": "Database",
+				"metadata": map[string]interface{}{"name": fmt.Sprintf("db-%d", j), "namespace": "default"},
+				"spec":     map[string]interface{}{"size": int64(j)},
+			}}
+			if _, err := consumers[i].Resource(benchDatabases).Namespace("default").Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return r, err
+	}
+	r.objects = per * r.consumers
+	r.createsPerSec = float64(r.objects) / time.Since(t0).Seconds()
+	time.Sleep(3 * time.Second)
+	r.heapObjects = s.liveHeapMiB()
+	log("%d databases: %.0f/s; live heap %.0f MiB", r.objects, r.createsPerSec, r.heapObjects)
+
+	// The provider's view, as a controller's informer starts: a full list
+	// across all consumers, then the same in pages of 500.
+	cfg, err := s.config("root")
+	if err != nil {
+		return r, err
+	}
+	cfg.Host = fmt.Sprintf("https://127.0.0.1:%d/services/apiexport/root:platform/databases", s.port)
+	view, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(cfg))
+	if err != nil {
+		return r, err
+	}
+	for range 3 {
+		t := time.Now()
+		list, err := view.Resource(benchDatabases).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return r, fmt.Errorf("listing through the view: %v", err)
+		}
+		if len(list.Items) != r.objects {
+			return r, fmt.Errorf("the view listed %d databases, want %d", len(list.Items), r.objects)
+		}
+		r.viewList = append(r.viewList, time.Since(t))
+	}
+	t := time.Now()
+	n, cont := 0, ""
+	for {
+		list, err := view.Resource(benchDatabases).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
+		if err != nil {
+			return r, fmt.Errorf("paging through the view: %v", err)
+		}
+		n += len(list.Items)
+		if cont = list.GetContinue(); cont == "" {
+			break
+		}
+	}
+	if n != r.objects {
+		return r, fmt.Errorf("paging through the view gave %d databases, want %d", n, r.objects)
+	}
+	r.viewPaged = time.Since(t)
+	log("view: full list %v, paged %v", r.viewList, r.viewPaged)
+
+	// A watch through the view: open it from the list's resource version,
+	// then one write in a consumer until the watch delivers it.
+	list, err := view.Resource(benchDatabases).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return r, err
+	}
+	t = time.Now()
+	w, err := view.Resource(benchDatabases).Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
+	if err != nil {
+		return r, err
+	}
+	defer w.Stop()
+	r.viewWatchOpen = time.Since(t)
+	t = time.Now()
+	if _, err := consumers[0].Resource(benchDatabases).Namespace("default").Patch(ctx, "db-0", "application/merge-patch+json", []byte(`{"spec":{"size":999}}`), metav1.PatchOptions{}); err != nil {
+		return r, err
+	}
+	select {
+	case <-w.ResultChan():
+		r.viewWatchEv = time.Since(t)
+	case <-time.After(time.Minute):
+		return r, fmt.Errorf("the view's watch delivered nothing in a minute")
+	}
+
+	// A consumer's own list of its databases.
+	var own []time.Duration
+	for i := range 200 {
+		t := time.Now()
+		if _, err := consumers[i%r.consumers].Resource(benchDatabases).Namespace("default").List(ctx, metav1.ListOptions{}); err != nil {
+			return r, err
+		}
+		own = append(own, time.Since(t))
+	}
+	r.consumerP50, r.consumerP99 = percentile(own, 0.5), percentile(own, 0.99)
+	return r, nil
+}
+
+func (s *server) dynamic(cluster string) (dynamic.Interface, error) {
+	cfg, err := s.config(cluster)
+	if err != nil {
+		return nil, err
+	}
+	return dynamic.NewForConfig(cfg)
+}
+
+func renderAPIs(r apisResult) string {
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "| measure | value |\n|---|---|\n")
+	fmt.Fprintf(&b, "| bind latency (APIBinding created -> list answers in the consumer), p50 / p99 / max, %d consumers, %d at a time | %s / %s / %s |\n", r.consumers, *clients, ms(r.bindP50), ms(r.bindP99), ms(r.bindMax))
+	fmt.Fprintf(&b, "| all %d consumers bound and served | %.1f s |\n", r.consumers, r.bindAll.Seconds())
+	fmt.Fprintf(&b, "| live heap: workspaces -> + bindings (each served once) | %.0f -> %.0f MiB (%.1f KiB per binding) |\n", r.heapBefore, r.heapAfter, (r.heapAfter-r.heapBefore)*1024/float64(r.consumers))
+	fmt.Fprintf(&b, "| goroutines: before -> after binding | %d -> %d |\n", r.gorBefore, r.gorAfter)
+	fmt.Fprintf(&b, "| bound objects created (%d consumers, %d each) | %.0f/s; live heap after %.0f MiB |\n", r.consumers, r.objects/r.consumers, r.createsPerSec, r.heapObjects)
+	fmt.Fprintf(&b, "| provider's view: one list of all %d objects (3 runs) | %s / %s / %s |\n", r.objects, ms(r.viewList[0]), ms(r.viewList[1]), ms(r.viewList[2]))
+	fmt.Fprintf(&b, "| provider's view: the same in pages of 500 | %s |\n", ms(r.viewPaged))
+	fmt.Fprintf(&b, "| provider's view: watch opened from a list's resourceVersion; a consumer's write -> event | %s; %s |\n", ms(r.viewWatchOpen), ms(r.viewWatchEv))
+	fmt.Fprintf(&b, "| a consumer lists its own %d databases, p50 / p99 (200) | %s / %s |\n", r.objects/r.consumers, ms(r.consumerP50), ms(r.consumerP99))
+	return b.String()
+}
