@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -591,6 +592,31 @@ func (x *Index) Bound(cluster logicalcluster.Name, name string) (binding string,
 		}
 	}
 	return "", apis.ExportName{}, false
+}
+
+// Consumers returns the workspaces with an APIBinding (bound or not) of
+// the export name of provider.
+func (x *Index) Consumers(provider logicalcluster.Name, name string) []logicalcluster.Name {
+	return x.consumers(exportKey(apis.ExportName{Path: string(provider), Name: name}), byExport)
+}
+
+// ExportsUsing returns the names of provider's APIExports that list the
+// schema in spec.latestResourceSchemas.
+func (x *Index) ExportsUsing(provider logicalcluster.Name, schema string) []string {
+	if x.exports == nil {
+		return nil
+	}
+	objs, _ := x.exports.ByIndex(clusterinformer.ByCluster, string(provider))
+	var names []string
+	for _, o := range objs {
+		u := o.(*unstructured.Unstructured)
+		latest, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "latestResourceSchemas")
+		if slices.Contains(latest, schema) {
+			names = append(names, u.GetName())
+		}
+	}
+	sort.Strings(names)
+	return names
 }
 
 // Keys returns the cache keys (cluster|name) of every binding and export.

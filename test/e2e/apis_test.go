@@ -217,6 +217,14 @@ func testAPISharing(t *testing.T, datastore string) {
 		}
 	}
 
+	// What consumers depend on cannot be deleted under them.
+	if out, err := s.KubectlErr("root:platform", "", "delete", "apiexport", "databases"); err == nil || !strings.Contains(out, "is bound by 2 workspace(s) ([root:team-a root:team-b])") {
+		t.Fatalf("deleting a bound export: want a refusal naming the consumers, got %v\n%s", err, out)
+	}
+	if out, err := s.KubectlErr("root:platform", "", "delete", "apiresourceschema", "v1.databases.platform.example.com"); err == nil || !strings.Contains(out, "is served by APIExport(s) [databases]") {
+		t.Fatalf("deleting a schema the export serves: want a refusal, got %v\n%s", err, out)
+	}
+
 	// A new schema version: spec.engine is pruned (refused by kubectl's
 	// strict validation) until the provider switches the export to it.
 	withEngine := strings.Replace(database("db9", 9), "size: 9", "size: 9, engine: postgres", 1)

@@ -9,7 +9,11 @@
 //     workspace's objects of the bound resources;
 //   - a CustomResourceDefinition cannot take the name of a resource an
 //     APIBinding already serves in the workspace: it would hide the bound
-//     objects.
+//     objects;
+//   - an APIExport that workspaces bind cannot be deleted, nor an
+//     APIResourceSchema an APIExport of its workspace lists: either would
+//     leave the consumers' objects stored but unreachable (and unbinding
+//     could no longer delete them). Consumers unbind first.
 package apibinding
 
 import (
@@ -37,14 +41,23 @@ const PluginName = "kcp.io/APIBinding"
 // BoundFunc tells which binding serves a definition name in a cluster.
 type BoundFunc func(cluster logicalcluster.Name, name string) (binding string, export apis.ExportName, ok bool)
 
+// Users tells who depends on an export or a schema.
+type Users struct {
+	// Consumers are the workspaces with a binding of the export.
+	Consumers func(provider logicalcluster.Name, export string) []logicalcluster.Name
+	// ExportsUsing are the exports of the workspace that list the schema.
+	ExportsUsing func(provider logicalcluster.Name, schema string) []string
+}
+
 // Plugin is the admission plugin.
 type Plugin struct {
 	*admission.Handler
 	authz authorizer.Authorizer
 	bound atomic.Pointer[BoundFunc]
+	users atomic.Pointer[Users]
 }
 
-var instance = &Plugin{Handler: admission.NewHandler(admission.Create)}
+var instance = &Plugin{Handler: admission.NewHandler(admission.Create, admission.Delete)}
 
 var _ admission.MutationInterface = &Plugin{}
 
@@ -53,7 +66,7 @@ var _ admission.MutationInterface = &Plugin{}
 // objects): without it, they would stay in the export's key range and the
 // provider's view would still show them.
 func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
-	if a.GetSubresource() != "" || a.GetResource().GroupResource() != apis.BindingsResource.GroupResource() {
+	if a.GetOperation() != admission.Create || a.GetSubresource() != "" || a.GetResource().GroupResource() != apis.BindingsResource.GroupResource() {
 		return nil
 	}
 	obj, err := meta.Accessor(a.GetObject())
@@ -73,6 +86,9 @@ func Register(plugins *admission.Plugins) {
 
 // SetBound gives the plugin the bound definitions of each cluster.
 func SetBound(f BoundFunc) { instance.bound.Store(&f) }
+
+// SetUsers gives the plugin who depends on exports and schemas.
+func SetUsers(u Users) { instance.users.Store(&u) }
 
 // SetAuthorizer receives the server's (cluster-aware) authorizer.
 func (p *Plugin) SetAuthorizer(a authorizer.Authorizer) { p.authz = a }
@@ -97,6 +113,9 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	if !ok || cluster.IsWildcard() {
 		return nil
 	}
+	if a.GetOperation() == admission.Delete {
+		return p.checkInUse(a, cluster)
+	}
 	switch a.GetResource().GroupResource() {
 	case apis.BindingsResource.GroupResource():
 		return p.checkBind(ctx, a)
@@ -107,6 +126,33 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		}
 		if binding, export, ok := (*f)(cluster, a.GetName()); ok {
 			return admission.NewForbidden(a, fmt.Errorf("%s is served in this workspace by APIBinding %s (APIExport %s in %s); delete the binding first or choose another group", a.GetName(), binding, export.Name, export.Path))
+		}
+	}
+	return nil
+}
+
+// checkInUse refuses deleting an export with bindings and a schema an
+// export lists.
+func (p *Plugin) checkInUse(a admission.Attributes, cluster logicalcluster.Name) error {
+	u := p.users.Load()
+	if u == nil {
+		return nil
+	}
+	switch a.GetResource().GroupResource() {
+	case apis.ExportsResource.GroupResource():
+		if consumers := u.Consumers(cluster, a.GetName()); len(consumers) > 0 {
+			slices.Sort(consumers)
+			shown := consumers
+			if len(shown) > 5 {
+				shown = shown[:5]
+			}
+			return admission.NewForbidden(a, fmt.Errorf("APIExport %s is bound by %d workspace(s) (%v); deleting it would leave their objects stored but unreachable: each must delete its APIBinding first, which deletes its objects",
+				a.GetName(), len(consumers), shown))
+		}
+	case apis.SchemasResource.GroupResource():
+		if exports := u.ExportsUsing(cluster, a.GetName()); len(exports) > 0 {
+			return admission.NewForbidden(a, fmt.Errorf("APIResourceSchema %s is served by APIExport(s) %v of this workspace; switch them to another schema (spec.latestResourceSchemas) or delete them first",
+				a.GetName(), exports))
 		}
 	}
 	return nil
