@@ -4,13 +4,18 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/spf13/cobra"
 
@@ -39,10 +44,11 @@ api-resources and explain, and their objects are stored in this workspace.
 Binding needs the verb "bind" on apiexports/EXPORT in WORKSPACE. An export
 may claim permissions on other resources of this workspace (shown by the
 binding's status.exportPermissionClaims); accept one with --accept
-RESOURCE[.GROUP]=VERB,VERB. A claim not accepted is not granted.
+RESOURCE[.GROUP]=VERB,VERB. A claim not accepted is not granted. A claim the
+export limits to labels is accepted with its selector, which is printed.
 
-Deleting the binding stops serving the resources; their objects stay stored
-and come back when the same export is bound again (docs/apis.md).`,
+Deleting the binding stops serving the resources and deletes this
+workspace's objects of them, as deleting a CRD does (docs/apis.md).`,
 		Example: `  kubectl kcp bind export root:platform:databases
   kubectl kcp bind export root:platform:databases --accept secrets=get,list,watch`,
 		Args: cobra.ExactArgs(1),
@@ -125,7 +131,66 @@ func (o *wsOptions) bind(ctx context.Context, out io.Writer, arg, name string, a
 		names = append(names, fmt.Sprintf("%v.%v", m["resource"], m["group"]))
 	}
 	fmt.Fprintf(out, "apibinding %s is bound: %s\n", name, strings.Join(names, ", "))
+	if len(claims) > 0 {
+		return acceptSelectors(ctx, out, bindings, last)
+	}
 	return nil
+}
+
+// acceptSelectors gives each accepted claim the label selector the export
+// claims it with (the consumer learns it from the binding's status: it
+// cannot read the export), prints what was accepted, and warns of accepts
+// that match no claim.
+func acceptSelectors(ctx context.Context, out io.Writer, bindings dynamic.ResourceInterface, b *unstructured.Unstructured) error {
+	var st apis.APIBinding
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(b.Object, &st); err != nil {
+		return err
+	}
+	changed := false
+	for i, a := range st.Spec.PermissionClaims {
+		found := false
+		for _, c := range st.Status.ExportClaims {
+			if c.Group != a.Group || c.Resource != a.Resource || !sameSet(c.Verbs, a.Verbs) {
+				continue
+			}
+			found = true
+			what := fmt.Sprintf("%s (%s)", schema.GroupResource{Group: a.Group, Resource: a.Resource}, strings.Join(a.Verbs, ","))
+			if c.LabelSelector != nil {
+				sel, _ := metav1.LabelSelectorAsSelector(c.LabelSelector)
+				fmt.Fprintf(out, "accepted permission claim %s, limited to objects with the labels %s\n", what, sel)
+				if !equality.Semantic.DeepEqual(a.LabelSelector, c.LabelSelector) {
+					st.Spec.PermissionClaims[i].LabelSelector = c.LabelSelector.DeepCopy()
+					changed = true
+				}
+			} else {
+				fmt.Fprintf(out, "accepted permission claim %s, on every object\n", what)
+			}
+		}
+		if !found {
+			fmt.Fprintf(out, "warning: the export makes no permission claim %s=%s; nothing was granted for it (the claims are in the binding's status.exportPermissionClaims)\n",
+				schema.GroupResource{Group: a.Group, Resource: a.Resource}, strings.Join(a.Verbs, ","))
+		}
+	}
+	if !changed {
+		return nil
+	}
+	claims, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st.Spec)
+	if err != nil {
+		return err
+	}
+	b = b.DeepCopy()
+	b.Object["spec"] = claims
+	if _, err := bindings.Update(ctx, b, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("accepting the claims' label selectors: %v", err)
+	}
+	return nil
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
 
 func boundMessage(b *unstructured.Unstructured) string {

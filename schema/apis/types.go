@@ -98,6 +98,10 @@ type PermissionClaim struct {
 	Group    string   `json:"group,omitempty"`
 	Resource string   `json:"resource"`
 	Verbs    []string `json:"verbs"`
+	// LabelSelector limits the claim to objects with these labels (absent:
+	// every object of the resource). A consumer accepts a claim with its
+	// selector; a provider that changes the selector needs acceptance again.
+	LabelSelector *metav1.LabelSelector `json:"labelSelector,omitempty"`
 }
 
 // GroupResource is the claimed resource.

@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -349,7 +350,7 @@ func (x *Index) resolveOne(r *Binding, b *apis.APIBinding) {
 	r.ExportClaims = e.Claims
 	for _, c := range e.Claims {
 		for _, a := range b.Spec.PermissionClaims {
-			if a.State == apis.ClaimAccepted && a.Group == c.Group && a.Resource == c.Resource && sameVerbs(a.Verbs, c.Verbs) {
+			if a.State == apis.ClaimAccepted && a.Group == c.Group && a.Resource == c.Resource && sameVerbs(a.Verbs, c.Verbs) && SameSelector(a.LabelSelector, c.LabelSelector) {
 				r.Claims = append(r.Claims, c)
 			}
 		}
@@ -366,6 +367,22 @@ func (x *Index) resolveOne(r *Binding, b *apis.APIBinding) {
 	}
 	r.Resources = e.Resources
 	r.Bound, r.Reason, r.Message = true, "Bound", fmt.Sprintf("%d resource(s) of APIExport %s:%s served", len(r.Definitions), ref.Path, ref.Name)
+}
+
+// SameSelector compares two claim selectors by meaning (nil and empty
+// both select everything); an invalid one equals nothing.
+func SameSelector(a, b *metav1.LabelSelector) bool {
+	sa, errA := ClaimSelector(a)
+	sb, errB := ClaimSelector(b)
+	return errA == nil && errB == nil && sa.String() == sb.String()
+}
+
+// ClaimSelector is the selector of a claim: nil selects everything.
+func ClaimSelector(ls *metav1.LabelSelector) (labels.Selector, error) {
+	if ls == nil {
+		return labels.Everything(), nil
+	}
+	return metav1.LabelSelectorAsSelector(ls)
 }
 
 func sameVerbs(a, b []string) bool {

@@ -94,7 +94,8 @@ func testAPISharing(t *testing.T, datastore string) {
 	ctx := context.Background()
 
 	// The provider publishes the API and lets db-operator read its content.
-	publishDatabases(t, s, "root:platform", "", "  permissionClaims:\n  - {resource: configmaps, verbs: [get, list]}\n")
+	publishDatabases(t, s, "root:platform", "", "  permissionClaims:\n  - {resource: configmaps, verbs: [get, list]}\n"+
+		"  - {resource: secrets, verbs: [get, list, update], labelSelector: {matchLabels: {platform.example.com/db: \"true\"}}}\n")
 	s.Kubectl("root:platform", "create", "clusterrole", "db-operator", "--verb=content", "--resource=apiexports.apis.kcp.io", "--resource-name=databases")
 	s.Kubectl("root:platform", "create", "clusterrolebinding", "db-operator", "--clusterrole=db-operator", "--user=db-operator")
 	framework.Eventually(t, 20*time.Second, "the export's Ready condition and identity", func() (bool, string) {
@@ -112,7 +113,8 @@ func testAPISharing(t *testing.T, datastore string) {
 		}
 		return out
 	}
-	mustContain(t, "kubectl kcp bind export", bind("root:team-a", "--accept", "configmaps=get,list"), "is bound: databases.platform.example.com")
+	mustContain(t, "kubectl kcp bind export", bind("root:team-a", "--accept", "configmaps=get,list", "--accept", "secrets=get,list,update"),
+		"is bound: databases.platform.example.com", "secrets (get,list,update), limited to objects with the labels platform.example.com/db=true")
 	bind("root:team-b")
 	for _, c := range []string{"root:team-a", "root:team-b"} {
 		mustContain(t, "api-resources in "+c, s.Kubectl(c, "api-resources", "--api-group=platform.example.com"), "databases", "Database")
@@ -195,6 +197,14 @@ func testAPISharing(t *testing.T, datastore string) {
 	// did not; neither granted secrets or writes.
 	s.Kubectl("root:team-a", "create", "configmap", "settings", "--from-literal=a=b")
 	s.Kubectl("root:team-b", "create", "configmap", "settings", "--from-literal=a=b")
+	// team-a's secrets: one with the claim's label, one without.
+	s.Kubectl("root:team-a", "create", "secret", "generic", "db-creds", "--from-literal=password=p")
+	s.Kubectl("root:team-a", "label", "secret", "db-creds", "platform.example.com/db=true")
+	s.Kubectl("root:team-a", "create", "secret", "generic", "private", "--from-literal=key=k")
+	secretPath := "root:team-a/api/v1/namespaces/default/secrets/"
+	unlabel := func(name string) string {
+		return `{"apiVersion":"v1","kind":"Secret","metadata":{"name":"` + name + `","namespace":"default"},"data":{"password":"eA=="}}`
+	}
 	vc := userClient(t, s, "db-operator")
 	base := s.URL() + "/services/apiexport/root:platform/databases/clusters/"
 	for _, c := range []struct {
@@ -204,7 +214,9 @@ func testAPISharing(t *testing.T, datastore string) {
 		{"GET", "root:team-a/api/v1/namespaces/default/configmaps/settings", 200},
 		{"GET", "root:team-a/api/v1/configmaps", 200},
 		{"DELETE", "root:team-a/api/v1/namespaces/default/configmaps/settings", 403},
-		{"GET", "root:team-a/api/v1/secrets", 403},
+		{"GET", secretPath + "db-creds", 200},
+		{"GET", secretPath + "private", 404},
+		{"DELETE", secretPath + "db-creds", 403},
 		{"GET", "root:team-b/api/v1/configmaps", 403},
 		{"GET", "*/api/v1/configmaps", 403},
 		{"GET", "root:outsider/apis/platform.example.com/v1/databases", 404},
@@ -216,6 +228,31 @@ func testAPISharing(t *testing.T, datastore string) {
 			t.Errorf("%s %s through the view: %d, want %d\n%s", c.method, c.path, code, c.want, body)
 		}
 	}
+	// The label-limited claim: a list shows only labelled secrets, with or
+	// without a selector of the caller's; an update may not take the
+	// label off, nor reach a secret without it.
+	for _, q := range []string{"", "?labelSelector=platform.example.com/db!=true", "?labelSelector=kubernetes.io/service-account.name!=x"} {
+		code, body := doWith(t, vc, "GET", base+"root:team-a/api/v1/secrets"+q, "", nil)
+		if code != 200 || strings.Contains(body, `"private"`) || (q != "?labelSelector=platform.example.com/db!=true" && !strings.Contains(body, `"db-creds"`)) {
+			t.Errorf("listing secrets%s through the label-limited claim: %d\n%s", q, code, body)
+		}
+	}
+	if code, body := doWith(t, vc, "PUT", base+secretPath+"db-creds", unlabel("db-creds"), nil); code != 403 || !strings.Contains(body, "only with the labels platform.example.com/db=true") {
+		t.Errorf("an update taking the claim's label off: %d\n%s", code, body)
+	}
+	if code, body := doWith(t, vc, "PUT", base+secretPath+"private", strings.Replace(unlabel("private"), `"namespace":"default"`, `"namespace":"default","labels":{"platform.example.com/db":"true"}`, 1), nil); code != 404 {
+		t.Errorf("an update labelling a secret outside the claim: %d\n%s", code, body)
+	}
+	if out := s.Kubectl("root:team-a", "get", "secret", "private", "-o", "jsonpath={.metadata.labels}"); strings.Contains(out, "platform.example.com") {
+		t.Errorf("the secret outside the claim was labelled: %s", out)
+	}
+	// The provider widens the claim (no selector): team-a accepted the
+	// narrow one only, so the claim is no longer granted at all.
+	s.Kubectl("root:platform", "patch", "apiexport", "databases", "--type=json", "-p", `[{"op":"remove","path":"/spec/permissionClaims/1/labelSelector"}]`)
+	framework.Eventually(t, 20*time.Second, "the widened claim no longer granted", func() (bool, string) {
+		code, body := doWith(t, vc, "GET", base+secretPath+"db-creds", "", nil)
+		return code == 403, body
+	})
 
 	// What consumers depend on cannot be deleted under them.
 	if out, err := s.KubectlErr("root:platform", "", "delete", "apiexport", "databases"); err == nil || !strings.Contains(out, "is bound by 2 workspace(s) ([root:team-a root:team-b])") {
