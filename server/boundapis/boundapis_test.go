@@ -65,3 +65,29 @@ func TestIdentity(t *testing.T) {
 		t.Errorf("identity %q would break the key layout", a)
 	}
 }
+
+// TestSameSelector: an acceptance matches a claim only if their selectors
+// select the same objects; absent and empty both mean every object.
+func TestSameSelector(t *testing.T) {
+	db := &metav1.LabelSelector{MatchLabels: map[string]string{"db": "true"}}
+	dbExpr := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "db", Operator: metav1.LabelSelectorOpIn, Values: []string{"true"}}}}
+	other := &metav1.LabelSelector{MatchLabels: map[string]string{"db": "false"}}
+	invalid := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "db", Operator: "Near"}}}
+	for _, c := range []struct {
+		a, b *metav1.LabelSelector
+		want bool
+	}{
+		{nil, nil, true},
+		{nil, &metav1.LabelSelector{}, true},
+		{db, db.DeepCopy(), true},
+		{db, dbExpr, false}, // "db=true" and "db in (true)" read differently; accept again
+		{db, nil, false},
+		{nil, db, false},
+		{db, other, false},
+		{invalid, invalid, false},
+	} {
+		if got := SameSelector(c.a, c.b); got != c.want {
+			t.Errorf("SameSelector(%v, %v) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}

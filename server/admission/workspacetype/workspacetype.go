@@ -93,20 +93,9 @@ func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 	value := ""
 	switch a.GetOperation() {
 	case admission.Create:
-		parent, ok := logicalcluster.From(ctx)
-		if !ok || parent.IsWildcard() {
-			return nil
-		}
-		rt, err := p.resolve(ctx, parent, typeOf(a.GetObject()))
+		_, value, err = p.record(ctx, a)
 		if err != nil {
-			return admission.NewForbidden(a, err)
-		}
-		if rt != nil {
-			raw, err := json.Marshal(rt)
-			if err != nil {
-				return err
-			}
-			value = string(raw)
+			return err
 		}
 	case admission.Update:
 		old, err := meta.Accessor(a.GetOldObject())
@@ -154,21 +143,9 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		}
 		return nil
 	case admission.Create:
-		parent, ok := logicalcluster.From(ctx)
-		if !ok || parent.IsWildcard() {
-			return nil
-		}
-		rt, err := p.resolve(ctx, parent, typeOf(a.GetObject()))
+		rt, want, err := p.record(ctx, a)
 		if err != nil {
-			return admission.NewForbidden(a, err)
-		}
-		want := ""
-		if rt != nil {
-			raw, err := json.Marshal(rt)
-			if err != nil {
-				return err
-			}
-			want = string(raw)
+			return err
 		}
 		if got != want {
 			return admission.NewForbidden(a, fmt.Errorf("the annotation %s is kcp's record of the workspace's type and cannot be set", tenancy.TypeAnnotation))
@@ -183,6 +160,27 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		}
 	}
 	return nil
+}
+
+// record resolves the type of a new Workspace and returns it with the
+// annotation value that records it ("" and nil: no type).
+func (p *Plugin) record(ctx context.Context, a admission.Attributes) (*tenancy.ResolvedType, string, error) {
+	parent, ok := logicalcluster.From(ctx)
+	if !ok || parent.IsWildcard() {
+		return nil, "", nil
+	}
+	rt, err := p.resolve(ctx, parent, typeOf(a.GetObject()))
+	if err != nil {
+		return nil, "", admission.NewForbidden(a, err)
+	}
+	if rt == nil {
+		return nil, "", nil
+	}
+	raw, err := json.Marshal(rt)
+	if err != nil {
+		return nil, "", err
+	}
+	return rt, string(raw), nil
 }
 
 func typeOf(obj runtime.Object) string {
