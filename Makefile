@@ -4,7 +4,7 @@ K8S_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/ve
 GOFLAGS_BUILD := -ldflags "-s -w $(K8S_LDFLAGS)"
 export CGO_ENABLED := 1
 
-.PHONY: build run test unit e2e faults physical-cluster conformance bench bench-quick bench-sync bench-failover lint clean
+.PHONY: build run test unit e2e faults physical-cluster conformance bench bench-quick bench-sync bench-failover bench-apis lint clean
 
 build:
 	go build $(GOFLAGS_BUILD) -o bin/ ./cmd/kcp ./cmd/kubectl-kcp ./cmd/syncer
