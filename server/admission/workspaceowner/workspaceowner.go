@@ -10,6 +10,7 @@ package workspaceowner
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"slices"
 
@@ -55,12 +56,9 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 	value := ""
 	switch a.GetOperation() {
 	case admission.Create:
-		u := a.GetUserInfo()
-		raw, err := json.Marshal(Owner{Username: u.GetName(), UID: u.GetUID(), Groups: u.GetGroups()})
-		if err != nil {
+		if value, err = ownerValue(a.GetUserInfo()); err != nil {
 			return err
 		}
-		value = string(raw)
 		if !slices.Contains(obj.GetFinalizers(), tenancy.WorkspaceFinalizer) {
 			obj.SetFinalizers(append(obj.GetFinalizers(), tenancy.WorkspaceFinalizer))
 		}
@@ -82,6 +80,45 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 		ann[tenancy.OwnerAnnotation] = value
 	}
 	obj.SetAnnotations(ann)
+	return nil
+}
+
+func ownerValue(u user.Info) (string, error) {
+	raw, err := json.Marshal(Owner{Username: u.GetName(), UID: u.GetUID(), Groups: u.GetGroups()})
+	return string(raw), err
+}
+
+var _ admission.ValidationInterface = &plugin{}
+
+// Validate refuses a Workspace whose owner record is not the one Admit
+// wrote: a mutating webhook of the parent's tenant runs after this plugin
+// and could otherwise name someone else as the owner.
+func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	if a.GetResource().GroupResource() != tenancy.WorkspacesResource.GroupResource() || a.GetSubresource() != "" {
+		return nil
+	}
+	obj, err := meta.Accessor(a.GetObject())
+	if err != nil {
+		return err
+	}
+	want := ""
+	switch a.GetOperation() {
+	case admission.Create:
+		if want, err = ownerValue(a.GetUserInfo()); err != nil {
+			return err
+		}
+	case admission.Update:
+		old, err := meta.Accessor(a.GetOldObject())
+		if err != nil {
+			return err
+		}
+		want = old.GetAnnotations()[tenancy.OwnerAnnotation]
+	default:
+		return nil
+	}
+	if obj.GetAnnotations()[tenancy.OwnerAnnotation] != want {
+		return admission.NewForbidden(a, fmt.Errorf("the annotation %s is kcp's record of who created the workspace and cannot be set or changed", tenancy.OwnerAnnotation))
+	}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
@@ -54,5 +55,37 @@ func TestUpdateKeepsWhatTheSystemOwns(t *testing.T) {
 				t.Errorf("owner = %s", got)
 			}
 		})
+	}
+}
+
+// TestValidateRefusesAChangedRecord: what Admit recorded must reach
+// storage unchanged; a later mutation (a tenant's mutating webhook in the
+// parent runs after this plugin) that names another owner is refused, on
+// create and on update.
+func TestValidateRefusesAChangedRecord(t *testing.T) {
+	p := &plugin{Handler: admission.NewHandler(admission.Create, admission.Update)}
+	creator := &user.DefaultInfo{Name: "creator", Groups: []string{"team"}}
+	for _, op := range []admission.Operation{admission.Create, admission.Update} {
+		for _, forge := range []bool{false, true} {
+			obj := workspace("")
+			var old *unstructured.Unstructured
+			if op == admission.Update {
+				old = workspace(`{"username":"creator"}`)
+			}
+			a := admission.NewAttributesRecord(obj, old, schema.GroupVersionKind{}, "", "org-a", tenancy.WorkspacesResource, "", op, nil, false, creator)
+			if err := p.Admit(context.Background(), a, nil); err != nil {
+				t.Fatal(err)
+			}
+			if forge {
+				obj.SetAnnotations(map[string]string{tenancy.OwnerAnnotation: `{"username":"mallory"}`})
+			}
+			err := p.Validate(context.Background(), a, nil)
+			if forge && !apierrors.IsForbidden(err) {
+				t.Errorf("%s with the owner rewritten after admission: want forbidden, got %v", op, err)
+			}
+			if !forge && err != nil {
+				t.Errorf("%s as admitted: %v", op, err)
+			}
+		}
 	}
 }
