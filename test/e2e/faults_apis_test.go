@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/kcpsql/kcp/schema/apis"
+	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/test/e2e/framework"
 )
 
@@ -23,7 +24,9 @@ import (
 // under PostgreSQL sessions killed while consumers bind, write and unbind.
 // Nothing answers 500; every acknowledged binding becomes Bound; every
 // acknowledged object is in its workspace and in the provider's view; every
-// acknowledged unbinding ends with its objects gone from both.
+// acknowledged unbinding ends with its objects gone from both. Workspaces
+// of a type that binds the export by default are created meanwhile: every
+// acknowledged one becomes Ready with its binding Bound.
 func TestFaultAPIBindingsSessionsKilled(t *testing.T) {
 	ds := framework.FreshPostgres(t)
 	s := framework.StartServer(t, ds)
@@ -34,6 +37,7 @@ func TestFaultAPIBindingsSessionsKilled(t *testing.T) {
 	}
 	s.CreateWorkspaces(append([]string{"root:platform"}, names...)...)
 	publishDatabases(t, s, "root:platform", "", "")
+	applyYAML(t, s, "root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: WorkspaceType\nmetadata: {name: db-team}\nspec:\n  defaultAPIBindings: [{path: root:platform, export: databases}]\n")
 	ctx := context.Background()
 	client := func(cluster string) dynamic.Interface {
 		cfg := s.Config(cluster)
@@ -93,6 +97,24 @@ func TestFaultAPIBindingsSessionsKilled(t *testing.T) {
 			}
 		}()
 	}
+	// Typed workspaces, created while the sessions die.
+	var typed []string
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d := client("root")
+		for i := range 12 {
+			ws := &unstructured.Unstructured{Object: map[string]interface{}{
+				"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+				"metadata": map[string]interface{}{"name": fmt.Sprintf("typed-%d", i)}, "spec": map[string]interface{}{"type": "db-team"}}}
+			if _, err := d.Resource(tenancy.WorkspacesResource).Create(ctx, ws, metav1.CreateOptions{}); record(err) {
+				mu.Lock()
+				typed = append(typed, "root:"+ws.GetName())
+				mu.Unlock()
+			}
+			time.Sleep(150 * time.Millisecond)
+		}
+	}()
 	time.Sleep(700 * time.Millisecond)
 	killSessions(t, ds)
 	time.Sleep(700 * time.Millisecond)
@@ -148,6 +170,19 @@ func TestFaultAPIBindingsSessionsKilled(t *testing.T) {
 		})
 	}
 	framework.Eventually(t, 30*time.Second, "every acknowledged database in the view", func() (bool, string) { return check(nil) })
+	if len(typed) == 0 {
+		t.Fatal("no typed workspace was acknowledged: the test measured nothing")
+	}
+	for _, c := range typed {
+		framework.Eventually(t, 60*time.Second, c+" Ready with its default binding Bound", func() (bool, string) {
+			ws, _ := s.KubectlErr("root", "", "get", "workspace", strings.TrimPrefix(c, "root:"), "-o", "jsonpath={.status.phase}")
+			if ws != "Ready" {
+				return false, "workspace " + ws
+			}
+			out, _ := s.KubectlErr(c, "", "get", "apibinding", "databases", "-o", "jsonpath={.status.phase}")
+			return out == apis.PhaseBound, "binding " + out
+		})
+	}
 
 	// Half the consumers unbind while sessions die again.
 	unbound := map[int]bool{}
