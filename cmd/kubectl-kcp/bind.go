@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kcpsql/kcp/schema/apis"
+	"github.com/kcpsql/kcp/schema/conditions"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -197,12 +198,8 @@ func boundMessage(b *unstructured.Unstructured) string {
 	if b == nil {
 		return "it could not be read"
 	}
-	conds, _, _ := unstructured.NestedSlice(b.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]interface{})
-		if m["type"] == apis.ConditionBound {
-			return fmt.Sprintf("%v: %v", m["reason"], m["message"])
-		}
+	if c, ok := conditions.Find(b, apis.ConditionBound); ok {
+		return c.Reason + ": " + c.Message
 	}
 	return "no status yet"
 }

@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/kcpsql/kcp/schema/conditions"
 )
 
 // CreateWorkspace creates the Workspace name (of type wsType, may be empty)
@@ -35,12 +37,8 @@ func CreateWorkspace(ctx context.Context, parent dynamic.Interface, name, wsType
 			if phase == PhaseReady {
 				return nil
 			}
-			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-			for _, c := range conds {
-				if m, ok := c.(map[string]interface{}); ok && m["type"] == "Ready" {
-					why, _ = m["message"].(string)
-				}
-			}
+			c, _ := conditions.Find(got, "Ready")
+			why = c.Message
 		} else {
 			why = err.Error()
 		}

@@ -39,7 +39,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -64,58 +63,37 @@ func identity(provider logicalcluster.Name, export string) user.Info {
 
 // Filter is the view's handler.
 type Filter struct {
-	authn authenticator.Request
-	authz authorizer.Authorizer
+	gate  *viewidentity.Gate
 	index *boundapis.Index
-	infos *apirequest.RequestInfoFactory
 	next  http.Handler
 }
 
 // New returns next, with view requests handled first.
 func New(next http.Handler, authn authenticator.Request, authz authorizer.Authorizer, index *boundapis.Index) http.Handler {
-	return &Filter{
-		authn: authn, authz: authz, index: index, next: next,
-		infos: &apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")},
-	}
+	return &Filter{index: index, next: next, gate: &viewidentity.Gate{
+		Prefix:   Prefix,
+		PathHelp: "an APIExport view path is " + Prefix + "<provider workspace>/<export>/clusters/<cluster or *>/<API path>",
+		Authn:    authn, Authz: authz,
+		Resource: apis.ExportsResource, Verb: apis.VerbContent,
+		AuthzContext: clusterauthz.WithExportGrant,
+		Denied: func(caller string, provider logicalcluster.Name, name string) error {
+			return fmt.Errorf("%q may not use the view of APIExport %s in %s (needs the verb %q on apiexports/%s there)", caller, name, provider, apis.VerbContent, name)
+		},
+		Impersonation: "the view of an APIExport does not take impersonation; authenticate as the user itself",
+	}}
 }
 
 func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	rest, ok := strings.CutPrefix(req.URL.Path, Prefix)
-	if !ok {
+	if !strings.HasPrefix(req.URL.Path, Prefix) {
 		f.next.ServeHTTP(w, req)
 		return
 	}
-	providerPart, rest, _ := strings.Cut(rest, "/")
-	name, rest, _ := strings.Cut(rest, "/")
-	provider, err := logicalcluster.Parse(providerPart)
-	if err != nil || provider.IsWildcard() || name == "" || !strings.HasPrefix(rest, "clusters/") {
-		viewidentity.Refuse(w, apierrors.NewNotFound(schema.GroupResource{}, req.URL.Path), "an APIExport view path is "+Prefix+"<provider workspace>/<export>/clusters/<cluster or *>/<API path>")
+	opened, ok := f.gate.Open(w, req)
+	if !ok {
 		return
 	}
-	for h := range req.Header {
-		if strings.HasPrefix(http.CanonicalHeaderKey(h), "Impersonate-") {
-			viewidentity.Refuse(w, apierrors.NewForbidden(apis.ExportsResource.GroupResource(), name,
-				fmt.Errorf("the view of an APIExport does not take impersonation; authenticate as the user itself")), "")
-			return
-		}
-	}
-	// Who is asking, in the provider workspace.
-	authReq := req.WithContext(logicalcluster.WithCluster(req.Context(), provider))
-	resp, ok, err := f.authn.AuthenticateRequest(authReq)
-	if err != nil || !ok || resp == nil || resp.User == nil {
-		viewidentity.Refuse(w, apierrors.NewUnauthorized("Unauthorized"), "")
-		return
-	}
+	provider, name := opened.Workspace, opened.Name
 	exportsGR := apis.ExportsResource.GroupResource()
-	d, _, err := f.authz.Authorize(clusterauthz.WithExportGrant(authReq.Context()), authorizer.AttributesRecord{
-		User: resp.User, Verb: apis.VerbContent, APIGroup: apis.Group, APIVersion: apis.Version,
-		Resource: "apiexports", Name: name, ResourceRequest: true,
-	})
-	if err != nil || d != authorizer.DecisionAllow {
-		viewidentity.Refuse(w, apierrors.NewForbidden(exportsGR, name,
-			fmt.Errorf("%q may not use the view of APIExport %s in %s (needs the verb %q on apiexports/%s there)", resp.User.GetName(), name, provider, apis.VerbContent, name)), "")
-		return
-	}
 	export, err := f.index.Export(provider, name)
 	if export == nil {
 		if err != nil {
@@ -126,15 +104,13 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	// What it asks for.
-	path := "/" + rest
+	path := "/" + opened.Rest
 	cluster, apiPath, err := routing.Split(path)
 	if err != nil {
 		viewidentity.Refuse(w, apierrors.NewBadRequest(err.Error()), "")
 		return
 	}
-	probe := req.Clone(req.Context())
-	probe.URL.Path = apiPath
-	info, err := f.infos.NewRequestInfo(probe)
+	info, err := viewidentity.RequestInfo(req, apiPath)
 	if err != nil {
 		viewidentity.Refuse(w, apierrors.NewBadRequest(err.Error()), "")
 		return

@@ -40,7 +40,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -73,10 +72,8 @@ func identity(location logicalcluster.Name, target string) user.Info {
 
 // Filter is the view's handler; build it with New.
 type Filter struct {
-	authn   authenticator.Request
-	authz   authorizer.Authorizer
+	gate    *viewidentity.Gate
 	clients *clusterinformer.Clients
-	infos   *apirequest.RequestInfoFactory
 	next    http.Handler
 }
 
@@ -86,51 +83,34 @@ func New(next http.Handler, authn authenticator.Request, authz authorizer.Author
 	if err != nil {
 		return nil, err
 	}
-	return &Filter{
-		authn: authn, authz: authz, clients: clients, next: next,
-		infos: &apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")},
-	}, nil
+	return &Filter{clients: clients, next: next, gate: &viewidentity.Gate{
+		Prefix:   Prefix,
+		PathHelp: "a syncer view path is " + Prefix + "<location workspace>/<sync target>/clusters/<cluster or *>/<API path>",
+		Authn:    authn, Authz: authz,
+		Resource: workload.SyncTargetsResource, Verb: workload.VerbSync,
+		Denied: func(caller string, location logicalcluster.Name, target string) error {
+			return fmt.Errorf("%q may not use the syncer view of SyncTarget %s in %s (needs the verb %q on it there)", caller, target, location, workload.VerbSync)
+		},
+	}}, nil
 }
 
 func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	rest, ok := strings.CutPrefix(req.URL.Path, Prefix)
-	if !ok {
+	if !strings.HasPrefix(req.URL.Path, Prefix) {
 		f.next.ServeHTTP(w, req)
 		return
 	}
-	locPart, rest, _ := strings.Cut(rest, "/")
-	target, rest, _ := strings.Cut(rest, "/")
-	location, err := logicalcluster.Parse(locPart)
-	if err != nil || location.IsWildcard() || target == "" || !strings.HasPrefix(rest, "clusters/") {
-		viewidentity.Refuse(w, apierrors.NewNotFound(schema.GroupResource{}, req.URL.Path), "a syncer view path is "+Prefix+"<location workspace>/<sync target>/clusters/<cluster or *>/<API path>")
+	opened, ok := f.gate.Open(w, req)
+	if !ok {
 		return
 	}
-	// Who is asking, in the location workspace.
-	authReq := req.WithContext(logicalcluster.WithCluster(req.Context(), location))
-	resp, ok, err := f.authn.AuthenticateRequest(authReq)
-	if err != nil || !ok || resp == nil || resp.User == nil {
-		viewidentity.Refuse(w, apierrors.NewUnauthorized("Unauthorized"), "")
-		return
-	}
-	d, _, err := f.authz.Authorize(authReq.Context(), authorizer.AttributesRecord{
-		User: resp.User, Verb: workload.VerbSync, APIGroup: workload.Group, APIVersion: workload.Version,
-		Resource: "synctargets", Name: target, ResourceRequest: true,
-	})
-	if err != nil || d != authorizer.DecisionAllow {
-		viewidentity.Refuse(w, apierrors.NewForbidden(workload.SyncTargetsResource.GroupResource(), target,
-			fmt.Errorf("%q may not use the syncer view of SyncTarget %s in %s (needs the verb %q on it there)", resp.User.GetName(), target, location, workload.VerbSync)), "")
-		return
-	}
+	location, target, rest := opened.Workspace, opened.Name, opened.Rest
 	// What it asks for.
-	escaped := "/" + rest
-	cluster, apiPath, err := routing.Split(escaped)
+	cluster, apiPath, err := routing.Split("/" + rest)
 	if err != nil {
 		viewidentity.Refuse(w, apierrors.NewBadRequest(err.Error()), "")
 		return
 	}
-	probe := req.Clone(req.Context())
-	probe.URL.Path = apiPath
-	info, err := f.infos.NewRequestInfo(probe)
+	info, err := viewidentity.RequestInfo(req, apiPath)
 	if err != nil || !info.IsResourceRequest {
 		viewidentity.Refuse(w, apierrors.NewForbidden(schema.GroupResource{}, "", fmt.Errorf("the syncer view serves only the resources kcp syncs")), "")
 		return

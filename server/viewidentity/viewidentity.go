@@ -31,12 +31,6 @@ func WithViewIdentity(delegate authenticator.Request) authenticator.Request {
 	})
 }
 
-// Privileged is a view's identity: it reads across clusters, so it is in
-// system:masters; only a view that checked the request can grant it.
-func Privileged(name string) user.Info {
-	return &user.DefaultInfo{Name: name, Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}}
-}
-
 // Continue returns req as the identity u, at path with query q, without
 // the client's credentials.
 func Continue(ctx context.Context, req *http.Request, u user.Info, path string, q url.Values) *http.Request {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kcpsql/kcp/schema/apis"
+	"github.com/kcpsql/kcp/schema/conditions"
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/admission/workspaceowner"
 	"github.com/kcpsql/kcp/server/logicalclusters"
@@ -92,7 +93,7 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 	// The type's default APIs are bound before the workspace is Ready: a
 	// workspace of type team has the platform APIs from its first moment.
 	if waiting, err := r.bindDefaults(ctx, cc, ws); err != nil || waiting != "" {
-		if err == nil && readyMessage(ws) != waiting {
+		if c, _ := conditions.Find(ws, "Ready"); err == nil && c.Message != waiting {
 			err = r.setStatus(ctx, parent, ws, tenancy.PhaseInitializing, "", waiting)
 		}
 		// Soon while the binding controller catches up; slower for a
@@ -146,34 +147,15 @@ func (r *reconciler) bindDefaults(ctx context.Context, cc *clients, ws *unstruct
 		if err != nil {
 			return "", fmt.Errorf("binding APIExport %s of %s: %v", b.Export, b.Path, err)
 		}
-		if msg, bound := boundCondition(got); !bound {
+		if c, ok := conditions.Find(got, apis.ConditionBound); !ok || c.Status != "True" {
+			msg := c.Message
+			if !ok {
+				msg = "not looked at yet"
+			}
 			return fmt.Sprintf("waiting for APIBinding %s (APIExport %s of %s, from workspace type %s of %s) to be bound: %s", b.Export, b.Export, b.Path, rt.Name, rt.Path, msg), nil
 		}
 	}
 	return "", nil
-}
-
-// readyMessage is the message of the Workspace's Ready condition.
-func readyMessage(ws *unstructured.Unstructured) string {
-	conds, _, _ := unstructured.NestedSlice(ws.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, ok := c.(map[string]interface{}); ok && m["type"] == "Ready" {
-			msg, _ := m["message"].(string)
-			return msg
-		}
-	}
-	return ""
-}
-
-func boundCondition(u *unstructured.Unstructured) (string, bool) {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, ok := c.(map[string]interface{}); ok && m["type"] == apis.ConditionBound {
-			msg, _ := m["message"].(string)
-			return msg, m["status"] == "True"
-		}
-	}
-	return "not looked at yet", false
 }
 
 // DefaultNamespaces are the namespaces every new logical cluster has, as a
