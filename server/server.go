@@ -84,19 +84,17 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 		return err
 	}
 	crds := crdserving.New(o.CRDHandlerIdle)
-	negotiatedAPIs := negotiated.New()
-	// A binding is a workspace's explicit choice: it wins over a negotiated
-	// definition of the same name; a cluster's own CRD wins over both.
+	// A cluster's own CRD wins over a binding (which then reports the
+	// conflict). Negotiated APIs are served through bindings too.
 	boundAPIs := boundapis.New(crds.HasLocal)
+	negotiatedAPIs := negotiated.New(boundAPIs)
 	crds.AddExtra(boundAPIs)
-	crds.AddExtra(negotiatedAPIs)
 	crds.SetExported(boundAPIs.ExportDefinitions)
 	boundAPIs.OnChange(crds.Invalidate)
 	boundAPIs.OnExportChange(func(logicalcluster.Name, string) { crds.InvalidateExports() })
 	crds.Listen(boundAPIs.CRDHandler())
 	apibindingadmission.SetBound(boundAPIs.Bound)
 	apibindingadmission.SetUsers(apibindingadmission.Users{Consumers: boundAPIs.Consumers, ExportsUsing: boundAPIs.ExportsUsing})
-	negotiatedAPIs.OnChange(crds.Invalidate)
 	placementadmission.SetNegotiated(negotiatedAPIs.Resources)
 	placementadmission.SetBuiltInSchemas(negotiatedAPIs.BuiltInSchemas)
 	crdlimits.SetCRDs(crds.LocalCRDs)
@@ -195,7 +193,7 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *b
 		// After authorization: reads at resource versions from before a
 		// cluster's current incarnation answer 410 (incarnations).
 		routed := routing.WithLogicalCluster(errorlimit.WithLimit(inner(incarnations.WithIncarnations(crds.Wrap(h), began), gc)))
-		view, err := syncerview.New(routed, gc.Authentication.Authenticator, gc.Authorization.Authorizer, gc.LoopbackClientConfig)
+		view, err := syncerview.New(routed, gc.Authentication.Authenticator, gc.Authorization.Authorizer, gc.LoopbackClientConfig, boundAPIs)
 		if err != nil {
 			klog.Fatalf("building the syncer view: %v", err)
 		}

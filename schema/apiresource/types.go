@@ -4,13 +4,17 @@
 // ones: the definition (a CustomResourceDefinition's spec) its physical
 // cluster serves. kcp negotiates, per resource and location workspace, the
 // least common denominator of every import (schema/lcd) into a
-// NegotiatedAPIResource, and serves it in every workspace whose Placement
-// uses that location. Served from CRDs kcp installs in root and shares with
-// every logical cluster (crds/).
+// NegotiatedAPIResource. The negotiated definitions of resources that are
+// not built in are published through API sharing (apis.kcp.io): kcp keeps
+// one APIResourceSchema per negotiated definition and the APIExport
+// "kubernetes" in the location workspace, and binds that export in every
+// workspace whose Placement uses the location. Served from CRDs kcp
+// installs in root and shares with every logical cluster (crds/).
 package apiresource
 
 import (
 	"embed"
+	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,7 +32,22 @@ const (
 	// ConditionPublished, on a negotiated resource: workspaces placed on the
 	// location are served the definition.
 	ConditionPublished = "Published"
+
+	// ExportName is the APIExport, in a location workspace, of the
+	// negotiated resources that are not built in. kcp owns it.
+	ExportName = "kubernetes"
+	// NegotiatedLabel marks the APIResourceSchemas and the APIExport kcp
+	// publishes from negotiation, and the APIBindings it creates for
+	// Placements.
+	NegotiatedLabel = "apiresource.kcp.io/negotiated"
 )
+
+// BindingName is the APIBinding kcp creates, in a workspace with a
+// Placement on location, to the location's export: kubernetes.<location
+// with dots> (workspace names have no dots, so it names one location).
+func BindingName(location string) string {
+	return ExportName + "." + strings.ReplaceAll(location, ":", ".")
+}
 
 // Resources of the API.
 var (

@@ -507,12 +507,6 @@ func (x *Index) Definition(cluster logicalcluster.Name, name string) (*apiextens
 	return nil, false
 }
 
-// AllNamed and Names: bound resources are not served by requests across
-// all clusters (each export's objects are apart); the export's view is
-// where a provider reads them.
-func (x *Index) AllNamed(string) []*apiextensionsv1.CustomResourceDefinition { return nil }
-func (x *Index) Names() []string                                             { return nil }
-
 // Export is an APIExport with its current definitions.
 type Export struct {
 	Name        string

@@ -57,14 +57,13 @@ const byName = "name"
 type NewHandlerFunc func(view *View) (http.Handler, error)
 
 // Extra provides definitions a cluster is served besides its own CRDs
-// (negotiated APIs of the locations it places on). Its definitions look
-// like established CRDs whose kcp.io/cluster annotation names where they
-// come from.
+// (those of its APIBindings). Its definitions look like established CRDs
+// whose kcp.io/cluster annotation names the cluster. Requests across all
+// clusters do not serve them: each export's objects are kept apart, and
+// are read across clusters through the export (WithExport).
 type Extra interface {
 	Definitions(cluster logicalcluster.Name) []*apiextensionsv1.CustomResourceDefinition
 	Definition(cluster logicalcluster.Name, name string) (*apiextensionsv1.CustomResourceDefinition, bool)
-	AllNamed(name string) []*apiextensionsv1.CustomResourceDefinition
-	Names() []string
 }
 
 // Server is the per-cluster CRD serving layer. Create it with New, give it
@@ -435,9 +434,6 @@ func (s *Server) visible(sc scope) []*apiextensionsv1.CustomResourceDefinition {
 		return s.CRDs(cluster)
 	}
 	names := s.indexer.ListIndexFuncValues(byName)
-	for _, e := range s.extras {
-		names = append(names, e.Names()...)
-	}
 	sort.Strings(names)
 	names = slices.Compact(names)
 	var out []*apiextensionsv1.CustomResourceDefinition
@@ -462,11 +458,6 @@ func (s *Server) representative(name string) (*apiextensionsv1.CustomResourceDef
 
 func (s *Server) allNamed(name string) (rep *apiextensionsv1.CustomResourceDefinition, all []*apiextensionsv1.CustomResourceDefinition) {
 	objs, _ := s.indexer.ByIndex(byName, name)
-	for _, e := range s.extras {
-		for _, crd := range e.AllNamed(name) {
-			objs = append(objs, crd)
-		}
-	}
 	for _, o := range objs {
 		crd := o.(*apiextensionsv1.CustomResourceDefinition)
 		c := clusterinformer.ClusterOf(crd)

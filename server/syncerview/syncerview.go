@@ -46,8 +46,11 @@ import (
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
 
+	"github.com/kcpsql/kcp/schema/apiresource"
 	"github.com/kcpsql/kcp/schema/workload"
+	"github.com/kcpsql/kcp/server/boundapis"
 	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/routing"
 	"github.com/kcpsql/kcp/server/viewidentity"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
@@ -75,15 +78,24 @@ type Filter struct {
 	gate    *viewidentity.Gate
 	clients *clusterinformer.Clients
 	next    http.Handler
+	exports Exports
+}
+
+// Exports finds a location's export of negotiated resources
+// (apiresource.ExportName): a list or watch across all clusters of one of
+// its resources reads the objects stored under its identity, those of the
+// workspaces that bound it.
+type Exports interface {
+	Export(provider logicalcluster.Name, name string) (*boundapis.Export, error)
 }
 
 // New returns next, with view requests handled first.
-func New(next http.Handler, authn authenticator.Request, authz authorizer.Authorizer, loopback *rest.Config) (http.Handler, error) {
+func New(next http.Handler, authn authenticator.Request, authz authorizer.Authorizer, loopback *rest.Config, exports Exports) (http.Handler, error) {
 	clients, err := clusterinformer.NewClients(loopback)
 	if err != nil {
 		return nil, err
 	}
-	return &Filter{clients: clients, next: next, gate: &viewidentity.Gate{
+	return &Filter{clients: clients, next: next, exports: exports, gate: &viewidentity.Gate{
 		Prefix:   Prefix,
 		PathHelp: "a syncer view path is " + Prefix + "<location workspace>/<sync target>/clusters/<cluster or *>/<API path>",
 		Authn:    authn, Authz: authz,
@@ -138,8 +150,18 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		viewidentity.Refuse(w, apierrors.NewForbidden(gr, info.Name, fmt.Errorf("the syncer view allows list and watch, a status merge patch, the syncer's own status annotation and the removal of its own finalizer; not %s", info.Verb)), "")
 		return
 	}
+	ctx := req.Context()
+	if cluster.IsWildcard() && f.exports != nil && gr.Group != "" {
+		if e, _ := f.exports.Export(location, apiresource.ExportName); e != nil {
+			for _, r := range e.Resources {
+				if r.Group == gr.Group && r.Resource == gr.Resource {
+					ctx = crdserving.WithExport(ctx, e.Identity)
+				}
+			}
+		}
+	}
 	// Continue as the view's identity, at the cluster path.
-	out := viewidentity.Continue(req.Context(), req, identity(location, target), "/"+rest, q)
+	out := viewidentity.Continue(ctx, req, identity(location, target), "/"+rest, q)
 	f.next.ServeHTTP(w, out)
 }
 

@@ -102,6 +102,13 @@ spec: {locationWorkspace: "root:compute", locationSelector: {matchLabels: {regio
 		out, err := s.KubectlErr(team, "", "explain", "widget.spec")
 		return err == nil && strings.Contains(out, "size") && !strings.Contains(out, "color"), out
 	})
+	// Served through API sharing: the location's export "kubernetes" of
+	// the negotiated resources that are not built in, bound by kcp.
+	exported := s.Kubectl(compute, "get", "apiexport", "kubernetes", "-o", "jsonpath={.spec.latestResourceSchemas}")
+	if !strings.Contains(exported, ".widgets.example.com") || !strings.Contains(exported, ".gadgets.example.com") || strings.Contains(exported, "deployments") {
+		t.Errorf("the location's export: %s", exported)
+	}
+	mustContain(t, "the Placement's binding", s.Kubectl(team, "get", "apibinding", "kubernetes.root.compute", "-o", "jsonpath={.status.phase} {.spec.reference.export.path}"), "Bound root:compute")
 	framework.Eventually(t, 30*time.Second, "the namespace to be assigned", func() (bool, string) {
 		ann := s.Kubectl(team, "get", "namespace", "default", "-o", "jsonpath={.metadata.annotations}")
 		return strings.Contains(ann, "root:compute/pc1"), ann
@@ -140,6 +147,32 @@ spec: {locationWorkspace: "root:compute", locationSelector: {matchLabels: {regio
 		t.Errorf("the widget is gone in kcp but still on pc1")
 	}
 
+	// A narrower cluster joins: the export switches to a new schema of
+	// widgets, the placed workspace is served it, the old schema goes.
+	oldSchemas := s.Kubectl(compute, "get", "apiresourceschemas", "-o", "name")
+	narrower := importFrom(t, s, compute, "pc1.widgets.example.com", "pc0", func(versions []interface{}) {
+		unstructured.RemoveNestedField(versions[0].(map[string]interface{}), "schema", "openAPIV3Schema", "properties", "spec", "properties", "size")
+	})
+	s.Kubectl(compute, "apply", "-f", narrower)
+	framework.Eventually(t, 60*time.Second, "the placed workspace to be served widgets without size", func() (bool, string) {
+		out, err := s.KubectlErr(team, "", "explain", "widget.spec")
+		return err == nil && !strings.Contains(out, "size"), out
+	})
+	framework.Eventually(t, 30*time.Second, "the earlier widgets schema to be deleted", func() (bool, string) {
+		now := s.Kubectl(compute, "get", "apiresourceschemas", "-o", "name")
+		for _, old := range strings.Fields(oldSchemas) {
+			if strings.Contains(old, ".widgets.") && strings.Contains(now, old) {
+				return false, now
+			}
+		}
+		return true, now
+	})
+	s.Kubectl(compute, "delete", "apiresourceimport", "pc0.widgets.example.com")
+	framework.Eventually(t, 60*time.Second, "size served again once the narrower cluster left", func() (bool, string) {
+		out, err := s.KubectlErr(team, "", "explain", "widget.spec")
+		return err == nil && strings.Contains(out, "size"), out
+	})
+
 	// The built-in workload kinds are negotiated too, from the schemas the
 	// syncers read in their clusters' OpenAPI v3.
 	framework.Eventually(t, 60*time.Second, "deployments.apps negotiated from both clusters", func() (bool, string) {
@@ -154,19 +187,9 @@ spec: {locationWorkspace: "root:compute", locationSelector: {matchLabels: {regio
 	// An older cluster that lacks a field (its import, as its syncer would
 	// write it: pc1's schema without spec.minReadySeconds) narrows what a
 	// placed workspace may set: refused with a message, not dropped there.
-	imp := s.Kubectl(compute, "get", "apiresourceimport", "pc1.deployments.apps", "-o", "json")
-	var older map[string]interface{}
-	if err := json.Unmarshal([]byte(imp), &older); err != nil {
-		t.Fatal(err)
-	}
-	versions, _, _ := unstructured.NestedSlice(older, "spec", "crd", "versions")
-	unstructured.RemoveNestedField(versions[0].(map[string]interface{}), "schema", "openAPIV3Schema", "properties", "spec", "properties", "minReadySeconds")
-	unstructured.SetNestedSlice(older, versions, "spec", "crd", "versions")
-	unstructured.SetNestedField(older, "pc0", "spec", "syncTarget")
-	older["metadata"] = map[string]interface{}{"name": "pc0.deployments.apps"}
-	delete(older, "status")
-	raw, _ := json.Marshal(older)
-	s.Kubectl(compute, "apply", "-f", writeFile(t, "older.json", string(raw)))
+	s.Kubectl(compute, "apply", "-f", importFrom(t, s, compute, "pc1.deployments.apps", "pc0", func(versions []interface{}) {
+		unstructured.RemoveNestedField(versions[0].(map[string]interface{}), "schema", "openAPIV3Schema", "properties", "spec", "properties", "minReadySeconds")
+	}))
 	framework.Eventually(t, 60*time.Second, "minReadySeconds dropped from the negotiated deployments", func() (bool, string) {
 		out := s.Kubectl(compute, "get", "negotiatedapiresource", "deployments.apps", "-o", "jsonpath={.status.dropped}")
 		return strings.Contains(out, "spec.minReadySeconds"), out
@@ -196,6 +219,29 @@ spec: {locationWorkspace: "root:compute", locationSelector: {matchLabels: {regio
 		out := s.Kubectl(local, "get", "placement", "eu", "-o", "jsonpath={.status.shadowedAPIs}")
 		return out == `["widgets.example.com"]`, out
 	})
+	framework.Eventually(t, 30*time.Second, "the location binding to report the conflict", func() (bool, string) {
+		out := s.Kubectl(local, "get", "apibinding", "kubernetes.root.compute", "-o", `jsonpath={.status.conditions[?(@.type=="Bound")].message}`)
+		return strings.Contains(out, "CustomResourceDefinition widgets.example.com of its own"), out
+	})
+}
+
+// importFrom writes, as the syncer of target would, a copy of the import
+// name of the location with its versions changed by edit.
+func importFrom(t *testing.T, s *framework.Server, location, name, target string, edit func(versions []interface{})) string {
+	t.Helper()
+	var imp map[string]interface{}
+	if err := json.Unmarshal([]byte(s.Kubectl(location, "get", "apiresourceimport", name, "-o", "json")), &imp); err != nil {
+		t.Fatal(err)
+	}
+	versions, _, _ := unstructured.NestedSlice(imp, "spec", "crd", "versions")
+	edit(versions)
+	unstructured.SetNestedSlice(imp, versions, "spec", "crd", "versions")
+	unstructured.SetNestedField(imp, target, "spec", "syncTarget")
+	_, rest, _ := strings.Cut(name, ".")
+	imp["metadata"] = map[string]interface{}{"name": target + "." + rest}
+	delete(imp, "status")
+	raw, _ := json.Marshal(imp)
+	return writeFile(t, target+"-"+name+".json", string(raw))
 }
 
 // namespacedCRDWithStatus is a CRD example.com/v1 with a status

@@ -5,11 +5,22 @@
 // what came before (a type conflict, different names or scope) is marked
 // Compatible=False and left out; what a cluster lacks is dropped and listed.
 // One controller for all clusters, keyed by location and resource.
+//
+// The negotiated definitions of resources that are not built in are then
+// published through API sharing, in the location workspace: one immutable
+// APIResourceSchema per definition (named by a hash of it, so a changed
+// definition is a new schema) and the APIExport "kubernetes" naming the
+// current ones. Placed workspaces bind that export (the placement
+// controller creates the bindings): one mechanism serves shared and
+// negotiated APIs.
 package negotiation
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"hash/fnv"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -28,7 +39,9 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/kcpsql/kcp/schema/apiresource"
+	"github.com/kcpsql/kcp/schema/apis"
 	"github.com/kcpsql/kcp/schema/lcd"
+	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
@@ -90,7 +103,11 @@ func NewController(loopback *rest.Config) (*Controller, error) {
 // Run processes the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
 	worker.Run(ctx, name, c.queue, workers, []cache.Controller{c.informer}, func(ctx context.Context, key string) (time.Duration, error) {
-		return 0, c.negotiate(ctx, key)
+		if err := c.negotiate(ctx, key); err != nil {
+			return 0, err
+		}
+		cl, _, _ := strings.Cut(key, "|")
+		return 0, c.publishExport(ctx, logicalcluster.Name(cl))
 	})
 }
 
@@ -243,4 +260,112 @@ func (c *Controller) publish(ctx context.Context, r dynamic.ResourceInterface, n
 	}
 	_, err = r.UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{FieldManager: fieldManager})
 	return err
+}
+
+// publishExport keeps the location's APIExport of its negotiated
+// resources that are not built in, and their schemas, in step with the
+// NegotiatedAPIResources. Schemas no longer named are deleted.
+func (c *Controller) publishExport(ctx context.Context, cluster logicalcluster.Name) error {
+	d, err := c.clients.Dynamic(cluster)
+	if err != nil {
+		return err
+	}
+	list, err := d.Resource(apiresource.NegotiatedResource).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	schemas := d.Resource(apis.SchemasResource)
+	var names []string
+	for i := range list.Items {
+		var n apiresource.NegotiatedAPIResource
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &n) != nil || n.DeletionTimestamp != nil || len(n.Spec.CRD.Versions) == 0 ||
+			workload.IsWorkloadResource(schema.GroupResource{Group: n.Spec.CRD.Group, Resource: n.Spec.CRD.Names.Plural}) {
+			continue
+		}
+		s, err := SchemaOf(&n)
+		if err != nil {
+			return err
+		}
+		names = append(names, s.Name)
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(s)
+		if err != nil {
+			return err
+		}
+		if _, err := schemas.Create(ctx, &unstructured.Unstructured{Object: u}, metav1.CreateOptions{FieldManager: fieldManager}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("publishing %s in %s: %v", s.Name, cluster, err)
+		}
+	}
+	sort.Strings(names)
+	exports := d.Resource(apis.ExportsResource)
+	want := apis.APIExport{
+		TypeMeta:   metav1.TypeMeta{APIVersion: apis.Group + "/" + apis.Version, Kind: "APIExport"},
+		ObjectMeta: metav1.ObjectMeta{Name: apiresource.ExportName, Labels: map[string]string{apiresource.NegotiatedLabel: "true"}},
+		Spec:       apis.APIExportSpec{LatestResourceSchemas: names},
+	}
+	existing, err := exports.Get(ctx, apiresource.ExportName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&want)
+		if err != nil {
+			return err
+		}
+		if _, err := exports.Create(ctx, &unstructured.Unstructured{Object: u}, metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	default:
+		var cur apis.APIExport
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(existing.Object, &cur); err != nil {
+			return err
+		}
+		// kcp's: whatever was written there is replaced.
+		if !equality.Semantic.DeepEqual(cur.Spec, want.Spec) || cur.Labels[apiresource.NegotiatedLabel] != "true" {
+			cur.Spec = want.Spec
+			if cur.Labels == nil {
+				cur.Labels = map[string]string{}
+			}
+			cur.Labels[apiresource.NegotiatedLabel] = "true"
+			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&cur)
+			if err != nil {
+				return err
+			}
+			if _, err := exports.Update(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+				return err
+			}
+		}
+	}
+	// Schemas of earlier negotiations: bindings follow the export, so a
+	// schema it no longer names serves nobody.
+	old, err := schemas.List(ctx, metav1.ListOptions{LabelSelector: apiresource.NegotiatedLabel + "=true"})
+	if err != nil {
+		return err
+	}
+	for _, o := range old.Items {
+		if _, found := slices.BinarySearch(names, o.GetName()); found {
+			continue
+		}
+		if err := schemas.Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// SchemaOf is the APIResourceSchema a negotiated definition is published
+// as: n<hash of the definition>.<plural>.<group>.
+func SchemaOf(n *apiresource.NegotiatedAPIResource) (*apis.APIResourceSchema, error) {
+	spec := n.Spec.CRD
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	h := fnv.New64a()
+	h.Write(raw)
+	return &apis.APIResourceSchema{
+		TypeMeta: metav1.TypeMeta{APIVersion: apis.Group + "/" + apis.Version, Kind: "APIResourceSchema"},
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%x.%s.%s", h.Sum64()&0xffffffff, spec.Names.Plural, spec.Group),
+			Labels: map[string]string{apiresource.NegotiatedLabel: "true"}},
+		Spec: apis.APIResourceSchemaSpec{Group: spec.Group, Names: spec.Names, Scope: spec.Scope, Versions: spec.Versions},
+	}, nil
 }

@@ -42,6 +42,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/kcpsql/kcp/schema/apiresource"
+	"github.com/kcpsql/kcp/schema/apis"
 	"github.com/kcpsql/kcp/schema/workload"
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
 	"github.com/kcpsql/kcp/server/clusterinformer"
@@ -74,13 +76,24 @@ type Controller struct {
 	// evictionDelay is how long a namespace stays on a NotReady target
 	// before it moves to another one.
 	evictionDelay time.Duration
-	// negotiated returns the negotiated resources served in a cluster.
-	negotiated func(logicalcluster.Name) []schema.GroupVersionResource
+	// negotiated tells which negotiated resources a cluster is served.
+	negotiated Negotiated
+}
+
+// Negotiated tells which negotiated resources (not built in) a cluster is
+// served through its bindings to its locations' exports, and which those
+// exports offer.
+type Negotiated interface {
+	Resources(logicalcluster.Name) []schema.GroupVersionResource
+	Offered(logicalcluster.Name) []schema.GroupVersionResource
+	// HasBinding reports whether the cluster has an APIBinding by this
+	// name.
+	HasBinding(cluster logicalcluster.Name, name string) bool
 }
 
 // NewController watches Placements, namespaces and SyncTargets of all
 // logical clusters.
-func NewController(loopback *rest.Config, evictionDelay time.Duration, negotiated func(logicalcluster.Name) []schema.GroupVersionResource) (*Controller, error) {
+func NewController(loopback *rest.Config, evictionDelay time.Duration, negotiated Negotiated) (*Controller, error) {
 	wildcard, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
@@ -587,7 +600,7 @@ func (c *Controller) labelObjects(ctx context.Context, cluster logicalcluster.Na
 	}
 	resources := workload.SyncedResources
 	if c.negotiated != nil {
-		resources = append(append([]schema.GroupVersionResource{}, resources...), c.negotiated(cluster)...)
+		resources = append(append([]schema.GroupVersionResource{}, resources...), c.negotiated.Resources(cluster)...)
 	}
 	for _, gvr := range resources {
 		list, err := d.Resource(gvr).Namespace(ns.Name).List(ctx, metav1.ListOptions{})
@@ -684,6 +697,11 @@ func (c *Controller) placementStatus(ctx context.Context, cluster logicalcluster
 		cond.Status, cond.Reason = metav1.ConditionFalse, workload.ReasonNoReadyTarget
 		cond.Message = fmt.Sprintf("no Ready, schedulable SyncTarget in %s matches the locationSelector: new namespaces stay unassigned", p.Spec.LocationWorkspace)
 	}
+	if p.DeletionTimestamp == nil {
+		if err := c.bindLocation(ctx, cluster, p.Spec.LocationWorkspace); err != nil {
+			return err
+		}
+	}
 	shadowed, err := c.shadowed(ctx, cluster)
 	if err != nil {
 		return err
@@ -715,7 +733,7 @@ func (c *Controller) shadowed(ctx context.Context, cluster logicalcluster.Name) 
 	if c.negotiated == nil {
 		return nil, nil
 	}
-	resources := c.negotiated(cluster)
+	resources := c.negotiated.Offered(cluster)
 	if len(resources) == 0 {
 		return nil, nil
 	}
@@ -739,6 +757,36 @@ func (c *Controller) shadowed(ctx context.Context, cluster logicalcluster.Name) 
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// bindLocation makes sure the workspace binds the location's export of
+// negotiated resources (apiresource.ExportName) while a Placement uses
+// the location. The binding outlives the Placement: deleting it, which
+// deletes the workspace's objects of those resources, is the user's
+// decision (kubectl delete apibinding).
+func (c *Controller) bindLocation(ctx context.Context, cluster logicalcluster.Name, location string) error {
+	name := apiresource.BindingName(location)
+	if c.negotiated == nil || c.negotiated.HasBinding(cluster, name) {
+		return nil
+	}
+	d, err := c.clients.Dynamic(cluster)
+	if err != nil {
+		return err
+	}
+	b := &apis.APIBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: apis.Group + "/" + apis.Version, Kind: "APIBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{apiresource.NegotiatedLabel: "true"}},
+		Spec:       apis.APIBindingSpec{Reference: apis.ExportReference{Export: apis.ExportName{Path: location, Name: apiresource.ExportName}}},
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(b)
+	if err != nil {
+		return err
+	}
+	_, err = d.Resource(apis.BindingsResource).Create(ctx, &unstructured.Unstructured{Object: u}, metav1.CreateOptions{FieldManager: fieldManager})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("binding the negotiated APIs of %s: %v", location, err)
+	}
+	return nil
 }
 
 var crdsResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
