@@ -45,7 +45,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -63,6 +65,7 @@ const crdsPath = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 // boundCRDs is the proxy.
 type boundCRDs struct {
 	consumer, provider dynamic.Interface
+	consumerPath       string
 	providerPath       string
 	upstream           *httputil.ReverseProxy
 	rv                 atomic.Int64
@@ -95,6 +98,7 @@ func newBoundCRDs(t *testing.T, s *framework.Server, consumer, provider string) 
 		consumer:     dynamic.NewForConfigOrDie(at(consumer)),
 		provider:     dynamic.NewForConfigOrDie(at(provider)),
 		providerPath: provider,
+		consumerPath: "/clusters/" + consumer,
 		upstream:     rp,
 		crds:         map[string]*boundCRD{},
 	}
@@ -117,6 +121,11 @@ func (b *boundCRDs) kubeconfig(t *testing.T, dir string) string {
 }
 
 func (b *boundCRDs) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	// Server-relative URLs kcp hands out (the OpenAPI v3 index) carry the
+	// consumer's path already.
+	if p, ok := strings.CutPrefix(req.URL.Path, b.consumerPath); ok && (p == "" || strings.HasPrefix(p, "/")) {
+		req.URL.Path, req.URL.RawPath = p, ""
+	}
 	rest, ok := strings.CutPrefix(req.URL.Path, crdsPath)
 	if !ok || (rest != "" && !strings.HasPrefix(rest, "/")) {
 		b.upstream.ServeHTTP(w, req)
@@ -134,7 +143,9 @@ func (b *boundCRDs) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		out, err = b.create(ctx, req)
 		code = http.StatusCreated
 	case name == "" && req.Method == http.MethodGet && req.URL.Query().Get("watch") != "true":
-		out = b.list()
+		out, err = b.list(req.URL.Query().Get("labelSelector"))
+	case name == "" && req.Method == http.MethodDelete:
+		out, err = b.deleteCollection(ctx, req.URL.Query().Get("labelSelector"))
 	case name != "" && req.Method == http.MethodGet:
 		out, err = b.get(ctx, name)
 	case name != "" && (req.Method == http.MethodPut || req.Method == http.MethodPatch):
@@ -162,10 +173,21 @@ func (b *boundCRDs) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	json.NewEncoder(w).Encode(out)
 }
 
+// crdCodecs decode CRDs in JSON, YAML or protobuf (what e2e clients send).
+var crdCodecs = func() serializer.CodecFactory {
+	scheme := runtime.NewScheme()
+	apiextensionsv1.AddToScheme(scheme)
+	return serializer.NewCodecFactory(scheme)
+}()
+
 func decodeCRD(r io.Reader) (*apiextensionsv1.CustomResourceDefinition, error) {
+	body, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
 	var crd apiextensionsv1.CustomResourceDefinition
-	if err := json.NewDecoder(r).Decode(&crd); err != nil {
-		return nil, apierrors.NewBadRequest("the bound-CRD harness reads JSON CustomResourceDefinitions: " + err.Error())
+	if _, _, err := crdCodecs.UniversalDeserializer().Decode(body, nil, &crd); err != nil {
+		return nil, apierrors.NewBadRequest("the bound-CRD harness reads CustomResourceDefinitions: " + err.Error())
 	}
 	return &crd, nil
 }
@@ -366,7 +388,11 @@ func (b *boundCRDs) create(ctx context.Context, req *http.Request) (runtime.Obje
 	return b.served(ctx, crd.Name)
 }
 
-func (b *boundCRDs) list() runtime.Object {
+func (b *boundCRDs) list(selector string) (runtime.Object, error) {
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
 	out := &apiextensionsv1.CustomResourceDefinitionList{TypeMeta: metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinitionList"}}
 	b.mu.Lock()
 	var names []string
@@ -375,12 +401,12 @@ func (b *boundCRDs) list() runtime.Object {
 	}
 	b.mu.Unlock()
 	for _, n := range names {
-		if crd, err := b.served(context.Background(), n); err == nil {
+		if crd, err := b.served(context.Background(), n); err == nil && sel.Matches(labels.Set(crd.Labels)) {
 			out.Items = append(out.Items, *crd)
 		}
 	}
 	out.ResourceVersion = strconv.FormatInt(b.rv.Load(), 10)
-	return out
+	return out, nil
 }
 
 func (b *boundCRDs) get(ctx context.Context, name string) (runtime.Object, error) {
@@ -485,6 +511,19 @@ func (b *boundCRDs) delete(ctx context.Context, name string) (runtime.Object, er
 	return crd, nil
 }
 
+func (b *boundCRDs) deleteCollection(ctx context.Context, selector string) (runtime.Object, error) {
+	l, err := b.list(selector)
+	if err != nil {
+		return nil, err
+	}
+	for _, crd := range l.(*apiextensionsv1.CustomResourceDefinitionList).Items {
+		if _, err := b.delete(ctx, crd.Name); err != nil && !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+	}
+	return &metav1.Status{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}, Status: metav1.StatusSuccess}, nil
+}
+
 // forget removes the binding, then the export and schemas of a CRD.
 func (b *boundCRDs) forget(ctx context.Context, name string) {
 	b.consumer.Resource(apis.BindingsResource).Delete(ctx, name, metav1.DeleteOptions{})
@@ -526,7 +565,11 @@ func TestConformanceBoundAPIs(t *testing.T) {
 		specs = v
 	}
 	cmd := exec.Command(filepath.Join(dir, "run.sh"), proxy.kubeconfig(t, s.RootDir), specs)
-	cmd.Env = append(os.Environ(), "BIN="+bin, "OUTDIR="+filepath.Join(s.RootDir, "conformance-bound"))
+	outdir := filepath.Join(s.RootDir, "conformance-bound")
+	if v := os.Getenv("KCP_CONFORMANCE_OUTDIR"); v != "" {
+		outdir = v
+	}
+	cmd.Env = append(os.Environ(), "BIN="+bin, "OUTDIR="+outdir)
 	out, err := cmd.CombinedOutput()
 	fmt.Printf("=== %s through bindings in %s\n%s\n", filepath.Base(specs), consumer, out)
 	if err != nil {

@@ -1,6 +1,7 @@
 // Package conformance runs the upstream Kubernetes e2e specs listed in
 // ../shared/conformance (and our own lists here) against non-root logical
-// clusters of a real kcp. It runs with `make conformance` (KCP_CONFORMANCE=1):
+// clusters of a real kcp, and the CRD specs against APIs a workspace binds
+// (boundcrds_test.go). It runs with `make conformance` (KCP_CONFORMANCE=1):
 // it needs e2e.test, built once by ../shared/conformance/build.sh.
 package conformance
 
@@ -54,6 +55,21 @@ func specLists(t *testing.T) []string {
 		filepath.Join(framework.RepoRoot(), "test", "conformance", "specs-admission.txt")}
 }
 
+// buildConformance builds (once; build.sh caches) e2e.test and returns
+// the shared directory and the binaries' directory.
+func buildConformance(t *testing.T) (dir, bin string) {
+	dir = shared(t)
+	build := exec.Command(filepath.Join(dir, "build.sh"))
+	build.Dir = framework.RepoRoot()
+	build.Stderr = os.Stderr
+	out, err := build.Output()
+	if err != nil {
+		t.Fatalf("build.sh: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return dir, lines[len(lines)-1]
+}
+
 const placeEverything = `apiVersion: workload.kcp.io/v1alpha1
 kind: Placement
 metadata: {name: conformance}
@@ -67,16 +83,7 @@ func TestConformance(t *testing.T) {
 	if os.Getenv("KCP_CONFORMANCE") != "1" {
 		t.Skip("conformance runs with `make conformance` (KCP_CONFORMANCE=1)")
 	}
-	dir := shared(t)
-	build := exec.Command(filepath.Join(dir, "build.sh"))
-	build.Dir = framework.RepoRoot()
-	build.Stderr = os.Stderr
-	out, err := build.Output()
-	if err != nil {
-		t.Fatalf("build.sh: %v", err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	bin := lines[len(lines)-1]
+	dir, bin := buildConformance(t)
 
 	s := framework.StartServer(t, "")
 	clusters := []string{"root:conformance-a", "root:conformance-b"}
