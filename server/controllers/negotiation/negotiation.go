@@ -23,6 +23,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -59,6 +60,10 @@ type Controller struct {
 	imports  cache.Indexer
 	informer cache.Controller
 	clients  *clusterinformer.Clients
+	// exporting serializes publishExport per location (a *sync.Mutex per
+	// cluster): two workers negotiating two resources of one location must
+	// not write the export from lists read in the other order.
+	exporting sync.Map
 }
 
 func resourceKey(cluster logicalcluster.Name, gr schema.GroupResource) string {
@@ -266,6 +271,9 @@ func (c *Controller) publish(ctx context.Context, r dynamic.ResourceInterface, n
 // resources that are not built in, and their schemas, in step with the
 // NegotiatedAPIResources. Schemas no longer named are deleted.
 func (c *Controller) publishExport(ctx context.Context, cluster logicalcluster.Name) error {
+	mu, _ := c.exporting.LoadOrStore(cluster, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
 	d, err := c.clients.Dynamic(cluster)
 	if err != nil {
 		return err
