@@ -22,6 +22,19 @@ func applyYAML(t *testing.T, s *framework.Server, cluster, yaml string) {
 	}
 }
 
+// grantClusterRole applies, in cluster, a ClusterRole name with one rule
+// (a YAML flow mapping) and a ClusterRoleBinding of it to users.
+func grantClusterRole(t *testing.T, s *framework.Server, cluster, name, rule string, users ...string) {
+	t.Helper()
+	yaml := "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: " + name + "}\nrules:\n- " + rule +
+		"\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: " + name + "}\n" +
+		"roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: " + name + "}\nsubjects:\n"
+	for _, u := range users {
+		yaml += "- {apiGroup: rbac.authorization.k8s.io, kind: User, name: " + u + "}\n"
+	}
+	applyYAML(t, s, cluster, yaml)
+}
+
 // TestMissingClusterIsNotCreated: a request to a logical cluster without a
 // workspace is refused, returns no data and creates nothing.
 func TestMissingClusterIsNotCreated(t *testing.T) {

@@ -29,47 +29,9 @@ func TestWorkspaceTypes(t *testing.T) {
 
 	// alice may bind the export, mallory may not; both may create
 	// workspaces in root:org.
-	applyYAML(t, s, "root:platform", `apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: db-binder}
-rules:
-- {apiGroups: ["apis.kcp.io"], resources: ["apiexports"], resourceNames: ["databases"], verbs: ["bind"]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: db-binder}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: db-binder}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}
-`)
-	applyYAML(t, s, "root", `apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: org-members}
-rules:
-- {apiGroups: ["tenancy.kcp.io"], resources: ["workspaces/content"], resourceNames: ["org"], verbs: ["access"]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: org-members}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: org-members}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: mallory}
-`)
-	applyYAML(t, s, "root:org", `apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: ws-creator}
-rules:
-- {apiGroups: ["tenancy.kcp.io"], resources: ["workspaces"], verbs: ["create", "get", "list"]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: ws-creator}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: ws-creator}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: mallory}
-`)
+	grantClusterRole(t, s, "root:platform", "db-binder", `{apiGroups: ["apis.kcp.io"], resources: ["apiexports"], resourceNames: ["databases"], verbs: ["bind"]}`, "alice")
+	grantClusterRole(t, s, "root", "org-members", `{apiGroups: ["tenancy.kcp.io"], resources: ["workspaces/content"], resourceNames: ["org"], verbs: ["access"]}`, "alice", "mallory")
+	grantClusterRole(t, s, "root:org", "ws-creator", `{apiGroups: ["tenancy.kcp.io"], resources: ["workspaces"], verbs: ["create", "get", "list"]}`, "alice", "mallory")
 
 	// The built-in types are in root; an invalid type is refused.
 	mustContain(t, "built-in types", s.Kubectl("root", "get", "workspacetypes"), "organization", "team")

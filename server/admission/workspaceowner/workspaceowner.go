@@ -20,6 +20,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
+	"github.com/kcpsql/kcp/server/admission/record"
 )
 
 // PluginName is the name under which the plugin is registered.
@@ -70,16 +71,7 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 		value = old.GetAnnotations()[tenancy.OwnerAnnotation]
 		keepSystemFinalizers(a.GetUserInfo(), old.GetFinalizers(), obj)
 	}
-	ann := obj.GetAnnotations()
-	if ann == nil {
-		ann = map[string]string{}
-	}
-	if value == "" {
-		delete(ann, tenancy.OwnerAnnotation)
-	} else {
-		ann[tenancy.OwnerAnnotation] = value
-	}
-	obj.SetAnnotations(ann)
+	record.Set(obj, tenancy.OwnerAnnotation, value)
 	return nil
 }
 
@@ -108,11 +100,9 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 			return err
 		}
 	case admission.Update:
-		old, err := meta.Accessor(a.GetOldObject())
-		if err != nil {
+		if want, err = record.Previous(a, tenancy.OwnerAnnotation); err != nil {
 			return err
 		}
-		want = old.GetAnnotations()[tenancy.OwnerAnnotation]
 	default:
 		return nil
 	}

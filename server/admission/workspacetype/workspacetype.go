@@ -33,6 +33,7 @@ import (
 
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/admission/apibinding"
+	"github.com/kcpsql/kcp/server/admission/record"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -98,25 +99,11 @@ func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 			return err
 		}
 	case admission.Update:
-		old, err := meta.Accessor(a.GetOldObject())
-		if err != nil {
+		if value, err = record.Previous(a, tenancy.TypeAnnotation); err != nil {
 			return err
 		}
-		value = old.GetAnnotations()[tenancy.TypeAnnotation]
 	}
-	ann := obj.GetAnnotations()
-	if value == "" {
-		if _, ok := ann[tenancy.TypeAnnotation]; ok {
-			delete(ann, tenancy.TypeAnnotation)
-			obj.SetAnnotations(ann)
-		}
-		return nil
-	}
-	if ann == nil {
-		ann = map[string]string{}
-	}
-	ann[tenancy.TypeAnnotation] = value
-	obj.SetAnnotations(ann)
+	record.Set(obj, tenancy.TypeAnnotation, value)
 	return nil
 }
 
@@ -134,11 +121,11 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	got := obj.GetAnnotations()[tenancy.TypeAnnotation]
 	switch a.GetOperation() {
 	case admission.Update:
-		old, err := meta.Accessor(a.GetOldObject())
+		prev, err := record.Previous(a, tenancy.TypeAnnotation)
 		if err != nil {
 			return err
 		}
-		if got != old.GetAnnotations()[tenancy.TypeAnnotation] {
+		if got != prev {
 			return admission.NewForbidden(a, fmt.Errorf("the annotation %s is kcp's record of the workspace's type and cannot be changed", tenancy.TypeAnnotation))
 		}
 		return nil
