@@ -119,6 +119,19 @@ spec:
 	if out, err := asDev("apply", "-f", placementYAML("eu")); err == nil || !strings.Contains(out, `may not use the SyncTargets of workspace root:compute`) {
 		t.Errorf("a Placement without use permission: want a refusal, got %v\n%s", err, out)
 	}
+	// Nor can the team member reach the location's negotiated APIs by
+	// binding its export directly (kcp binds it for a Placement only),
+	// and the refused Placement left no binding behind.
+	if out, err := asDev("apply", "-f", writeFile(t, "location-binding.yaml", `apiVersion: apis.kcp.io/v1alpha1
+kind: APIBinding
+metadata: {name: mine}
+spec: {reference: {export: {path: "`+compute+`", name: kubernetes}}}
+`)); err == nil || !strings.Contains(out, `may not bind APIExport kubernetes of workspace `+compute) {
+		t.Errorf("binding the location's export without bind: want a refusal, got %v\n%s", err, out)
+	}
+	if out := s.Kubectl(teamA, "get", "apibindings", "-o", "name"); strings.TrimSpace(out) != "" {
+		t.Errorf("bindings after refused attempts: %s", out)
+	}
 	if out, err := asDev("auth", "can-i", "create", "configmaps"); err != nil || !strings.Contains(out, "yes") {
 		t.Errorf("the team member is admin of team-a: %v %s", err, out)
 	}
