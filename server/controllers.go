@@ -46,11 +46,17 @@ import (
 // the hooks, so a ready server has its APIs installed.
 func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, rbac *clusterrbac.Authorizer,
 	clusters *logicalclusters.Registry, crds *crdserving.Server, negotiatedAPIs *negotiated.Index, boundAPIs *boundapis.Index, apf *clusterapf.FlowControl, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) {
+	shared := &clusterinformer.Shared{}
 	s.AddPostStartHookOrDie("kcp-service-account-tokens", func(hc genericapiserver.PostStartHookContext) error {
 		return o.TokenGetter.Start(hc.Context, hc.LoopbackClientConfig)
 	})
 	s.AddPostStartHookOrDie("kcp-namespace-lifecycle", func(hc genericapiserver.PostStartHookContext) error {
-		return namespacelifecycle.Start(hc.Context, hc.LoopbackClientConfig)
+		namespaces, err := shared.Namespaces(hc.Context, hc.LoopbackClientConfig)
+		if err != nil {
+			return err
+		}
+		namespacelifecycle.Start(namespaces, hc.LoopbackClientConfig)
+		return nil
 	})
 	s.AddPostStartHookOrDie("kcp-resource-quota", func(hc genericapiserver.PostStartHookContext) error {
 		return resourcequota.Start(hc.Context, hc.LoopbackClientConfig)
@@ -94,8 +100,12 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 		if err != nil {
 			return err
 		}
+		namespaces, err := shared.Namespaces(hc.Context, hc.LoopbackClientConfig)
+		if err != nil {
+			return err
+		}
 		writers := func(ctx context.Context) {
-			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), clusters, crds, deleteClusterData)
+			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), clusters, crds, deleteClusterData, namespaces)
 			if c, err := synctarget.NewController(hc.LoopbackClientConfig, o.SyncTargetHeartbeatTimeout); err == nil {
 				go c.Run(ctx, 2)
 			} else {
@@ -111,7 +121,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			} else {
 				klog.ErrorS(err, "push-mode syncers")
 			}
-			if c, err := placement.NewController(hc.LoopbackClientConfig, o.PlacementEvictionDelay, negotiatedAPIs); err == nil {
+			if c, err := placement.NewController(hc.LoopbackClientConfig, o.PlacementEvictionDelay, negotiatedAPIs, namespaces); err == nil {
 				go c.Run(ctx, 8) // I/O-bound: each namespace is a few loopback lists and writes
 			} else {
 				klog.ErrorS(err, "placement controller")
@@ -146,8 +156,9 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 // startWriters starts the controllers that write; they stop with ctx (when
 // this replica loses the lease).
 func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM string,
-	clusters *logicalclusters.Registry, crds *crdserving.Server, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) {
-	if c, err := namespacedeletion.NewController(loopback); err == nil {
+	clusters *logicalclusters.Registry, crds *crdserving.Server, deleteClusterData func(context.Context, logicalcluster.Name) (int, error),
+	namespaces *clusterinformer.Namespaces) {
+	if c, err := namespacedeletion.NewController(loopback, namespaces); err == nil {
 		go c.Run(ctx, 2)
 	} else {
 		klog.ErrorS(err, "namespace deletion controller")
@@ -157,7 +168,7 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 	} else {
 		klog.ErrorS(err, "workspace controller")
 	}
-	if c, err := namespacedefaults.NewController(loopback, caPEM, clusters.State); err == nil {
+	if c, err := namespacedefaults.NewController(loopback, caPEM, clusters.State, namespaces); err == nil {
 		go c.Run(ctx, 2)
 	} else {
 		klog.ErrorS(err, "namespace defaults controller")

@@ -266,3 +266,48 @@ func asRefused(err error, target **RefusedError) bool {
 	*target = r
 	return ok
 }
+
+// TestHandlerUntil: a handler added with a context hears changes until the
+// context ends and nothing after, while the informer and its other
+// handlers go on (a controller that loses its lease on a shared informer).
+func TestHandlerUntil(t *testing.T) {
+	src := newSource()
+	src.Add(cm("root:a", "default", "one", nil))
+	inf := New[*corev1.ConfigMap](src)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inf.Start(ctx)
+	if err := inf.WaitForCacheSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s := inf.Synced(); !s.HasSynced() {
+		t.Error("Synced().HasSynced() = false after the informer synced")
+	}
+	stays, leaves := &recorder{}, &recorder{}
+	inf.AddEventHandler(stays.handler())
+	lease, lost := context.WithCancel(ctx)
+	inf.AddEventHandlerUntil(lease, leaves.handler())
+	src.Add(cm("root:a", "default", "two", nil))
+	leaves.wait(t, 2)
+	lost()
+	// AfterFunc runs the removal on its own goroutine: wait until a
+	// change reaches the remaining handler after it has run.
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		inf.mu.Lock()
+		n := len(inf.handlers)
+		inf.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d handlers registered after the lease ended, want 1", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	src.Add(cm("root:a", "default", "three", nil))
+	stays.wait(t, 3)
+	if got := leaves.wait(t, 2); len(got) != 2 {
+		t.Errorf("handler heard %v after its context ended", got)
+	}
+}

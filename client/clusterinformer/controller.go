@@ -29,11 +29,34 @@ func NewController(lw cache.ListerWatcher, objType runtime.Object, indexers cach
 	return newController(lw, objType, indexers, handler, nil, nil)
 }
 
+// NewTrimmedController is NewController whose cache keeps what trim
+// returns for each object instead of the object: a controller that reads a
+// few fields of every object of every cluster keeps only those. trim must
+// keep what KeyFunc and the indexers read (the cluster annotation, the
+// namespace and the name).
+func NewTrimmedController(lw cache.ListerWatcher, objType runtime.Object, indexers cache.Indexers, handler cache.ResourceEventHandler, trim cache.TransformFunc) (cache.Indexer, cache.Controller) {
+	return newTrimmedController(lw, objType, indexers, handler, nil, nil, trim)
+}
+
 // newController is NewController; lock (if any) is held around each
 // change's cache update and handler calls, and onError (if any) hears of
 // every failed list or dropped watch.
 func newController(lw cache.ListerWatcher, objType runtime.Object, indexers cache.Indexers, handler cache.ResourceEventHandler,
 	lock sync.Locker, onError cache.WatchErrorHandlerWithContext) (cache.Indexer, cache.Controller) {
+	return newTrimmedController(lw, objType, indexers, handler, lock, onError, nil)
+}
+
+func newTrimmedController(lw cache.ListerWatcher, objType runtime.Object, indexers cache.Indexers, handler cache.ResourceEventHandler,
+	lock sync.Locker, onError cache.WatchErrorHandlerWithContext, trim cache.TransformFunc) (cache.Indexer, cache.Controller) {
+	transform := dropManagedFields
+	if trim != nil {
+		transform = func(obj interface{}) (interface{}, error) {
+			if _, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				return obj, nil
+			}
+			return trim(obj)
+		}
+	}
 	if indexers == nil {
 		indexers = cache.Indexers{}
 	}
@@ -45,7 +68,7 @@ func newController(lw cache.ListerWatcher, objType runtime.Object, indexers cach
 		KeyFunction:           KeyFunc,
 		KnownObjects:          indexer,
 		EmitDeltaTypeReplaced: true,
-		Transformer:           dropManagedFields,
+		Transformer:           transform,
 	})
 	apply := func(d cache.Delta, isInInitialList bool) error {
 		if lock != nil {

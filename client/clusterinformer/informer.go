@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,7 +39,7 @@ type Informer[T runtime.Object] struct {
 	// a handler added late sees every object exactly once: first as a
 	// replayed add, then each change after it.
 	mu       sync.Mutex
-	handlers []cache.ResourceEventHandler
+	handlers []*registration
 
 	startOnce sync.Once
 	stopped   chan struct{}
@@ -130,13 +131,47 @@ func prototype[T runtime.Object]() runtime.Object {
 // one at a time on the informer's goroutine: keep them short (put a key on
 // a work queue) or they hold up every other handler and the cache.
 func (i *Informer[T]) AddEventHandler(h cache.ResourceEventHandler) {
+	i.add(h)
+}
+
+// AddEventHandlerUntil is AddEventHandler for a handler that is removed
+// when ctx ends: a controller that runs only while its replica holds a
+// lease registers with the lease's context on an informer that outlives it.
+func (i *Informer[T]) AddEventHandlerUntil(ctx context.Context, h cache.ResourceEventHandler) {
+	r := i.add(h)
+	context.AfterFunc(ctx, func() {
+		i.mu.Lock()
+		defer i.mu.Unlock()
+		i.handlers = slices.DeleteFunc(i.handlers, func(x *registration) bool { return x == r })
+	})
+}
+
+// registration is one added handler (a pointer, so it can be removed).
+type registration struct{ cache.ResourceEventHandler }
+
+func (i *Informer[T]) add(h cache.ResourceEventHandler) *registration {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	for _, obj := range i.indexer.List() {
 		h.OnAdd(obj, true)
 	}
-	i.handlers = append(i.handlers, h)
+	r := &registration{h}
+	i.handlers = append(i.handlers, r)
+	return r
 }
+
+// Synced is a cache.Controller for code that waits for informers it also
+// runs (a work loop taking []cache.Controller): it waits for this informer
+// without running it, so the informer, started by its owner with Start,
+// outlives the loop.
+func (i *Informer[T]) Synced() cache.Controller { return synced{i.controller} }
+
+// synced is the informer's controller with Run and RunWithContext
+// doing nothing.
+type synced struct{ cache.Controller }
+
+func (synced) RunWithContext(context.Context) {}
+func (synced) Run(<-chan struct{})            {}
 
 // Start runs the informer in the background until ctx is done. Calling it
 // again does nothing: several controllers may share one informer.

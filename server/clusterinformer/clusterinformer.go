@@ -66,6 +66,12 @@ func New(lw cache.ListerWatcher, objType runtime.Object, indexers cache.Indexers
 	return clusterinformer.NewController(lw, objType, indexers, handler)
 }
 
+// NewTrimmed is New whose cache keeps trim(object) (see
+// clusterinformer.NewTrimmedController).
+func NewTrimmed(lw cache.ListerWatcher, objType runtime.Object, indexers cache.Indexers, handler cache.ResourceEventHandler, trim cache.TransformFunc) (cache.Indexer, cache.Controller) {
+	return clusterinformer.NewTrimmedController(lw, objType, indexers, handler, trim)
+}
+
 // ClustersOf returns the distinct clusters of objects from a cache, in the
 // order first seen.
 func ClustersOf(objs []interface{}) []logicalcluster.Name {

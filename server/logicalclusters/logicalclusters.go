@@ -38,12 +38,38 @@ func (r *Registry) Start(ctx context.Context, loopback *rest.Config) error {
 	}
 	res := client.Resource(tenancy.LogicalClustersResource)
 	lw := clusterinformer.ListWatch(res.List, res.Watch)
-	indexer, ctrl := clusterinformer.New(lw, &unstructured.Unstructured{}, nil, nil)
+	indexer, ctrl := clusterinformer.NewTrimmed(lw, &unstructured.Unstructured{}, nil, nil, trim)
 	go ctrl.RunWithContext(ctx)
 	if cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
 		r.indexer.Store(&indexer)
 	}
 	return nil
+}
+
+// trim keeps what the registry reads of a LogicalCluster (its cluster and
+// owner annotations, spec.limits, status.phase): a few hundred bytes per
+// cluster instead of the whole object.
+func trim(obj interface{}) (interface{}, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	ann := map[string]interface{}{}
+	for k, v := range u.GetAnnotations() {
+		if k == logicalcluster.Annotation || k == tenancy.OwnerAnnotation {
+			ann[k] = v
+		}
+	}
+	out := map[string]interface{}{
+		"metadata": map[string]interface{}{"name": u.GetName(), "annotations": ann},
+	}
+	if l, ok, _ := unstructured.NestedMap(u.Object, "spec", "limits"); ok {
+		out["spec"] = map[string]interface{}{"limits": l}
+	}
+	if p, ok, _ := unstructured.NestedString(u.Object, "status", "phase"); ok {
+		out["status"] = map[string]interface{}{"phase": p}
+	}
+	return &unstructured.Unstructured{Object: out}, nil
 }
 
 // State reports whether the cluster exists and whether it is being deleted.

@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/admission"
@@ -60,17 +59,10 @@ func Register(plugins *admission.Plugins) {
 	plugins.Register(PluginName, func(io.Reader) (admission.Interface, error) { return instance, nil })
 }
 
-// Start runs the shared namespace watch on the server's loopback config.
-func Start(ctx context.Context, loopback *rest.Config) error {
-	client, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
-	if err != nil {
-		return err
-	}
-	lw := cache.NewListWatchFromClient(client.CoreV1().RESTClient(), "namespaces", "", fields.Everything())
-	indexer, ctrl := clusterinformer.New(lw, &corev1.Namespace{}, nil, nil)
-	go ctrl.RunWithContext(ctx)
-	instance.state.Store(&state{indexer: indexer, synced: ctrl.HasSynced, loopback: rest.CopyConfig(loopback)})
-	return nil
+// Start gives the plugin the server's shared namespace informer (running
+// for the server's lifetime) and its loopback config.
+func Start(namespaces *clusterinformer.Namespaces, loopback *rest.Config) {
+	instance.state.Store(&state{indexer: namespaces.Indexer(), synced: namespaces.HasSynced, loopback: rest.CopyConfig(loopback)})
 }
 
 var _ admission.ValidationInterface = &Plugin{}

@@ -150,15 +150,35 @@ func (c *Controller) watch(ctx context.Context, gvr schema.GroupVersionResource,
 		return keys, nil
 	}}
 	var ctrl cache.Controller
-	info.indexer, ctrl = clusterinformer.New(lw, &metav1.PartialObjectMetadata{}, indexers, cache.ResourceEventHandlerFuncs{
+	info.indexer, ctrl = clusterinformer.NewTrimmed(lw, &metav1.PartialObjectMetadata{}, indexers, cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { c.changed(info, nil, obj) },
 		UpdateFunc: func(old, obj interface{}) { c.changed(info, old, obj) },
 		DeleteFunc: func(obj interface{}) { c.deleted(info, obj) },
-	})
+	}, trim)
 	info.synced = ctrl.HasSynced
 	c.resources[gvr] = info
 	c.kinds[gvk] = info
 	go ctrl.RunWithContext(ctx)
+}
+
+// trim keeps what the collector reads of an object: its identity (name,
+// namespace, UID, resourceVersion, cluster), owners, finalizers and
+// deletion timestamp. Labels, other annotations and timestamps are most of
+// the metadata of an object that owns nothing, and the collector holds
+// one for every object of every cluster.
+func trim(obj interface{}) (interface{}, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	out := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		DeletionTimestamp: m.DeletionTimestamp, Finalizers: m.Finalizers, OwnerReferences: m.OwnerReferences,
+	}}
+	if c, ok := m.Annotations[logicalcluster.Annotation]; ok {
+		out.Annotations = map[string]string{logicalcluster.Annotation: c}
+	}
+	return out, nil
 }
 
 func itemFor(info *resourceInfo, m *metav1.PartialObjectMetadata, owner bool) item {

@@ -29,13 +29,16 @@ const (
 
 // Controller is the informer and queue plumbing; the work is in reconciler.
 type Controller struct {
-	queue     workqueue.TypedRateLimitingInterface[string]
-	informers []cache.Controller
-	r         *reconciler
+	queue      workqueue.TypedRateLimitingInterface[string]
+	informers  []cache.Controller
+	namespaces *clusterinformer.Namespaces
+	handler    cache.ResourceEventHandler
+	r          *reconciler
 }
 
-// NewController builds the controller; caPEM is published as ca.crt.
-func NewController(loopback *rest.Config, caPEM string, state func(logicalcluster.Name) (exists, terminating bool)) (*Controller, error) {
+// NewController builds the controller on the server's shared namespace
+// informer; caPEM is published as ca.crt.
+func NewController(loopback *rest.Config, caPEM string, state func(logicalcluster.Name) (exists, terminating bool), namespaces *clusterinformer.Namespaces) (*Controller, error) {
 	wildcard, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
@@ -44,7 +47,7 @@ func NewController(loopback *rest.Config, caPEM string, state func(logicalcluste
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{queue: worker.NewQueue[string](name)}
+	c := &Controller{queue: worker.NewQueue[string](name), namespaces: namespaces}
 	rc := wildcard.CoreV1().RESTClient()
 	// Every event names a namespace to look at: the namespace itself, or the
 	// namespace of a default object.
@@ -62,13 +65,14 @@ func NewController(loopback *rest.Config, caPEM string, state func(logicalcluste
 		}
 	}
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: nsKey, UpdateFunc: func(_, o interface{}) { nsKey(o) }, DeleteFunc: nsKey}
+	c.handler = handler
 	run := func(resource string, selector fields.Selector, obj runtime.Object) cache.Indexer {
 		lw := cache.NewListWatchFromClient(rc, resource, "", selector)
 		indexer, ctrl := clusterinformer.New(lw, obj, nil, handler)
 		c.informers = append(c.informers, ctrl)
 		return indexer
 	}
-	namespaces := run("namespaces", fields.Everything(), &corev1.Namespace{})
+	c.informers = append(c.informers, namespaces.Synced())
 	sas := run("serviceaccounts", fields.OneTermEqualSelector("metadata.name", DefaultServiceAccount), &corev1.ServiceAccount{})
 	cms := run("configmaps", fields.OneTermEqualSelector("metadata.name", RootCAConfigMap), &corev1.ConfigMap{})
 	get := func(ix cache.Indexer, key string) interface{} {
@@ -82,7 +86,7 @@ func NewController(loopback *rest.Config, caPEM string, state func(logicalcluste
 		caPEM: caPEM,
 		state: state,
 		getNamespace: func(cl logicalcluster.Name, ns string) *corev1.Namespace {
-			o, _ := get(namespaces, clusterinformer.Key(cl, "", ns)).(*corev1.Namespace)
+			o, _ := get(namespaces.Indexer(), clusterinformer.Key(cl, "", ns)).(*corev1.Namespace)
 			return o
 		},
 		getServiceAccount: func(cl logicalcluster.Name, ns string) *corev1.ServiceAccount {
@@ -100,6 +104,7 @@ func NewController(loopback *rest.Config, caPEM string, state func(logicalcluste
 
 // Run processes the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
+	c.namespaces.AddEventHandlerUntil(ctx, c.handler)
 	worker.Run(ctx, name, c.queue, workers, c.informers, func(ctx context.Context, key string) (time.Duration, error) {
 		cl, _, ns, err := clusterinformer.SplitKey(key)
 		if err != nil {

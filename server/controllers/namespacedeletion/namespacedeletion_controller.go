@@ -8,9 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -23,26 +21,18 @@ const name = "kcp-namespace-deletion"
 
 // Controller is the informer and queue plumbing; the work is in reconcile.
 type Controller struct {
-	queue     workqueue.TypedRateLimitingInterface[string]
-	informer  cache.Controller
-	indexer   cache.Indexer
-	reconcile func(ctx context.Context, key string) error
+	queue      workqueue.TypedRateLimitingInterface[string]
+	namespaces *clusterinformer.Namespaces
+	reconcile  func(ctx context.Context, key string) error
 }
 
-// NewController builds the controller on the server's loopback config.
-func NewController(loopback *rest.Config) (*Controller, error) {
-	wildcard, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
-	if err != nil {
-		return nil, err
-	}
+// NewController builds the controller on the server's loopback config and
+// its shared namespace informer.
+func NewController(loopback *rest.Config, namespaces *clusterinformer.Namespaces) (*Controller, error) {
 	c := &Controller{
-		queue: worker.NewQueue[string](name),
+		queue:      worker.NewQueue[string](name),
+		namespaces: namespaces,
 	}
-	lw := cache.NewListWatchFromClient(wildcard.CoreV1().RESTClient(), "namespaces", "", fields.Everything())
-	c.indexer, c.informer = clusterinformer.New(lw, &corev1.Namespace{}, nil, cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueue,
-		UpdateFunc: func(_, obj interface{}) { c.enqueue(obj) },
-	})
 	r := &reconciler{newDeleter: deleterFactory(loopback)}
 	c.reconcile = r.reconcile
 	return c, nil
@@ -63,7 +53,11 @@ func (c *Controller) enqueue(obj interface{}) {
 
 // Run processes the queue with the given number of workers until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	worker.Run(ctx, name, c.queue, workers, []cache.Controller{c.informer}, func(ctx context.Context, key string) (time.Duration, error) {
+	c.namespaces.AddEventHandlerUntil(ctx, cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueue,
+		UpdateFunc: func(_, obj interface{}) { c.enqueue(obj) },
+	})
+	worker.Run(ctx, name, c.queue, workers, []cache.Controller{c.namespaces.Synced()}, func(ctx context.Context, key string) (time.Duration, error) {
 		err := c.reconcile(ctx, key)
 		var remaining *requeueAfter
 		if errors.As(err, &remaining) {

@@ -31,12 +31,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -70,9 +68,13 @@ type Controller struct {
 	queue      workqueue.TypedRateLimitingInterface[string]
 	placements cache.Indexer
 	namespaces cache.Indexer
-	targets    cache.Indexer
-	informers  []cache.Controller
-	clients    *clusterinformer.Clients
+	// sharedNamespaces is the server's namespace informer; onNamespace is
+	// added to it while the controller runs.
+	sharedNamespaces *clusterinformer.Namespaces
+	onNamespace      cache.ResourceEventHandler
+	targets          cache.Indexer
+	informers        []cache.Controller
+	clients          *clusterinformer.Clients
 	// evictionDelay is how long a namespace stays on a NotReady target
 	// before it moves to another one.
 	evictionDelay time.Duration
@@ -93,12 +95,8 @@ type Negotiated interface {
 
 // NewController watches Placements, namespaces and SyncTargets of all
 // logical clusters.
-func NewController(loopback *rest.Config, evictionDelay time.Duration, negotiated Negotiated) (*Controller, error) {
+func NewController(loopback *rest.Config, evictionDelay time.Duration, negotiated Negotiated, namespaces *clusterinformer.Namespaces) (*Controller, error) {
 	wildcard, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
-	if err != nil {
-		return nil, err
-	}
-	core, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +119,7 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, negotiate
 		}
 	}
 	pl := wildcard.Resource(workload.PlacementsResource)
-	var pinf, ninf, tinf cache.Controller
+	var pinf, tinf cache.Controller
 	c.placements, pinf = clusterinformer.New(clusterinformer.ListWatch(pl.List, pl.Watch), &unstructured.Unstructured{}, placementIndexers,
 		cache.ResourceEventHandlerFuncs{AddFunc: onPlacement, UpdateFunc: func(_, o interface{}) { onPlacement(o) }, DeleteFunc: onPlacement})
 
@@ -134,9 +132,9 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, negotiate
 			c.enqueuePlacements(clusterinformer.ClusterOf(m))
 		}
 	}
-	nslw := cache.NewListWatchFromClient(core.CoreV1().RESTClient(), "namespaces", "", fields.Everything())
-	c.namespaces, ninf = clusterinformer.New(nslw, &corev1.Namespace{}, clusterinformer.ClusterIndexers,
-		cache.ResourceEventHandlerFuncs{AddFunc: onNamespace, UpdateFunc: func(_, o interface{}) { onNamespace(o) }, DeleteFunc: onNamespace})
+	c.sharedNamespaces = namespaces
+	c.namespaces = namespaces.Indexer()
+	c.onNamespace = cache.ResourceEventHandlerFuncs{AddFunc: onNamespace, UpdateFunc: func(_, o interface{}) { onNamespace(o) }, DeleteFunc: onNamespace}
 
 	onTarget := func(obj interface{}) {
 		m, err := meta.Accessor(unwrap(obj))
@@ -155,7 +153,7 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, negotiate
 				onTarget(o)
 			}
 		}, DeleteFunc: onTarget})
-	c.informers = []cache.Controller{pinf, ninf, tinf}
+	c.informers = []cache.Controller{pinf, namespaces.Synced(), tinf}
 	return c, nil
 }
 
@@ -190,6 +188,7 @@ func (c *Controller) enqueueCluster(cluster logicalcluster.Name) {
 
 // Run processes the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
+	c.sharedNamespaces.AddEventHandlerUntil(ctx, c.onNamespace)
 	worker.Run(ctx, name, c.queue, workers, c.informers, func(ctx context.Context, key string) (time.Duration, error) {
 		kind, k, _ := strings.Cut(key, ":")
 		cluster, _, objName, err := clusterinformer.SplitKey(k)

@@ -1,0 +1,43 @@
+package clusterinformer
+
+import (
+	"context"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kcpsql/kcp/client/clusterinformer"
+)
+
+// Shared holds the informers that several of the server's controllers and
+// admission plugins read, so that each object of every cluster is cached
+// once rather than once per reader. Each informer is built and started on
+// first use and runs for the server's lifetime; controllers that run only
+// while their replica holds the controllers' lease add their handlers with
+// AddEventHandlerUntil and wait with Synced.
+// Namespaces is the shared informer of namespaces in every cluster.
+type Namespaces = clusterinformer.Informer[*corev1.Namespace]
+
+type Shared struct {
+	namespacesOnce sync.Once
+	namespaces     *Namespaces
+	namespacesErr  error
+}
+
+// Namespaces returns the namespaces of every cluster. serverCtx must live
+// as long as the server (a post-start hook's context): the first call
+// starts the informer with it.
+func (s *Shared) Namespaces(serverCtx context.Context, loopback *rest.Config) (*Namespaces, error) {
+	s.namespacesOnce.Do(func() {
+		cs, err := kubernetes.NewForConfig(WildcardConfig(loopback))
+		if err != nil {
+			s.namespacesErr = err
+			return
+		}
+		s.namespaces = clusterinformer.Typed[*corev1.Namespace](cs.CoreV1().Namespaces())
+		s.namespaces.Start(serverCtx)
+	})
+	return s.namespaces, s.namespacesErr
+}
