@@ -16,6 +16,7 @@ import (
 
 	"github.com/kcpsql/kcp/client/clusterinformer"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
+	"github.com/kcpsql/kcp/storage/sharedmaps"
 )
 
 // Index names of ClusterIndexers.
@@ -86,6 +87,18 @@ func ClustersOf(objs []interface{}) []logicalcluster.Name {
 			seen[c] = true
 			out = append(out, c)
 		}
+	}
+	return out
+}
+
+// TrimmedMeta is the identity of an object for a trimmed cache: name,
+// namespace, UID, resourceVersion and its cluster, whose annotation map is
+// shared by all objects of the cluster (package sharedmaps). Labels, other
+// annotations, timestamps and managed fields are left out.
+func TrimmedMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	out := metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion}
+	if cl, ok := m.Annotations[logicalcluster.Annotation]; ok {
+		out.Annotations = sharedmaps.Of(map[string]string{logicalcluster.Annotation: cl})
 	}
 	return out
 }

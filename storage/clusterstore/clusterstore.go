@@ -173,14 +173,21 @@ func withCacher(config *storagebackend.ConfigForResource, resourcePrefix string,
 // for pages of 10,000; kine answers each page that has more with a count of
 // the rest of the range, so filling the cache of a resource with a million
 // objects took minutes instead of seconds. Clients' lists do not come
-// through here: the delegator reads the raw store, pages and all.
+// through here: the delegator reads the raw store, pages and all. The list
+// is still read in pieces: etcd3's store streams it (RangeStream, which the
+// embedded kine implements), so no gRPC message holds the whole resource.
+// The objects it gives the cache share their small maps (sharing.go).
 type cacheSource struct{ storage.Interface }
 
 func (cacheSource) IsWatchListSemanticsUnSupported() bool { return true }
 
 func (s cacheSource) GetList(ctx context.Context, key string, opts storage.ListOptions, out runtime.Object) error {
 	opts.Predicate.Limit, opts.Predicate.Continue = 0, ""
-	return s.Interface.GetList(ctx, key, opts, out)
+	if err := s.Interface.GetList(ctx, key, opts, out); err != nil {
+		return err
+	}
+	sharedList(out)
+	return nil
 }
 
 // isUndecorated tells whether upstream chose no watch cache for a resource

@@ -103,6 +103,15 @@ func main() {
 		fmt.Print(renderAPIs(r))
 		return
 	}
+	if *scaleOnly {
+		rs, err := runScale(log)
+		fmt.Print(renderScale(rs))
+		if err != nil {
+			log("scale benchmark failed: %v", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *syncOnly {
 		r, err := benchSync(log)
 		if err != nil {

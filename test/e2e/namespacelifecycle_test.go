@@ -92,6 +92,27 @@ func TestDefaultNamespaces(t *testing.T) {
 			t.Errorf("deleting %s: %v %s", ns, err, out)
 		}
 	}
+	// kube-root-ca.crt is kept right: a changed CA is put back (and the
+	// config map's own labels stay), a deleted one comes back.
+	want, err := c.CoreV1().ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Kubectl(ws, "-n", "kube-public", "patch", "configmap", "kube-root-ca.crt", "--type=merge", "-p",
+		`{"metadata":{"labels":{"mine":"yes"}},"data":{"ca.crt":"tampered","extra":"x"}}`)
+	s.Kubectl(ws, "-n", "kube-system", "delete", "configmap", "kube-root-ca.crt")
+	for _, ns := range []string{"kube-public", "kube-system"} {
+		framework.Eventually(t, 20*time.Second, "kube-root-ca.crt of "+ns+" to be put right", func() (bool, string) {
+			got, err := c.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(got.Data) == 1 && got.Data["ca.crt"] == want.Data["ca.crt"], fmt.Sprint(got.Data)
+		})
+	}
+	if got, _ := c.CoreV1().ConfigMaps("kube-public").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{}); got.Labels["mine"] != "yes" {
+		t.Errorf("putting the CA back dropped the config map's labels: %v", got.Labels)
+	}
 	if out := s.Kubectl(ws, "get", "namespaces", "-o", "name"); strings.Count(out, "namespace/") != 3 {
 		t.Errorf("a new workspace should have exactly default, kube-system and kube-public:\n%s", out)
 	}

@@ -294,3 +294,139 @@ func watchCacheIsolation(t *testing.T, s *framework.Server, cached bool) {
 	}
 	s.Kubectl(b+":shared", "get", "namespaces") // the registry knows every cluster again
 }
+
+// TestWatchCacheSharedMaps: the watch cache shares equal small maps between
+// objects (every object of a cluster has the same annotations, every
+// cluster's "default" namespace the same labels, every kube-root-ca.crt the
+// same data). Changing one object must change that object only, in every
+// way a client reads it (a get and a list at resource version 0, served by
+// the cache, and a watch), whether the cache got the objects from its
+// watch or from its first list after a restart.
+func TestWatchCacheSharedMaps(t *testing.T) {
+	ctx := context.Background()
+	s := framework.StartServer(t, "")
+	a, b := "root:share-a", "root:share-b"
+	s.CreateWorkspaces(a, b)
+	for _, c := range []string{a, b} {
+		if _, err := s.Client(c).CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "same", Labels: map[string]string{"app": "x"}},
+			Data:       map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cached := metav1.GetOptions{ResourceVersion: "0"}
+	labelled := map[string]bool{}
+	check := func(phase, changed, other, ns string) {
+		t.Helper()
+		// The change took in the changed cluster...
+		framework.Eventually(t, 30*time.Second, phase+": the change in "+changed, func() (bool, string) {
+			n, err := s.Client(changed).CoreV1().Namespaces().Get(ctx, ns, cached)
+			if err != nil {
+				return false, err.Error()
+			}
+			cm, err := s.Client(changed).CoreV1().ConfigMaps(ns).Get(ctx, "same", cached)
+			if err != nil {
+				return false, err.Error()
+			}
+			return n.Labels["changed"] == "yes" && cm.Data["k"] == "changed" && cm.Labels["app"] == "y", fmt.Sprintf("%v %v %v", n.Labels, cm.Labels, cm.Data)
+		})
+		// ...and in no other object.
+		for _, c := range []string{changed, other} {
+			for _, n := range []string{"default", "kube-system", "kube-public"} {
+				if labelled[c+"/"+n] {
+					continue
+				}
+				got, err := s.Client(c).CoreV1().Namespaces().Get(ctx, n, cached)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, ok := got.Labels["changed"]; ok || got.Labels["kubernetes.io/metadata.name"] != n {
+					t.Errorf("%s: labelling namespace %s of %s changed namespace %s of %s: %v", phase, ns, changed, n, c, got.Labels)
+				}
+			}
+		}
+		l, err := s.Client(other).CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cm := range l.Items {
+			if cm.Annotations[clusterAnnotation] != other || cm.Data["k"] == "changed" || cm.Labels["app"] == "y" {
+				t.Errorf("%s: %s/%s of %s after changing %s: annotations %v labels %v data %v", phase, cm.Namespace, cm.Name, other, changed, cm.Annotations, cm.Labels, cm.Data)
+			}
+		}
+		w, err := s.Client(other).CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		for seen := 0; seen < 2; {
+			select {
+			case e := <-w.ResultChan():
+				cm, ok := e.Object.(*corev1.ConfigMap)
+				if !ok {
+					t.Fatalf("%s: watch event %v", phase, e)
+				}
+				seen++
+				if cm.Data["k"] == "changed" || cm.Labels["app"] == "y" {
+					t.Errorf("%s: the watch of %s shows %s's change: %v %v", phase, other, changed, cm.Labels, cm.Data)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s: the watch of %s/%s delivered %d of its 2 config maps", phase, other, ns, seen)
+			}
+		}
+	}
+	change := func(cluster, ns string) {
+		t.Helper()
+		if _, err := s.KubectlErr(cluster, "", "label", "namespace", ns, "changed=yes"); err != nil {
+			t.Fatal(err)
+		}
+		labelled[cluster+"/"+ns] = true
+		if ns != "default" {
+			if _, err := s.Client(cluster).CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: "same", Labels: map[string]string{"app": "x"}},
+				Data:       map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if out, err := s.KubectlErr(cluster, "", "-n", ns, "patch", "configmap", "same", "--type=merge", "-p", `{"metadata":{"labels":{"app":"y"}},"data":{"k":"changed"}}`); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+	}
+	// Objects the cache got from its watch.
+	change(a, "default")
+	check("before a restart", a, b, "default")
+	// Objects the cache got from its first list.
+	s.Stop()
+	s.Start()
+	if _, err := s.Client(b).CoreV1().ConfigMaps("kube-system").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "same", Labels: map[string]string{"app": "x"}},
+		Data:       map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	change(a, "kube-system")
+	check("after a restart", a, b, "kube-system")
+
+	// The cache filled itself with a streamed read (etcd RangeStream,
+	// which the embedded kine serves in pieces of about 1.5 MiB), not one
+	// gRPC message holding every object of the resource, which at a
+	// million workspaces would pass gRPC's 2 GiB limit.
+	metrics, err := s.Client("root").Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamed := `apiserver_storage_list_duration_seconds_count{group="",resource="configmaps",streamed="true"}`
+	unstreamed := `apiserver_storage_list_duration_seconds_count{group="",resource="configmaps",streamed="false"}`
+	if !strings.Contains(string(metrics), streamed) || strings.Contains(string(metrics), unstreamed) {
+		t.Errorf("the config map cache was not filled by a streamed read; list metrics:\n%s", grepLines(string(metrics), "apiserver_storage_list_duration_seconds_count"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
@@ -50,8 +49,6 @@ type Controller struct {
 	queue     workqueue.TypedRateLimitingInterface[item]
 	discovery discovery.DiscoveryInterface
 	wildcard  metadata.Interface
-
-	annotations clusterAnnotations
 
 	mu        sync.RWMutex
 	resources map[schema.GroupVersionResource]*resourceInfo
@@ -169,48 +166,17 @@ func (c *Controller) watch(ctx context.Context, gvr schema.GroupVersionResource,
 // deletion timestamp. Labels, other annotations and timestamps are most of
 // the metadata of an object that owns nothing, and the collector holds
 // one for every object of every cluster. The annotations (the cluster
-// alone) are one map per cluster, shared by its objects: a map costs about
-// 300 bytes, more than the rest of a trimmed object.
+// alone) are one map per cluster, shared by its objects (package
+// sharedmaps): a map costs about 300 bytes, more than the rest of a
+// trimmed object.
 func (c *Controller) trim(obj interface{}) (interface{}, error) {
 	m, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
 		return obj, nil
 	}
-	out := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
-		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
-		DeletionTimestamp: m.DeletionTimestamp, Finalizers: m.Finalizers, OwnerReferences: m.OwnerReferences,
-	}}
-	if cl, ok := m.Annotations[logicalcluster.Annotation]; ok {
-		out.Annotations = c.annotations.of(cl)
-	}
+	out := &metav1.PartialObjectMetadata{ObjectMeta: clusterinformer.TrimmedMeta(&m.ObjectMeta)}
+	out.DeletionTimestamp, out.Finalizers, out.OwnerReferences = m.DeletionTimestamp, m.Finalizers, m.OwnerReferences
 	return out, nil
-}
-
-// clusterAnnotations hands out one read-only annotation map per cluster.
-// An entry is dropped when the cluster's LogicalCluster is deleted.
-type clusterAnnotations struct {
-	mu sync.Mutex
-	m  map[string]map[string]string
-}
-
-func (a *clusterAnnotations) of(cluster string) map[string]string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if got, ok := a.m[cluster]; ok {
-		return got
-	}
-	if a.m == nil {
-		a.m = map[string]map[string]string{}
-	}
-	ann := map[string]string{logicalcluster.Annotation: cluster}
-	a.m[cluster] = ann
-	return ann
-}
-
-func (a *clusterAnnotations) forget(cluster string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.m, cluster)
 }
 
 func itemFor(info *resourceInfo, m *metav1.PartialObjectMetadata, owner bool) item {
@@ -250,9 +216,6 @@ func (c *Controller) deleted(info *resourceInfo, obj interface{}) {
 		return
 	}
 	cl := clusterinformer.ClusterOf(m)
-	if info.gvr.GroupResource() == tenancy.LogicalClustersResource.GroupResource() {
-		c.annotations.forget(string(cl))
-	}
 	for _, d := range c.dependents(cl, m.UID) {
 		c.queue.Add(d)
 	}

@@ -11,7 +11,7 @@ import (
 
 // TestTrim: the collector's cache keeps what it acts on (identity, owners,
 // finalizers, deletion) and the cluster, and nothing else; objects of one
-// cluster share one annotation map until the cluster is forgotten.
+// cluster share one annotation map.
 func TestTrim(t *testing.T) {
 	c := &Controller{}
 	now := metav1.Now()
@@ -40,9 +40,5 @@ func TestTrim(t *testing.T) {
 		Annotations: map[string]string{logicalcluster.Annotation: "root:b"}}})
 	if b.(*metav1.PartialObjectMetadata).Annotations[logicalcluster.Annotation] != "root:b" {
 		t.Error("an object of another cluster got the first cluster's annotations")
-	}
-	c.annotations.forget("root:a")
-	if _, ok := c.annotations.m["root:a"]; ok {
-		t.Error("forget kept the cluster's map")
 	}
 }

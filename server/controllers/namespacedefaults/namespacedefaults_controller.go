@@ -66,9 +66,27 @@ func NewController(loopback *rest.Config, caPEM string, state func(logicalcluste
 	}
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: nsKey, UpdateFunc: func(_, o interface{}) { nsKey(o) }, DeleteFunc: nsKey}
 	c.handler = handler
+	// The caches keep what the reconciler reads: that a default exists and,
+	// for a config map, whether it holds exactly the CA. A config map that
+	// does shares one data map (caData): one copy of the CA, not one per
+	// namespace of every cluster.
+	caData := map[string]string{"ca.crt": caPEM}
+	trim := func(obj interface{}) (interface{}, error) {
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			return &corev1.ServiceAccount{ObjectMeta: clusterinformer.TrimmedMeta(&o.ObjectMeta)}, nil
+		case *corev1.ConfigMap:
+			out := &corev1.ConfigMap{ObjectMeta: clusterinformer.TrimmedMeta(&o.ObjectMeta), Data: o.Data, BinaryData: o.BinaryData}
+			if len(o.Data) == 1 && o.Data["ca.crt"] == caPEM {
+				out.Data = caData
+			}
+			return out, nil
+		}
+		return obj, nil
+	}
 	run := func(resource string, selector fields.Selector, obj runtime.Object) cache.Indexer {
 		lw := cache.NewListWatchFromClient(rc, resource, "", selector)
-		indexer, ctrl := clusterinformer.New(lw, obj, nil, handler)
+		indexer, ctrl := clusterinformer.NewTrimmed(lw, obj, nil, handler, trim)
 		c.informers = append(c.informers, ctrl)
 		return indexer
 	}

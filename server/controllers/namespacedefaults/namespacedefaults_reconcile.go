@@ -69,7 +69,15 @@ func (r *reconciler) reconcile(ctx context.Context, cluster logicalcluster.Name,
 		if err != nil {
 			return err
 		}
-		fixed := cm.DeepCopy()
+		// The cache keeps a trimmed copy: update the stored object, so
+		// that its labels and annotations stay.
+		fixed, err := c.ConfigMaps(namespace).Get(ctx, RootCAConfigMap, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 		fixed.Data = map[string]string{"ca.crt": r.caPEM}
 		fixed.BinaryData = nil
 		if _, err := c.ConfigMaps(namespace).Update(ctx, fixed, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {

@@ -1,0 +1,71 @@
+package clusterstore
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+	api "k8s.io/kubernetes/pkg/apis/core"
+
+	"github.com/kcpsql/kcp/storage/sharedmaps"
+)
+
+// The watch cache holds one decoded copy of every object of every cluster,
+// and an empty workspace's objects are nearly all alike: every object's
+// annotations are the one kcp.io/cluster entry of its cluster, every
+// namespace's labels are the one kubernetes.io/metadata.name entry of its
+// name, every kube-root-ca.crt holds the same CA. Decoded, each of those is
+// a map of its own (about 300 bytes for a one-entry map; 1.5 KiB with the
+// CA). The cache's source (cacheSource) hands the cache objects whose
+// small maps are shared by content instead (package sharedmaps).
+//
+// This relies on the contract the watch cache already has: its objects are
+// shared by every reader and never changed in place (a read gets a shallow
+// copy, an update starts from a deep copy). Only the cache's own objects are
+// shared; objects read from the datastore for a request are not.
+
+// shareMaps replaces the small maps of obj (labels, annotations, a config
+// map's data) by shared maps of equal content.
+func shareMaps(obj runtime.Object) {
+	if m, err := meta.Accessor(obj); err == nil {
+		if l := m.GetLabels(); len(l) > 0 {
+			m.SetLabels(sharedmaps.Of(l))
+		}
+		if a := m.GetAnnotations(); len(a) > 0 {
+			m.SetAnnotations(sharedmaps.Of(a))
+		}
+	}
+	if cm, ok := obj.(*api.ConfigMap); ok && len(cm.Data) > 0 {
+		cm.Data = sharedmaps.Of(cm.Data)
+	}
+}
+
+// sharedList shares the maps of every object of a list the cache fills
+// itself from.
+func sharedList(list runtime.Object) {
+	_ = meta.EachListItem(list, func(o runtime.Object) error {
+		shareMaps(o)
+		return nil
+	})
+}
+
+// sharedWatch shares the maps of the objects of every event the cache
+// applies. Deletions are left alone: the cache drops their object.
+func sharedWatch(w watch.Interface) watch.Interface {
+	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+		if (e.Type == watch.Added || e.Type == watch.Modified) && e.Object != nil {
+			shareMaps(e.Object)
+		}
+		return e, true
+	})
+}
+
+func (s cacheSource) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	w, err := s.Interface.Watch(ctx, key, opts)
+	if err != nil {
+		return nil, err
+	}
+	return sharedWatch(w), nil
+}

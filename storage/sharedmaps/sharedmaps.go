@@ -1,0 +1,77 @@
+// Package sharedmaps hands out one copy of each small string map, for
+// caches that hold many objects whose maps are equal: every object of a
+// logical cluster has the same annotations (its kcp.io/cluster), every
+// cluster's "default" namespace the same labels, every kube-root-ca.crt the
+// same data. Decoded, each such map is an allocation of its own (about 300
+// bytes for one entry); shared, it is one per distinct content.
+//
+// A shared map must never be changed: callers use it only in objects that
+// their readers treat as read-only (the watch cache's objects, an
+// informer's cache), which is the contract those caches already have.
+package sharedmaps
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	// MaxEntries and MaxBytes bound what is shared: small maps, where a
+	// copy per object costs most relative to its content. Larger maps are
+	// returned as they are.
+	MaxEntries = 8
+	MaxBytes   = 4 << 10
+	// resetEvery is how often the table is emptied, so that maps nobody
+	// holds any more (a deleted cluster's annotations) are not kept for
+	// ever. Objects keep the maps they have; later objects share new ones.
+	resetEvery = 10 * time.Minute
+)
+
+var table struct {
+	mu      sync.Mutex
+	maps    map[string]map[string]string
+	emptied time.Time
+}
+
+// Of returns a map equal to m that other callers may get too. m itself is
+// returned when it is empty, too large, or the first of its content.
+func Of(m map[string]string) map[string]string {
+	if len(m) == 0 || len(m) > MaxEntries {
+		return m
+	}
+	size := 0
+	for k, v := range m {
+		size += len(k) + len(v) + 2
+	}
+	if size > MaxBytes {
+		return m
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	b.Grow(size)
+	for _, k := range keys {
+		// Keys cannot contain NUL (label and annotation keys are qualified
+		// names; config map keys are file names), so this is unambiguous.
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(m[k])
+		b.WriteByte(0)
+	}
+	key := b.String()
+	table.mu.Lock()
+	defer table.mu.Unlock()
+	if now := time.Now(); table.maps == nil || now.Sub(table.emptied) > resetEvery {
+		table.maps, table.emptied = map[string]map[string]string{}, now
+	}
+	if got, ok := table.maps[key]; ok {
+		return got
+	}
+	table.maps[key] = m
+	return m
+}
