@@ -47,6 +47,17 @@ func (s *server) createWorkspaces(pairs [][2]string) error {
 		}
 		dyns[p[0]] = d.Resource(workspacesGVR)
 	}
+	// Note where each parent's workspaces stand before the creates, to
+	// watch from there: listing every workspace afterwards would be most
+	// of the time measured when a parent already holds 100,000.
+	since := map[string]string{}
+	for parent, d := range dyns {
+		l, err := d.List(ctx, metav1.ListOptions{Limit: 1})
+		if err != nil {
+			return err
+		}
+		since[parent] = l.GetResourceVersion()
+	}
 	if err := parallel(len(pairs), func(i int) error {
 		p := pairs[i]
 		ws := &unstructured.Unstructured{Object: map[string]interface{}{
@@ -58,9 +69,10 @@ func (s *server) createWorkspaces(pairs [][2]string) error {
 	}); err != nil {
 		return err
 	}
-	// Wait until every workspace is Ready: one list, then a watch (a list
-	// of every workspace each half second would itself load the server
-	// more the more workspaces there are).
+	// Wait until every workspace is Ready: a watch from before the creates
+	// (a list of every workspace each half second would itself load the
+	// server more the more workspaces there are); if it ends, one list and
+	// a watch from there.
 	deadline := time.Now().Add(30 * time.Minute)
 	for parent, d := range dyns {
 		wanted := map[string]bool{}
@@ -75,22 +87,27 @@ func (s *server) createWorkspaces(pairs [][2]string) error {
 				ready[u.GetName()] = true
 			}
 		}
+		rv := since[parent]
 		for len(ready) < len(wanted) {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("only %d of %d workspaces in %s are ready", len(ready), len(wanted), parent)
 			}
-			list, err := d.List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return err
-			}
-			for i := range list.Items {
-				note(&list.Items[i])
-			}
-			if len(ready) >= len(wanted) {
-				break
+			if rv == "" {
+				list, err := d.List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return err
+				}
+				for i := range list.Items {
+					note(&list.Items[i])
+				}
+				if len(ready) >= len(wanted) {
+					break
+				}
+				rv = list.GetResourceVersion()
 			}
 			wctx, cancel := context.WithDeadline(ctx, deadline)
-			w, err := d.Watch(wctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
+			w, err := d.Watch(wctx, metav1.ListOptions{ResourceVersion: rv})
+			rv = ""
 			if err != nil {
 				cancel()
 				return err
