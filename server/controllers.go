@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
+	"time"
 
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/informers"
@@ -47,6 +49,7 @@ import (
 func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, rbac *clusterrbac.Authorizer,
 	clusters *logicalclusters.Registry, crds *crdserving.Server, negotiatedAPIs *negotiated.Index, boundAPIs *boundapis.Index, apf *clusterapf.FlowControl, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) {
 	shared := &clusterinformer.Shared{}
+	var campaign atomic.Pointer[leaderelection.Campaign]
 	s.AddPostStartHookOrDie("kcp-service-account-tokens", func(hc genericapiserver.PostStartHookContext) error {
 		return o.TokenGetter.Start(hc.Context, hc.LoopbackClientConfig)
 	})
@@ -148,7 +151,16 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			return nil
 		}
 		// Controllers that write run on one replica at a time.
-		go leaderelection.Run(hc.Context, hc.LoopbackClientConfig, "kcp-controllers", writers)
+		campaign.Store(leaderelection.Start(hc.Context, hc.LoopbackClientConfig, "kcp-controllers", writers))
+		return nil
+	})
+	// On a graceful stop, give the lease up while the server still serves,
+	// so that another replica (or this one, restarted) runs the controllers
+	// at once instead of after the lease expires.
+	s.AddPreShutdownHookOrDie("kcp-controllers-lease", func() error {
+		if c := campaign.Load(); c != nil {
+			c.Release(5 * time.Second)
+		}
 		return nil
 	})
 }

@@ -17,6 +17,38 @@ import (
 	"k8s.io/klog/v2"
 )
 
+// Campaign is a Run that can be ended and its lease given up, for a
+// replica that shuts down: the replica that takes over then starts at once
+// rather than when the lease expires (15 s).
+type Campaign struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start runs Run in the background until ctx ends or Release is called.
+func Start(ctx context.Context, loopback *rest.Config, name string, lead func(ctx context.Context)) *Campaign {
+	ctx, cancel := context.WithCancel(ctx)
+	c := &Campaign{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		Run(ctx, loopback, name, lead)
+	}()
+	return c
+}
+
+// Release ends the campaign: the controllers' context ends and, if this
+// replica held the lease, the lease is written as free. It returns when
+// that is done or after timeout. It must be called while the server still
+// serves its loopback (a pre-shutdown hook), or the write cannot reach it.
+func (c *Campaign) Release(timeout time.Duration) {
+	c.cancel()
+	select {
+	case <-c.done:
+	case <-time.After(timeout):
+		klog.InfoS("the controllers' lease was not released in time; another replica takes over when it expires", "timeout", timeout)
+	}
+}
+
 // Run campaigns for the lease name until ctx ends; while this replica holds
 // it, lead runs with a context that ends when the lease is lost.
 func Run(ctx context.Context, loopback *rest.Config, name string, lead func(ctx context.Context)) {

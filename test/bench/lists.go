@@ -49,27 +49,15 @@ func seedConfigMaps(ds *datastore.Datastore, from, to, clusters int) error {
 	ctx := context.Background()
 	const batch = 500
 	insert := func(tx *sql.Tx, rows int, start int) error {
-		var q strings.Builder
-		q.WriteString("INSERT INTO kine(name, created, deleted, create_revision, prev_revision, lease, value, old_value) VALUES ")
-		args := make([]any, 0, rows*2)
+		keys, values := make([]string, 0, rows), make([]string, 0, rows)
 		for r := 0; r < rows; r++ {
 			i := start + r
 			cluster := fmt.Sprintf("root:filler-%d", i%clusters)
 			name := fmt.Sprintf("cm-%d", i)
-			key := fmt.Sprintf("/registry/core/configmaps/%s/default/%s", cluster, name)
-			value := fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":%q,"namespace":"default","uid":"00000000-0000-0000-0000-%012d","creationTimestamp":"2026-11-23T00:00:00Z","annotations":{"kcp.io/cluster":%q}},"data":{"color":"blue","size":"%d"}}`, name, i, cluster, i)
-			if r > 0 {
-				q.WriteString(",")
-			}
-			if ds.Dialect == datastore.Postgres {
-				fmt.Fprintf(&q, "($%d, 1, 0, 0, 0, 0, $%d, NULL)", 2*r+1, 2*r+2)
-			} else {
-				q.WriteString("(?, 1, 0, 0, 0, 0, ?, NULL)")
-			}
-			args = append(args, key, []byte(value))
+			keys = append(keys, fmt.Sprintf("/registry/core/configmaps/%s/default/%s", cluster, name))
+			values = append(values, fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":%q,"namespace":"default","uid":"00000000-0000-0000-0000-%012d","creationTimestamp":"2026-11-23T00:00:00Z","annotations":{"kcp.io/cluster":%q}},"data":{"color":"blue","size":"%d"}}`, name, i, cluster, i))
 		}
-		_, err := tx.ExecContext(ctx, q.String(), args...)
-		return err
+		return insertRows(ctx, tx, ds.Dialect, keys, values)
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -91,6 +79,27 @@ func seedConfigMaps(ds *datastore.Datastore, from, to, clusters int) error {
 		}
 	}
 	return tx.Commit()
+}
+
+// insertRows writes new keys into the kine table as kine writes a create
+// (the row's id is its revision), in one statement.
+func insertRows(ctx context.Context, tx *sql.Tx, dialect datastore.Dialect, keys, values []string) error {
+	var q strings.Builder
+	q.WriteString("INSERT INTO kine(name, created, deleted, create_revision, prev_revision, lease, value, old_value) VALUES ")
+	args := make([]any, 0, 2*len(keys))
+	for i := range keys {
+		if i > 0 {
+			q.WriteString(",")
+		}
+		if dialect == datastore.Postgres {
+			fmt.Fprintf(&q, "($%d, 1, 0, 0, 0, 0, $%d, NULL)", 2*i+1, 2*i+2)
+		} else {
+			q.WriteString("(?, 1, 0, 0, 0, 0, ?, NULL)")
+		}
+		args = append(args, keys[i], []byte(values[i]))
+	}
+	_, err := tx.ExecContext(ctx, q.String(), args...)
+	return err
 }
 
 func parseSteps(s string) ([][2]int, error) {

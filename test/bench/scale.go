@@ -102,22 +102,8 @@ func seedWorkspaces(ds *datastore.Datastore, tmpl [][2]string, from, to int, log
 		if len(keys) == 0 {
 			return nil
 		}
-		var q strings.Builder
-		q.WriteString("INSERT INTO kine(name, created, deleted, create_revision, prev_revision, lease, value, old_value) VALUES ")
-		args := make([]any, 0, 2*len(keys))
-		for i := range keys {
-			if i > 0 {
-				q.WriteString(",")
-			}
-			if ds.Dialect == datastore.Postgres {
-				fmt.Fprintf(&q, "($%d, 1, 0, 0, 0, 0, $%d, NULL)", 2*i+1, 2*i+2)
-			} else {
-				q.WriteString("(?, 1, 0, 0, 0, 0, ?, NULL)")
-			}
-			args = append(args, keys[i], []byte(values[i]))
-		}
+		err := insertRows(ctx, tx, ds.Dialect, keys, values)
 		keys, values = keys[:0], values[:0]
-		_, err := tx.ExecContext(ctx, q.String(), args...)
 		return err
 	}
 	tx, err := db.BeginTx(ctx, nil)

@@ -87,3 +87,35 @@ func TestTwoReplicasOnPostgres(t *testing.T) {
 func containsLeader(log string) bool {
 	return strings.Contains(log, "this replica runs the controllers")
 }
+
+// TestStopReleasesControllersLease: a replica stopped gracefully (SIGTERM,
+// as in a rolling update) gives the controllers' lease up on its way out,
+// so another replica runs the controllers at once instead of after the
+// lease expires (15 s without workspaces becoming ready).
+func TestStopReleasesControllersLease(t *testing.T) {
+	a := framework.StartServer(t, framework.FreshPostgres(t))
+	b := framework.StartReplica(t, a)
+	ctx := context.Background()
+	holder := func(s *framework.Server) string {
+		l, err := s.Client("root").CoordinationV1().Leases("kube-system").Get(ctx, "kcp-controllers", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	var before string
+	framework.Eventually(t, 30*time.Second, "a replica to hold the controllers' lease", func() (bool, string) {
+		before = holder(b)
+		return before != "", "no holder"
+	})
+	leader, other := b, a
+	if strings.Contains(a.LogTail(100000), before) {
+		leader, other = a, b
+	}
+	leader.Stop()
+	if after := holder(other); after == before {
+		t.Errorf("after a graceful stop the stopped replica still holds the controllers' lease (%q): the other replica waits for it to expire", after)
+	}
+	// The other replica runs the controllers: a new workspace becomes ready.
+	other.CreateWorkspaces("root:after-stop")
+}
