@@ -113,7 +113,7 @@ func (g RESTOptionsGetter) GetRESTOptions(gr schema.GroupResource, example runti
 				c.EventsHistoryWindow = storagebackend.DefaultEventsHistoryWindow
 			}
 			s, destroy, err = withCacher(&c, resourcePrefix, cacheKeyFunc(resourcePrefix, keyFunc),
-				newFunc, newListFunc, getAttrs, triggers, indexers)
+				newFunc, newListFunc, sharedAttrs(getAttrs), triggers, indexers)
 		default:
 			s, destroy, err = generic.UndecoratedStorage(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrs, triggers, indexers)
 		}

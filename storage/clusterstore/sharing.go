@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
@@ -68,4 +70,18 @@ func (s cacheSource) Watch(ctx context.Context, key string, opts storage.ListOpt
 		return nil, err
 	}
 	return sharedWatch(w), nil
+}
+
+// sharedAttrs gives the watch cache shared field sets: it keeps one per
+// object (for field selectors), and most are alike across clusters
+// (metadata.name=kube-root-ca.crt, metadata.namespace=default). Label sets
+// are the object's own labels map, already shared by shareMaps.
+func sharedAttrs(getAttrs storage.AttrFunc) storage.AttrFunc {
+	return func(obj runtime.Object) (labels.Set, fields.Set, error) {
+		l, f, err := getAttrs(obj)
+		if err != nil {
+			return l, f, err
+		}
+		return l, fields.Set(sharedmaps.Of(f)), nil
+	}
 }

@@ -26,18 +26,31 @@ func TestSharedMaps(t *testing.T) {
 			Data: map[string]string{"ca.crt": strings.Clone(ca)},
 		}
 	}
-	a, b, c := cm("root:a", "default"), cm("root:a", "kube-system"), cm("root:b", "default")
-	for _, o := range []*api.ConfigMap{a, b, c} {
+	// A content seen once stays the object's own (the table keeps only its
+	// hash); from the second object on, it is shared.
+	a1, a, b, c := cm("root:a", "kube-public"), cm("root:a", "default"), cm("root:a", "kube-system"), cm("root:b", "default")
+	for _, o := range []*api.ConfigMap{a1, a, b, c} {
 		shareMaps(o)
 	}
 	if !same(a.Annotations, b.Annotations) {
-		t.Error("two objects of one cluster do not share their annotations")
+		t.Error("objects of one cluster do not share their annotations")
 	}
 	if same(a.Annotations, c.Annotations) || c.Annotations[logicalcluster.Annotation] != "root:b" {
 		t.Errorf("objects of two clusters share annotations: %v", c.Annotations)
 	}
-	if !same(a.Data, c.Data) || a.Data["ca.crt"] != ca {
+	if !same(a.Data, b.Data) || !same(a.Data, c.Data) || a.Data["ca.crt"] != ca {
 		t.Error("equal config map data is not shared")
+	}
+	once := map[string]string{"unique": "1"}
+	if got := sharedmaps.Of(once); !same(got, once) {
+		t.Error("a first content was replaced")
+	}
+	twice := map[string]string{"unique": "1"}
+	if got := sharedmaps.Of(twice); !same(got, twice) {
+		t.Error("the second map of a content is not the one kept")
+	}
+	if got := sharedmaps.Of(map[string]string{"unique": "1"}); !same(got, twice) {
+		t.Error("a third map of a content is not shared")
 	}
 
 	// Large maps and many-entry maps stay the object's own.

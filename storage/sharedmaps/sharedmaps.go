@@ -11,6 +11,7 @@
 package sharedmaps
 
 import (
+	"hash/maphash"
 	"slices"
 	"strings"
 	"sync"
@@ -30,13 +31,21 @@ const (
 )
 
 var table struct {
-	mu      sync.Mutex
+	mu sync.Mutex
+	// maps holds contents seen at least twice; seen, the hashes of
+	// contents seen once. A content most objects have alone (a field set
+	// with the object's own name) then costs the table 8 bytes and a map
+	// slot, not a copy of its key, until the table is emptied.
 	maps    map[string]map[string]string
+	seen    map[uint64]struct{}
 	emptied time.Time
 }
 
+var seed = maphash.MakeSeed()
+
 // Of returns a map equal to m that other callers may get too. m itself is
-// returned when it is empty, too large, or the first of its content.
+// returned when it is empty, too large, or the first or second of its
+// content (the second becomes the shared one).
 func Of(m map[string]string) map[string]string {
 	if len(m) == 0 || len(m) > MaxEntries {
 		return m
@@ -64,14 +73,20 @@ func Of(m map[string]string) map[string]string {
 		b.WriteByte(0)
 	}
 	key := b.String()
+	h := maphash.String(seed, key)
 	table.mu.Lock()
 	defer table.mu.Unlock()
 	if now := time.Now(); table.maps == nil || now.Sub(table.emptied) > resetEvery {
-		table.maps, table.emptied = map[string]map[string]string{}, now
+		table.maps, table.seen, table.emptied = map[string]map[string]string{}, map[uint64]struct{}{}, now
 	}
 	if got, ok := table.maps[key]; ok {
 		return got
 	}
+	if _, ok := table.seen[h]; !ok {
+		table.seen[h] = struct{}{}
+		return m
+	}
+	delete(table.seen, h)
 	table.maps[key] = m
 	return m
 }

@@ -204,6 +204,28 @@ func benchScale(bin, kind string, steps []int, log func(string, ...any)) ([]scal
 			r.seedSecs = time.Since(t0).Seconds()
 			have = n - created
 		}
+		// With -profile-dir, a CPU profile of the start: from the moment
+		// the server answers until it has been ready and busy for a while.
+		startProfile := make(chan struct{})
+		if *profileDir != "" {
+			go func() {
+				defer close(startProfile)
+				file := fmt.Sprintf("scale-%s-%s-%d-start-cpu.pprof", kind, filepath.Base(binName(bin)), n)
+				for t0 := time.Now(); time.Since(t0) < time.Minute; time.Sleep(100 * time.Millisecond) {
+					c, err := s.client("root")
+					if err != nil {
+						continue
+					}
+					if raw, err := pprofOf(c, "profile", "seconds", "55"); err == nil {
+						os.WriteFile(filepath.Join(*profileDir, file), raw, 0o644)
+						log("wrote profile %s (the first 55 s after the server answered)", file)
+						return
+					}
+				}
+			}()
+		} else {
+			close(startProfile)
+		}
 		if r.ready, err = s.start(); err != nil {
 			return out, err
 		}
@@ -212,6 +234,7 @@ func benchScale(bin, kind string, steps []int, log func(string, ...any)) ([]scal
 			log("  still busy after %s", settled)
 		}
 		r.settled = settled
+		<-startProfile
 		r.heapMiB, r.rssMiB, r.goroutines = s.liveHeapMiB(), rssMiB(s.cmd.Process.Pid), s.goroutines()
 		tag := fmt.Sprintf("scale-%s-%s-%d", kind, filepath.Base(binName(bin)), n)
 		s.writeProfile(tag+"-heap.pprof", log, "heap", "gc", "1")
