@@ -4,7 +4,7 @@ K8S_LDFLAGS := $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/ve
 GOFLAGS_BUILD := -ldflags "-s -w $(K8S_LDFLAGS)"
 export CGO_ENABLED := 1
 
-.PHONY: build run test unit e2e faults physical-cluster conformance bench bench-quick bench-sync bench-failover bench-apis lint clean
+.PHONY: build run test unit e2e faults physical-cluster conformance bench bench-quick bench-sync bench-failover bench-apis bench-scale lint clean
 
 build:
 	go build $(GOFLAGS_BUILD) -o bin/ ./cmd/kcp ./cmd/kubectl-kcp ./cmd/syncer
@@ -53,6 +53,7 @@ bench: build
 	go run ./test/bench -failover
 	go run ./test/bench -noisy
 	go run ./test/bench -apis
+	go run ./test/bench -scale-only
 
 # Failover numbers only: three physical clusters, a divided Deployment, one
 # cluster killed per run, with the default and the fastest settings.
@@ -62,6 +63,12 @@ bench-failover: build
 # Multi-cluster numbers only: a physical cluster, a syncer, placed workspaces.
 bench-apis: build
 	go run ./test/bench -apis
+
+# Workspaces at 1,000 / 10,000 / 100,000 (seeded rows, then a restart):
+# start-up time, memory per workspace, creation rate at that size. Needs
+# about 12 GiB of memory at 100,000; docs/performance.md.
+bench-scale: build
+	go run ./test/bench -scale-only
 
 bench-sync: build
 	go run ./test/bench -sync

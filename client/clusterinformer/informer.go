@@ -54,6 +54,7 @@ type Option func(*options)
 type options struct {
 	indexers cache.Indexers
 	resource schema.GroupResource
+	trim     cache.TransformFunc
 }
 
 // WithIndexers adds indexers to the cache, besides ByCluster and
@@ -72,6 +73,13 @@ func WithResource(gr schema.GroupResource) Option {
 	return func(o *options) { o.resource = gr }
 }
 
+// WithTrim makes the cache keep trim(object) instead of each object as
+// listed or watched (see NewTrimmedController); trim replaces the default,
+// which drops managed fields.
+func WithTrim(trim cache.TransformFunc) Option {
+	return func(o *options) { o.trim = trim }
+}
+
 // New returns an Informer over lw, which must list and watch one resource
 // across all clusters (a client built on WildcardConfig).
 func New[T runtime.Object](lw cache.ListerWatcher, opts ...Option) *Informer[T] {
@@ -83,7 +91,7 @@ func New[T runtime.Object](lw cache.ListerWatcher, opts ...Option) *Informer[T] 
 		opt(&o)
 	}
 	inf := &Informer[T]{resource: o.resource, stopped: make(chan struct{})}
-	inf.indexer, inf.controller = newController(lw, prototype[T](), o.indexers, fanOut[T]{inf}, &inf.mu, inf.watchError)
+	inf.indexer, inf.controller = newTrimmedController(lw, prototype[T](), o.indexers, fanOut[T]{inf}, &inf.mu, inf.watchError, o.trim)
 	return inf
 }
 

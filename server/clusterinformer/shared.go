@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kcpsql/kcp/client/clusterinformer"
+	"github.com/kcpsql/kcp/storage/sharedmaps"
 )
 
 // Shared holds the informers that several of the server's controllers and
@@ -36,8 +37,26 @@ func (s *Shared) Namespaces(serverCtx context.Context, loopback *rest.Config) (*
 			s.namespacesErr = err
 			return
 		}
-		s.namespaces = clusterinformer.Typed[*corev1.Namespace](cs.CoreV1().Namespaces())
+		s.namespaces = clusterinformer.Typed[*corev1.Namespace](cs.CoreV1().Namespaces(), clusterinformer.WithTrim(shareNamespaceMaps))
 		s.namespaces.Start(serverCtx)
 	})
 	return s.namespaces, s.namespacesErr
+}
+
+// shareNamespaceMaps drops a namespace's managed fields and shares its
+// labels and annotations with other namespaces of equal ones (package
+// sharedmaps): every cluster's "default" namespace has the same labels, and
+// every namespace of a cluster the same annotations. The informer's objects
+// are read-only to its readers (namespace-lifecycle admission, namespace
+// deletion, namespace defaults and placement, which copies one before it
+// changes it).
+func shareNamespaceMaps(obj interface{}) (interface{}, error) {
+	ns, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return obj, nil
+	}
+	ns.ManagedFields = nil
+	ns.Labels = sharedmaps.Of(ns.Labels)
+	ns.Annotations = sharedmaps.Of(ns.Annotations)
+	return ns, nil
 }
