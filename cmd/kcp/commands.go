@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	genericfeatures "k8s.io/apiserver/pkg/features"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/rest"
@@ -26,6 +27,11 @@ import (
 
 func init() {
 	utilruntime.Must(logsapi.AddFeatureGates(utilfeature.DefaultMutableFeatureGate))
+	// Upstream's object-size estimate for priority and fairness keeps a map
+	// entry for every key of every cached resource (about 125 bytes per
+	// object, across all logical clusters). Without it, the cost of a list
+	// is estimated from object counts, as before Kubernetes 1.34.
+	utilruntime.Must(utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{string(genericfeatures.SizeBasedListCostEstimate): false}))
 }
 
 func newRootCommand() *cobra.Command {

@@ -140,7 +140,7 @@ func withCacher(config *storagebackend.ConfigForResource, resourcePrefix string,
 		return nil, nil, err
 	}
 	c, err := cacherstorage.NewCacherFromConfig(cacherstorage.Config{
-		Storage:             cacheSource{noSizeEstimate{raw}},
+		Storage:             cacheSource{raw},
 		Versioner:           storage.APIObjectVersioner{},
 		GroupResource:       config.GroupResource,
 		EventsHistoryWindow: config.EventsHistoryWindow,
@@ -189,17 +189,6 @@ func (s cacheSource) GetList(ctx context.Context, key string, opts storage.ListO
 	sharedList(out)
 	return nil
 }
-
-// noSizeEstimate turns down the store's object-size estimator
-// (SizeBasedListCostEstimate), which keeps a map entry for every key of
-// the resource (about 125 bytes per object, the size of a small object's
-// share of the watch cache). Without it the store's statistics are a count
-// of the resource's keys, read once a minute, and priority and fairness
-// estimates the cost of a list from the object count alone, as before
-// Kubernetes 1.34.
-type noSizeEstimate struct{ storage.Interface }
-
-func (noSizeEstimate) EnableResourceSizeEstimation(storage.KeysFunc) error { return nil }
 
 // isUndecorated tells whether upstream chose no watch cache for a resource
 // (--watch-cache=false, or a size of 0 in --watch-cache-sizes). Any other
