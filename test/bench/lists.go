@@ -81,6 +81,36 @@ func seedConfigMaps(ds *datastore.Datastore, from, to, clusters int) error {
 	return tx.Commit()
 }
 
+// startSeedable starts a server (bin, or -kcp) on a new root directory and,
+// for kind "postgres", a new database, for benchmarks that write rows into
+// its datastore while it is stopped; cleanup removes both.
+func startSeedable(bin, kind, prefix string) (*server, *datastore.Datastore, func(), error) {
+	tmp, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cleanup := func() { os.RemoveAll(tmp) }
+	s := &server{bin: bin, dir: filepath.Join(tmp, "root"), port: freePort()}
+	if kind == "postgres" {
+		dsn, drop, err := freshPostgres()
+		if err != nil {
+			cleanup()
+			return nil, nil, nil, err
+		}
+		cleanup = func() { drop(); os.RemoveAll(tmp) }
+		s.ds = dsn
+	}
+	ds, err := datastore.Parse(s.ds, s.dir)
+	if err == nil {
+		_, err = s.start()
+	}
+	if err != nil {
+		cleanup()
+		return nil, nil, nil, err
+	}
+	return s, ds, cleanup, nil
+}
+
 // insertRows writes new keys into the kine table as kine writes a create
 // (the row's id is its revision), in one statement.
 func insertRows(ctx context.Context, tx *sql.Tx, dialect datastore.Dialect, keys, values []string) error {
@@ -126,27 +156,11 @@ func benchLists(kind string, log func(string, ...any)) ([]listResult, error) {
 	if err != nil || len(steps) == 0 {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp("", "kcp-bench-lists-")
+	s, ds, cleanup, err := startSeedable("", kind, "kcp-bench-lists-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
-	s := &server{dir: filepath.Join(tmp, "root"), port: freePort()}
-	if kind == "postgres" {
-		dsn, drop, err := freshPostgres()
-		if err != nil {
-			return nil, err
-		}
-		defer drop()
-		s.ds = dsn
-	}
-	ds, err := datastore.Parse(s.ds, s.dir)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := s.start(); err != nil {
-		return nil, err
-	}
+	defer cleanup()
 	if err := s.createWorkspaces([][2]string{{"root", "tenant"}}); err != nil {
 		return nil, err
 	}

@@ -152,27 +152,11 @@ func seedWorkspaces(ds *datastore.Datastore, tmpl [][2]string, from, to int, log
 
 // benchScale runs the scale benchmark on one datastore with one binary.
 func benchScale(bin, kind string, steps []int, log func(string, ...any)) ([]scaleResult, error) {
-	tmp, err := os.MkdirTemp("", "kcp-bench-scale-")
+	s, ds, cleanup, err := startSeedable(bin, kind, "kcp-bench-scale-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
-	s := &server{bin: bin, dir: filepath.Join(tmp, "root"), port: freePort()}
-	if kind == "postgres" {
-		dsn, drop, err := freshPostgres()
-		if err != nil {
-			return nil, err
-		}
-		defer drop()
-		s.ds = dsn
-	}
-	ds, err := datastore.Parse(s.ds, s.dir)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := s.start(); err != nil {
-		return nil, err
-	}
+	defer cleanup()
 	if err := s.createWorkspaces([][2]string{{"root", scaleTemplate}}); err != nil {
 		s.stop()
 		return nil, err
@@ -251,12 +235,19 @@ func benchScale(bin, kind string, steps []int, log func(string, ...any)) ([]scal
 		for i := 0; i < *scaleCreates; i++ {
 			pairs = append(pairs, [2]string{"root", fmt.Sprintf("c-%d-%d", n, i)})
 		}
+		root, err := s.client("root")
+		if err != nil {
+			s.stop()
+			return out, err
+		}
+		profiling := cpuProfile(root, tag+"-creates-cpu.pprof", "creating workspaces", log)
 		t0 := time.Now()
 		if err := s.createWorkspaces(pairs); err != nil {
 			s.stop()
 			return out, err
 		}
 		r.createsPerSec = float64(len(pairs)) / time.Since(t0).Seconds()
+		profiling()
 		created += len(pairs)
 		s.stop()
 		log("%s, %d workspaces: ready %s after start, idle %s later; RSS %.0f MiB (%.1f KiB/workspace), live heap %.0f MiB (%.1f KiB/workspace); %d goroutines; %.0f workspaces/s created at this size",
