@@ -2,6 +2,7 @@ package clusterstore
 
 import (
 	"context"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
@@ -55,13 +56,45 @@ func sharedList(list runtime.Object) {
 
 // sharedWatch shares the maps of the objects of every event the cache
 // applies. Deletions are left alone: the cache drops their object.
-func sharedWatch(w watch.Interface) watch.Interface {
-	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+func sharedWatch(in watch.Interface) watch.Interface {
+	w := &sharingWatch{in: in, out: make(chan watch.Event), stopped: make(chan struct{}), done: make(chan struct{})}
+	go w.loop()
+	return w
+}
+
+// sharingWatch is watch.Filter that also ends when stopped while an event
+// waits to be read (the cache's reflector stops a watch without draining
+// it, which would leave watch.Filter's goroutine blocked for good).
+type sharingWatch struct {
+	in      watch.Interface
+	out     chan watch.Event
+	stopped chan struct{}
+	done    chan struct{} // closed when loop has returned
+	once    sync.Once
+}
+
+func (w *sharingWatch) ResultChan() <-chan watch.Event { return w.out }
+
+func (w *sharingWatch) Stop() {
+	w.once.Do(func() {
+		close(w.stopped)
+		w.in.Stop()
+	})
+}
+
+func (w *sharingWatch) loop() {
+	defer close(w.done)
+	defer close(w.out)
+	for e := range w.in.ResultChan() {
 		if (e.Type == watch.Added || e.Type == watch.Modified) && e.Object != nil {
 			shareMaps(e.Object)
 		}
-		return e, true
-	})
+		select {
+		case w.out <- e:
+		case <-w.stopped:
+			return
+		}
+	}
 }
 
 func (s cacheSource) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {

@@ -2,8 +2,10 @@ package clusterstore
 
 import (
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -41,15 +43,16 @@ func TestSharedMaps(t *testing.T) {
 	if !same(a.Data, b.Data) || !same(a.Data, c.Data) || a.Data["ca.crt"] != ca {
 		t.Error("equal config map data is not shared")
 	}
-	once := map[string]string{"unique": "1"}
+	u := strconv.FormatInt(time.Now().UnixNano(), 36) // a content no earlier run saw
+	once := map[string]string{"unique": u}
 	if got := sharedmaps.Of(once); !same(got, once) {
 		t.Error("a first content was replaced")
 	}
-	twice := map[string]string{"unique": "1"}
+	twice := map[string]string{"unique": u}
 	if got := sharedmaps.Of(twice); !same(got, twice) {
 		t.Error("the second map of a content is not the one kept")
 	}
-	if got := sharedmaps.Of(map[string]string{"unique": "1"}); !same(got, twice) {
+	if got := sharedmaps.Of(map[string]string{"unique": u}); !same(got, twice) {
 		t.Error("a third map of a content is not shared")
 	}
 
@@ -85,5 +88,23 @@ func TestSharedMaps(t *testing.T) {
 	}
 	if len(got) != 1 || got[0] != watch.Added || !same(d.Annotations, a.Annotations) || !same(d.Data, a.Data) {
 		t.Errorf("watch: events %v, annotations shared %v", got, same(d.Annotations, a.Annotations))
+	}
+}
+
+// TestSharedWatchStops: a watch stopped while an event waits to be read,
+// and never read again (as the cache's reflector does), ends: its
+// goroutine does not stay blocked on the send.
+func TestSharedWatchStops(t *testing.T) {
+	fake := watch.NewFakeWithChanSize(1, false)
+	w := sharedWatch(fake).(*sharingWatch)
+	fake.Add(&api.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "pending"}})
+	w.Stop()
+	select {
+	case <-w.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch's goroutine is still blocked 10 s after Stop")
+	}
+	if _, ok := <-w.ResultChan(); ok {
+		t.Error("the watch delivered an event after Stop")
 	}
 }
