@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"net/http"
 	"time"
 
@@ -71,6 +72,13 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 
 	kcfg := embeddedkine.NewConfig(o.Datastore, o.RootDir)
 	kcfg.Notify = o.DatastoreNotify
+	if !o.StoreNamespaceDefaults {
+		ca, err := os.ReadFile(o.PKI.CACert())
+		if err != nil {
+			return err
+		}
+		kcfg.ServedDefaultsCA = string(ca)
+	}
 	kcfg.CompactInterval, kcfg.CompactMinRetain = o.CompactInterval, o.CompactMinRetain
 	kine, err := embeddedkine.Start(kcfg)
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/storage/datastore"
+	"github.com/kcpsql/kcp/storage/serveddefaults"
 )
 
 // Config holds kine's settings. NewConfig starts from kine's own defaults: a
@@ -45,6 +46,10 @@ type Config struct {
 	// Notify wakes the poller on PostgreSQL notifications of other
 	// replicas' writes instead of waiting for PollInterval.
 	Notify bool
+	// ServedDefaultsCA, when set, serves every namespace's service account
+	// "default" and config map "kube-root-ca.crt" (holding this CA) without
+	// storing them (storage/serveddefaults).
+	ServedDefaultsCA string
 }
 
 // NewConfig returns kine's defaults (kine v0.17's command-line defaults).
@@ -135,6 +140,9 @@ func Start(cfg Config) (*Kine, error) {
 		checked.oneWriter = &sync.Mutex{}
 	}
 	backend = checked
+	if cfg.ServedDefaultsCA != "" {
+		backend = serveddefaults.New(backend, cfg.ServedDefaultsCA)
+	}
 	socket := SocketPath(cfg.SocketDir)
 	if err := os.Remove(socket); err != nil && !os.IsNotExist(err) {
 		cancel()
