@@ -437,7 +437,7 @@ func (b *Backend) list(ctx context.Context, key, end string, limit, revision int
 		}
 		for _, k := range overlaps(key, end) {
 			lo, hi := max(key, k.prefix), min(end, k.end)
-			nsLo := nsPrefix + firstTwo(strings.TrimPrefix(lo, k.prefix))
+			nsLo := nsPrefix + clusterStart(strings.TrimPrefix(lo, k.prefix))
 			nsHi := nsEnd
 			if hi < k.end {
 				nsHi = nsPrefix + strings.TrimPrefix(hi, k.prefix)
@@ -480,18 +480,15 @@ func (b *Backend) list(ctx context.Context, key, end string, limit, revision int
 	}
 }
 
-// firstTwo keeps "<cluster>/<namespace>" of "<cluster>/<namespace>/<name>":
-// the first namespace whose defaults can sort at or after such a key.
-func firstTwo(rest string) string {
-	i := strings.IndexByte(rest, '/')
-	if i < 0 {
-		return rest
+// clusterStart is where the namespaces whose defaults can sort at or after
+// a key "<cluster>/<namespace>/<name>" begin: at the cluster's first, since
+// every namespace whose name is a prefix of <namespace> ("a" for "a-b")
+// sorts before it but has its defaults after it.
+func clusterStart(rest string) string {
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		return rest[:i+1]
 	}
-	j := strings.IndexByte(rest[i+1:], '/')
-	if j < 0 {
-		return rest
-	}
-	return rest[:i+1+j]
+	return rest
 }
 
 func (b *Backend) ListStream(ctx context.Context, key, end string, limit, revision int64, only bool) kineserver.ListResult {
@@ -528,7 +525,7 @@ func (b *Backend) Count(ctx context.Context, key, end string, revision int64) (i
 		if at == 0 {
 			at = rev
 		}
-		_, c, err := b.Backend.Count(ctx, nsPrefix+firstTwo(strings.TrimPrefix(lo, k.prefix)), nsHi, at)
+		_, c, err := b.Backend.Count(ctx, nsPrefix+clusterStart(strings.TrimPrefix(lo, k.prefix)), nsHi, at)
 		if err != nil {
 			return rev, n, err
 		}
