@@ -108,7 +108,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			return err
 		}
 		writers := func(ctx context.Context) {
-			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), clusters, crds, deleteClusterData, namespaces)
+			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), !o.StoreNamespaceDefaults, clusters, crds, deleteClusterData, namespaces)
 			if c, err := synctarget.NewController(hc.LoopbackClientConfig, o.SyncTargetHeartbeatTimeout); err == nil {
 				go c.Run(ctx, 2)
 			} else {
@@ -167,7 +167,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 
 // startWriters starts the controllers that write; they stop with ctx (when
 // this replica loses the lease).
-func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM string,
+func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM string, servedDefaults bool,
 	clusters *logicalclusters.Registry, crds *crdserving.Server, deleteClusterData func(context.Context, logicalcluster.Name) (int, error),
 	namespaces *clusterinformer.Namespaces) {
 	if c, err := namespacedeletion.NewController(loopback, namespaces); err == nil {
@@ -176,6 +176,9 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 		klog.ErrorS(err, "namespace deletion controller")
 	}
 	if c, err := workspace.NewController(loopback, serverURL, deleteClusterData, clusters.Names, clusters.Limits); err == nil {
+		if servedDefaults {
+			c.OwnerBindingServed()
+		}
 		go c.Run(ctx, 8)
 	} else {
 		klog.ErrorS(err, "workspace controller")

@@ -45,22 +45,20 @@ import (
 	"github.com/google/uuid"
 	kineserver "github.com/k3s-io/kine/pkg/server"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
-// The names of the served defaults, as upstream names them.
+// The names of the served defaults.
 const (
 	ServiceAccount  = "default"
 	RootCAConfigMap = "kube-root-ca.crt"
-)
-
-const (
-	nsPrefix = "/registry/core/namespaces/"
-	// nsEnd is the end of the namespaces' key range.
-	nsEnd = "/registry/core/namespaces0"
+	// OwnerBinding makes a workspace's creator cluster-admin inside it.
+	OwnerBinding = "workspace-owner"
 )
 
 // tombstonePrefix starts the value of a deleted default. The API server
@@ -69,38 +67,124 @@ const (
 var tombstonePrefix = []byte(`{"kcp.io/deleted-default":`)
 
 type tombstone struct {
-	// NamespaceUID is the namespace whose default was deleted: a namespace
-	// of the same name created later serves its default again.
-	NamespaceUID string `json:"namespaceUID"`
+	// ParentUID is the namespace (or LogicalCluster) whose default was
+	// deleted: one of the same name created later serves its default again.
+	ParentUID string `json:"namespaceUID"`
+}
+
+// source is a kind of object that defaults derive from.
+type source struct {
+	prefix string // "/registry/<group>/<resource>/"
+	end    string // end of the resource's key range
+	// rest is how a parent's key continues after prefix: "<cluster>/<name>".
+	parse func(rest string, value []byte) *parent
+}
+
+var (
+	namespaces = &source{prefix: "/registry/core/namespaces/", parse: parseNamespace}
+	// A workspace's LogicalCluster is the object "cluster" in it.
+	logicalClusters = &source{prefix: "/registry/tenancy.kcp.io/logicalclusters/", parse: parseLogicalCluster}
+)
+
+// parent is what a served default depends on.
+type parent struct {
+	src       *source
+	rest      string // "<cluster>/<name>"
+	uid       string
+	created   metav1.Time
+	createRev int64
+	active    bool   // serves its defaults: live (a namespace: not terminating)
+	owner     string // a LogicalCluster's recorded owner
+}
+
+func (p *parent) cluster() string { c, _, _ := strings.Cut(p.rest, "/"); return c }
+func (p *parent) name() string    { _, n, _ := strings.Cut(p.rest, "/"); return n }
+
+func (p *parent) meta(resource, namespace, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:              name,
+		Namespace:         namespace,
+		UID:               types.UID(uuid.NewSHA1(uuid.NameSpaceURL, []byte("kcp:"+resource+"/"+p.rest+"/"+name+"/"+p.uid)).String()),
+		CreationTimestamp: p.created,
+		Annotations:       map[string]string{logicalcluster.Annotation: p.cluster()},
+	}
 }
 
 // kind is one served default.
 type kind struct {
-	resource string // key segment: serviceaccounts, configmaps
-	name     string // object name in every namespace
-	prefix   string // "/registry/core/<resource>/"
+	src      *source
+	resource string // key segment: serviceaccounts, configmaps, ...
+	name     string // object name
+	prefix   string // "/registry/<group>/<resource>/"
 	end      string // end of the resource's key range
-	object   func(b *Backend, ns *namespace) any
+	// object is the default of p; nil if p has none.
+	object func(b *Backend, p *parent) any
 }
 
 var kinds = []*kind{
-	{resource: "serviceaccounts", name: ServiceAccount, object: func(b *Backend, ns *namespace) any {
-		return &corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{Kind: "ServiceAccount", APIVersion: "v1"}, ObjectMeta: ns.meta("serviceaccounts", ServiceAccount)}
+	{src: namespaces, prefix: "/registry/core/serviceaccounts/", resource: "serviceaccounts", name: ServiceAccount, object: func(b *Backend, p *parent) any {
+		return &corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{Kind: "ServiceAccount", APIVersion: "v1"}, ObjectMeta: p.meta("serviceaccounts", p.name(), ServiceAccount)}
 	}},
-	{resource: "configmaps", name: RootCAConfigMap, object: func(b *Backend, ns *namespace) any {
-		return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{Kind: "ConfigMap", APIVersion: "v1"}, ObjectMeta: ns.meta("configmaps", RootCAConfigMap),
+	{src: namespaces, prefix: "/registry/core/configmaps/", resource: "configmaps", name: RootCAConfigMap, object: func(b *Backend, p *parent) any {
+		return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{Kind: "ConfigMap", APIVersion: "v1"}, ObjectMeta: p.meta("configmaps", p.name(), RootCAConfigMap),
 			Data: map[string]string{"ca.crt": b.caPEM}}
+	}},
+	{src: logicalClusters, prefix: "/registry/rbac.authorization.k8s.io/clusterrolebindings/", resource: "clusterrolebindings", name: OwnerBinding, object: func(b *Backend, p *parent) any {
+		if p.owner == "" {
+			return nil
+		}
+		return &rbacv1.ClusterRoleBinding{TypeMeta: metav1.TypeMeta{Kind: "ClusterRoleBinding", APIVersion: "rbac.authorization.k8s.io/v1"},
+			ObjectMeta: p.meta("clusterrolebindings", "", OwnerBinding),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: p.owner}},
+		}
 	}},
 }
 
 func init() {
+	for _, s := range []*source{namespaces, logicalClusters} {
+		s.end = strings.TrimSuffix(s.prefix, "/") + "0"
+	}
 	for _, k := range kinds {
-		k.prefix = "/registry/core/" + k.resource + "/"
-		k.end = "/registry/core/" + k.resource + "0"
+		k.end = strings.TrimSuffix(k.prefix, "/") + "0"
 	}
 }
 
-// Backend is a kine backend that serves the defaults of every namespace.
+// key is the default's key for a parent's key rest.
+func (k *kind) key(parentRest string) string {
+	if k.src == namespaces {
+		return k.prefix + parentRest + "/" + k.name
+	}
+	c, _, _ := strings.Cut(parentRest, "/")
+	return k.prefix + c + "/" + k.name
+}
+
+// parentRest is the key rest of the parent of a default's key rest; false
+// if rest is not a default's.
+func (k *kind) parentRest(rest string) (string, bool) {
+	head, name, ok := cutLast(rest)
+	if !ok || name != k.name {
+		return "", false
+	}
+	if k.src == namespaces {
+		return head, strings.Count(head, "/") == 1
+	}
+	return head + "/" + tenancy.LogicalClusterName, !strings.Contains(head, "/")
+}
+
+// cutAfter bounds a page built from parents up to the one at rest: every
+// later parent's default sorts at or above it.
+func (k *kind) cutAfter(rest string) string {
+	if k.src == namespaces {
+		// A later namespace may extend the name ("a" then "a-b"), and
+		// '-' is the smallest character a name continues with.
+		return k.prefix + rest + "-"
+	}
+	// Cluster names hold no '/': LogicalClusters sort as their defaults do.
+	return k.key(rest) + "\x00"
+}
+
+// Backend is a kine backend that serves the defaults.
 type Backend struct {
 	kineserver.Backend
 	caPEM string
@@ -112,35 +196,8 @@ func New(b kineserver.Backend, caPEM string) *Backend {
 	return &Backend{Backend: b, caPEM: caPEM}
 }
 
-// namespace is what a served default depends on.
-type namespace struct {
-	rest      string // "<cluster>/<name>"
-	uid       string
-	created   metav1.Time
-	createRev int64
-	active    bool // live and not terminating
-}
-
-func (ns *namespace) cluster() string { c, _, _ := strings.Cut(ns.rest, "/"); return c }
-func (ns *namespace) name() string    { _, n, _ := strings.Cut(ns.rest, "/"); return n }
-
-func (ns *namespace) meta(resource, name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name:              name,
-		Namespace:         ns.name(),
-		UID:               types.UID(uuid.NewSHA1(uuid.NameSpaceURL, []byte("kcp:"+resource+"/"+ns.rest+"/"+name+"/"+ns.uid)).String()),
-		CreationTimestamp: ns.created,
-		Annotations:       map[string]string{logicalcluster.Annotation: ns.cluster()},
-	}
-}
-
-// parseNamespace reads a namespace's key-value; nil if kv is not one.
-func parseNamespace(kv *kineserver.KeyValue) *namespace {
-	if kv == nil || len(kv.Value) == 0 {
-		return nil
-	}
-	rest, ok := strings.CutPrefix(kv.Key, nsPrefix)
-	if !ok || strings.Count(rest, "/") != 1 {
+func parseNamespace(rest string, value []byte) *parent {
+	if strings.Count(rest, "/") != 1 {
 		return nil
 	}
 	var o struct {
@@ -153,25 +210,69 @@ func parseNamespace(kv *kineserver.KeyValue) *namespace {
 			Phase string `json:"phase"`
 		} `json:"status"`
 	}
-	if json.Unmarshal(kv.Value, &o) != nil || o.Metadata.UID == "" {
+	if json.Unmarshal(value, &o) != nil || o.Metadata.UID == "" {
 		return nil
 	}
-	return &namespace{rest: rest, uid: o.Metadata.UID, created: o.Metadata.CreationTimestamp, createRev: kv.CreateRevision,
+	return &parent{rest: rest, uid: o.Metadata.UID, created: o.Metadata.CreationTimestamp,
 		active: o.Metadata.DeletionTimestamp == nil && o.Status.Phase != string(corev1.NamespaceTerminating)}
 }
 
-// defaultOf says whether key is a served default's key, and which.
+// parseLogicalCluster reads the owner kcp recorded (a LogicalCluster's
+// annotations are written only by kcp, once, at its creation).
+func parseLogicalCluster(rest string, value []byte) *parent {
+	if c, n, ok := strings.Cut(rest, "/"); !ok || c == "" || n != tenancy.LogicalClusterName {
+		return nil
+	}
+	var o struct {
+		Metadata struct {
+			UID               string            `json:"uid"`
+			CreationTimestamp metav1.Time       `json:"creationTimestamp"`
+			Annotations       map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(value, &o) != nil || o.Metadata.UID == "" {
+		return nil
+	}
+	p := &parent{rest: rest, uid: o.Metadata.UID, created: o.Metadata.CreationTimestamp, active: true}
+	var owner struct {
+		Username string `json:"username"`
+	}
+	if raw := o.Metadata.Annotations[tenancy.OwnerAnnotation]; raw != "" && json.Unmarshal([]byte(raw), &owner) == nil {
+		p.owner = owner.Username
+	}
+	return p
+}
+
+// parentOf reads a parent's key-value; nil if kv is not one.
+func parentOf(kv *kineserver.KeyValue) *parent {
+	if kv == nil || len(kv.Value) == 0 {
+		return nil
+	}
+	for _, s := range []*source{namespaces, logicalClusters} {
+		if rest, ok := strings.CutPrefix(kv.Key, s.prefix); ok {
+			p := s.parse(rest, kv.Value)
+			if p != nil {
+				p.src, p.createRev = s, kv.CreateRevision
+			}
+			return p
+		}
+	}
+	return nil
+}
+
+// defaultOf says whether key is a served default's key, which, and the
+// key of its parent.
 func defaultOf(key string) (*kind, string, bool) {
 	for _, k := range kinds {
 		rest, ok := strings.CutPrefix(key, k.prefix)
 		if !ok {
 			continue
 		}
-		nsRest, name, ok := cutLast(rest)
-		if !ok || name != k.name || strings.Count(nsRest, "/") != 1 {
+		pr, ok := k.parentRest(rest)
+		if !ok {
 			return nil, "", false
 		}
-		return k, nsRest, true
+		return k, pr, true
 	}
 	return nil, "", false
 }
@@ -184,15 +285,18 @@ func cutLast(s string) (string, string, bool) {
 	return s[:i], s[i+1:], true
 }
 
-func (k *kind) key(nsRest string) string { return k.prefix + nsRest + "/" + k.name }
-
-// served is the default of kind k in ns as a stored key-value would be.
-func (b *Backend) served(k *kind, ns *namespace) *kineserver.KeyValue {
-	v, err := json.Marshal(k.object(b, ns))
+// served is the default of kind k of p as a stored key-value would be; nil
+// if p has none.
+func (b *Backend) served(k *kind, p *parent) *kineserver.KeyValue {
+	o := k.object(b, p)
+	if o == nil {
+		return nil
+	}
+	v, err := json.Marshal(o)
 	if err != nil {
 		panic(err) // plain structs
 	}
-	return &kineserver.KeyValue{Key: k.key(ns.rest), Value: v, CreateRevision: ns.createRev, ModRevision: ns.createRev, Version: 1}
+	return &kineserver.KeyValue{Key: k.key(p.rest), Value: v, CreateRevision: p.createRev, ModRevision: p.createRev, Version: 1}
 }
 
 func isTombstone(kv *kineserver.KeyValue) bool {
@@ -204,21 +308,21 @@ func tombstoneOf(kv *kineserver.KeyValue) string {
 	if json.Unmarshal(kv.Value, &t) != nil {
 		return ""
 	}
-	return t["kcp.io/deleted-default"].NamespaceUID
+	return t["kcp.io/deleted-default"].ParentUID
 }
 
-func tombstoneValue(nsUID string) []byte {
-	v, _ := json.Marshal(map[string]tombstone{"kcp.io/deleted-default": {NamespaceUID: nsUID}})
+func tombstoneValue(parentUID string) []byte {
+	v, _ := json.Marshal(map[string]tombstone{"kcp.io/deleted-default": {ParentUID: parentUID}})
 	return v
 }
 
 // hides says whether stored (the row at a default's key, possibly nil)
-// keeps ns's default from being served.
-func hides(stored *kineserver.KeyValue, ns *namespace) bool {
+// keeps p's default from being served.
+func hides(stored *kineserver.KeyValue, p *parent) bool {
 	if stored == nil {
 		return false
 	}
-	return !isTombstone(stored) || tombstoneOf(stored) == ns.uid
+	return !isTombstone(stored) || tombstoneOf(stored) == p.uid
 }
 
 // state is a default key as clients see it at one revision.
@@ -226,11 +330,12 @@ type state struct {
 	rev     int64                // the revision read at
 	stored  *kineserver.KeyValue // the row, tombstone or not; nil if none
 	virtual *kineserver.KeyValue // what clients see; nil if nothing
-	ns      *namespace           // the namespace; nil if none
+	parent  *parent              // the parent; nil if none
 }
 
-func (b *Backend) state(ctx context.Context, k *kind, nsRest string, revision int64) (state, error) {
-	rev, stored, err := b.Backend.Get(ctx, k.key(nsRest), revision, false)
+func (b *Backend) state(ctx context.Context, k *kind, parentRest string, revision int64) (state, error) {
+	key := k.key(parentRest)
+	rev, stored, err := b.Backend.Get(ctx, key, revision, false)
 	if err != nil {
 		return state{rev: rev}, err
 	}
@@ -242,13 +347,13 @@ func (b *Backend) state(ctx context.Context, k *kind, nsRest string, revision in
 	if stored != nil && !isTombstone(stored) {
 		s.virtual = stored
 	}
-	_, nskv, err := b.Backend.Get(ctx, nsPrefix+nsRest, at, false)
+	_, pkv, err := b.Backend.Get(ctx, k.src.prefix+parentRest, at, false)
 	if err != nil {
 		return s, err
 	}
-	s.ns = parseNamespace(nskv)
-	if s.virtual == nil && s.ns != nil && s.ns.active && !hides(stored, s.ns) {
-		s.virtual = b.served(k, s.ns)
+	s.parent = parentOf(pkv)
+	if s.virtual == nil && s.parent != nil && s.parent.active && !hides(stored, s.parent) {
+		s.virtual = b.served(k, s.parent)
 	}
 	return s, nil
 }
@@ -263,20 +368,20 @@ func keysOnly(kv *kineserver.KeyValue, only bool) *kineserver.KeyValue {
 }
 
 func (b *Backend) Get(ctx context.Context, key string, revision int64, only bool) (int64, *kineserver.KeyValue, error) {
-	k, nsRest, ok := defaultOf(key)
+	k, pr, ok := defaultOf(key)
 	if !ok {
 		return b.Backend.Get(ctx, key, revision, only)
 	}
-	s, err := b.state(ctx, k, nsRest, revision)
+	s, err := b.state(ctx, k, pr, revision)
 	return s.rev, keysOnly(s.virtual, only), err
 }
 
 func (b *Backend) Create(ctx context.Context, key string, value []byte, lease int64) (int64, error) {
-	k, nsRest, ok := defaultOf(key)
+	k, pr, ok := defaultOf(key)
 	if !ok {
 		return b.Backend.Create(ctx, key, value, lease)
 	}
-	s, err := b.state(ctx, k, nsRest, 0)
+	s, err := b.state(ctx, k, pr, 0)
 	switch {
 	case err != nil:
 		return s.rev, err
@@ -293,11 +398,11 @@ func (b *Backend) Create(ctx context.Context, key string, value []byte, lease in
 }
 
 func (b *Backend) Update(ctx context.Context, key string, value []byte, revision, lease int64) (int64, *kineserver.KeyValue, bool, error) {
-	k, nsRest, ok := defaultOf(key)
+	k, pr, ok := defaultOf(key)
 	if !ok {
 		return b.Backend.Update(ctx, key, value, revision, lease)
 	}
-	s, err := b.state(ctx, k, nsRest, 0)
+	s, err := b.state(ctx, k, pr, 0)
 	switch {
 	case err != nil:
 		return s.rev, nil, false, err
@@ -307,23 +412,24 @@ func (b *Backend) Update(ctx context.Context, key string, value []byte, revision
 		return b.Backend.Update(ctx, key, value, revision, lease)
 	}
 	// The served object becomes a row.
-	return b.replace(ctx, k, nsRest, s, value, lease)
+	return b.replace(ctx, k, pr, s, value, lease)
 }
 
 // replace writes value at a default's key whose served object is s.virtual,
 // checked against what is stored there (nothing, or a tombstone).
-func (b *Backend) replace(ctx context.Context, k *kind, nsRest string, s state, value []byte, lease int64) (int64, *kineserver.KeyValue, bool, error) {
+func (b *Backend) replace(ctx context.Context, k *kind, parentRest string, s state, value []byte, lease int64) (int64, *kineserver.KeyValue, bool, error) {
+	key := k.key(parentRest)
 	var rev int64
 	var err error
 	if s.stored == nil {
-		rev, err = b.Backend.Create(ctx, k.key(nsRest), value, lease)
+		rev, err = b.Backend.Create(ctx, key, value, lease)
 		if err == kineserver.ErrKeyExists {
 			err = nil
 			rev = 0
 		}
 	} else {
 		var ok bool
-		rev, _, ok, err = b.Backend.Update(ctx, k.key(nsRest), value, s.stored.ModRevision, lease)
+		rev, _, ok, err = b.Backend.Update(ctx, key, value, s.stored.ModRevision, lease)
 		if !ok {
 			rev = 0
 		}
@@ -332,22 +438,22 @@ func (b *Backend) replace(ctx context.Context, k *kind, nsRest string, s state, 
 		return rev, nil, false, err
 	}
 	if rev == 0 { // lost to another write: report what is there now
-		now, err := b.state(ctx, k, nsRest, 0)
+		now, err := b.state(ctx, k, parentRest, 0)
 		return now.rev, now.virtual, false, err
 	}
-	return rev, &kineserver.KeyValue{Key: k.key(nsRest), Value: value, ModRevision: rev}, true, nil
+	return rev, &kineserver.KeyValue{Key: key, Value: value, ModRevision: rev}, true, nil
 }
 
 func (b *Backend) Delete(ctx context.Context, key string, revision int64) (int64, *kineserver.KeyValue, bool, error) {
-	k, nsRest, ok := defaultOf(key)
+	k, pr, ok := defaultOf(key)
 	if !ok {
 		rev, kv, deleted, err := b.Backend.Delete(ctx, key, revision)
-		if err == nil && deleted && strings.HasPrefix(key, nsPrefix) {
-			b.dropTombstones(ctx, strings.TrimPrefix(key, nsPrefix))
+		if err == nil && deleted {
+			b.dropTombstones(ctx, key)
 		}
 		return rev, kv, deleted, err
 	}
-	s, err := b.state(ctx, k, nsRest, 0)
+	s, err := b.state(ctx, k, pr, 0)
 	switch {
 	case err != nil:
 		return s.rev, nil, false, err
@@ -358,24 +464,28 @@ func (b *Backend) Delete(ctx context.Context, key string, revision int64) (int64
 		return b.Backend.Delete(ctx, key, revision)
 	case revision != 0 && s.virtual.ModRevision != revision:
 		return s.rev, s.virtual, false, nil
-	case s.ns == nil || !s.ns.active:
+	case s.parent == nil || !s.parent.active:
 		// Nothing would be served in its place: delete the row.
 		return b.Backend.Delete(ctx, key, revision)
 	}
-	rev, now, ok, err := b.replace(ctx, k, nsRest, s, tombstoneValue(s.ns.uid), 0)
+	rev, now, ok, err := b.replace(ctx, k, pr, s, tombstoneValue(s.parent.uid), 0)
 	if err != nil || !ok {
 		return rev, now, false, err
 	}
 	return rev, s.virtual, true, nil
 }
 
-// dropTombstones deletes the tombstones of a deleted namespace's defaults
+// dropTombstones deletes the tombstones of a deleted parent's defaults
 // (their delete events are not shown to anyone: the defaults were deleted
-// already). Best effort: a tombstone left behind names the namespace's UID,
-// so it hides nothing from a namespace of the same name created later.
-func (b *Backend) dropTombstones(ctx context.Context, nsRest string) {
+// already). Best effort: a tombstone left behind names the parent's UID,
+// so it hides nothing from a parent of the same name created later.
+func (b *Backend) dropTombstones(ctx context.Context, parentKey string) {
 	for _, k := range kinds {
-		if _, kv, err := b.Backend.Get(ctx, k.key(nsRest), 0, false); err == nil && isTombstone(kv) {
+		rest, ok := strings.CutPrefix(parentKey, k.src.prefix)
+		if !ok {
+			continue
+		}
+		if _, kv, err := b.Backend.Get(ctx, k.key(rest), 0, false); err == nil && isTombstone(kv) {
 			_, _, _, _ = b.Backend.Delete(ctx, kv.Key, kv.ModRevision)
 		}
 	}
@@ -399,16 +509,30 @@ func (b *Backend) List(ctx context.Context, key, end string, limit, revision int
 	return b.list(ctx, key, end, limit, revision, only)
 }
 
+// parentRange is the range of parents whose defaults of kind k can fall in
+// [lo, hi) (a superset).
+func (k *kind) parentRange(lo, hi string) (string, string) {
+	from := k.src.prefix + clusterStart(strings.TrimPrefix(lo, k.prefix))
+	to := k.src.end
+	if hi < k.end {
+		rest := strings.TrimPrefix(hi, k.prefix)
+		if c, _, ok := strings.Cut(rest, "/"); ok {
+			rest = c + "0" // past every key of that cluster ('0' > '/')
+		}
+		to = k.src.prefix + rest
+	}
+	return from, to
+}
+
 // list merges the stored rows of [key, end) with the served defaults.
 //
-// Keys sort differently from the namespaces they derive from ("a-b/x" <
-// "a/x" but "a" < "a-b"), so a page is built from a window of rows and of
-// namespaces, and holds only keys below what the window proves: below the
-// last row read when rows were cut off, and below "<last namespace>-" when
-// namespaces were (every later namespace's defaults sort above that). kine
-// reads a page as complete when it has fewer than limit keys, so a window
-// that proves too few keys is widened until it proves limit of them or
-// holds everything.
+// Keys may sort differently from the parents they derive from ("a-b/x" <
+// "a/x" but namespace "a" < "a-b"), so a page is built from a window of rows
+// and of parents, and holds only keys below what the window proves: below
+// the last row read when rows were cut off, and below what any later parent
+// could add when parents were (kind.cutAfter). kine reads a page as
+// complete when it has fewer than limit keys, so a window that proves too
+// few keys is widened until it proves limit of them or holds everything.
 func (b *Backend) list(ctx context.Context, key, end string, limit, revision int64, only bool) (int64, []*kineserver.KeyValue, error) {
 	window := limit
 	for {
@@ -437,34 +561,28 @@ func (b *Backend) list(ctx context.Context, key, end string, limit, revision int
 		}
 		for _, k := range overlaps(key, end) {
 			lo, hi := max(key, k.prefix), min(end, k.end)
-			nsLo := nsPrefix + clusterStart(strings.TrimPrefix(lo, k.prefix))
-			nsHi := nsEnd
-			if hi < k.end {
-				nsHi = nsPrefix + strings.TrimPrefix(hi, k.prefix)
-			}
-			_, nss, err := b.Backend.List(ctx, nsLo, nsHi, window, at, false)
+			from, to := k.parentRange(lo, hi)
+			_, parents, err := b.Backend.List(ctx, from, to, window, at, false)
 			if err != nil {
 				return rev, nil, err
 			}
-			if window > 0 && int64(len(nss)) >= window {
-				last := strings.TrimPrefix(nss[len(nss)-1].Key, nsPrefix)
-				cut = min(cut, k.prefix+last+"-")
+			if window > 0 && int64(len(parents)) >= window {
+				cut = min(cut, k.cutAfter(strings.TrimPrefix(parents[len(parents)-1].Key, k.src.prefix)))
 			}
-			for _, nskv := range nss {
-				ns := parseNamespace(nskv)
-				if ns == nil || !ns.active {
+			for _, pkv := range parents {
+				p := parentOf(pkv)
+				if p == nil || !p.active {
 					continue
 				}
-				dk := k.key(ns.rest)
-				if dk < lo || dk >= hi {
-					continue
-				}
+				dk := k.key(p.rest)
 				// Below cut, the rows read hold every row there is: the
 				// map says whether dk is stored.
-				if hides(stored[dk], ns) {
+				if dk < lo || dk >= hi || hides(stored[dk], p) {
 					continue
 				}
-				out = append(out, keysOnly(b.served(k, ns), only))
+				if kv := b.served(k, p); kv != nil {
+					out = append(out, keysOnly(kv, only))
+				}
 			}
 		}
 		sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
@@ -480,10 +598,10 @@ func (b *Backend) list(ctx context.Context, key, end string, limit, revision int
 	}
 }
 
-// clusterStart is where the namespaces whose defaults can sort at or after
-// a key "<cluster>/<namespace>/<name>" begin: at the cluster's first, since
-// every namespace whose name is a prefix of <namespace> ("a" for "a-b")
-// sorts before it but has its defaults after it.
+// clusterStart is where the parents whose defaults can sort at or after a
+// key "<cluster>/..." begin: at the cluster's first, since a namespace
+// whose name is a prefix of another's ("a" for "a-b") sorts before it but
+// has its defaults after it.
 func clusterStart(rest string) string {
 	if i := strings.IndexByte(rest, '/'); i >= 0 {
 		return rest[:i+1]
@@ -506,26 +624,23 @@ func (b *Backend) ListStream(ctx context.Context, key, end string, limit, revisi
 	return kineserver.ListResult{CurrentRevision: rev, KVc: kvc, Errorc: errc}
 }
 
-// Count adds the namespaces whose defaults fall in [key, end) to the rows
-// there. It is exact unless defaults were changed (counted twice) or
-// deleted, or namespaces are terminating: kine uses it only for the
-// remaining-item count of a paged list, an estimate in Kubernetes too.
+// Count adds the parents whose defaults may fall in [key, end) to the rows
+// there. It is an estimate (defaults that were changed count twice, deleted
+// ones and those of terminating namespaces or of workspaces without an
+// owner count once): kine uses it only for the remaining-item count of a
+// paged list, an estimate in Kubernetes too.
 func (b *Backend) Count(ctx context.Context, key, end string, revision int64) (int64, int64, error) {
 	rev, n, err := b.Backend.Count(ctx, key, end, revision)
 	if err != nil || end == "" {
 		return rev, n, err
 	}
+	at := revision
+	if at == 0 {
+		at = rev
+	}
 	for _, k := range overlaps(key, end) {
-		lo, hi := max(key, k.prefix), min(end, k.end)
-		nsHi := nsEnd
-		if hi < k.end {
-			nsHi = nsPrefix + strings.TrimPrefix(hi, k.prefix)
-		}
-		at := revision
-		if at == 0 {
-			at = rev
-		}
-		_, c, err := b.Backend.Count(ctx, nsPrefix+clusterStart(strings.TrimPrefix(lo, k.prefix)), nsHi, at)
+		from, to := k.parentRange(max(key, k.prefix), min(end, k.end))
+		_, c, err := b.Backend.Count(ctx, from, to, at)
 		if err != nil {
 			return rev, n, err
 		}

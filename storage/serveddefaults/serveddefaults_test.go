@@ -238,21 +238,23 @@ func TestServedDefaults(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := cli.Watch(wctx, "/registry/core/serviceaccounts/", clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(start.Header.Revision+1))
+	var pending []*clientv3.Event
 	next := func(t *testing.T) *clientv3.Event {
 		t.Helper()
-		select {
-		case r := <-w:
-			if err := r.Err(); err != nil {
-				t.Fatal(err)
+		for len(pending) == 0 {
+			select {
+			case r := <-w:
+				if err := r.Err(); err != nil {
+					t.Fatal(err)
+				}
+				pending = append(pending, r.Events...)
+			case <-time.After(10 * time.Second):
+				t.Fatal("no watch event")
 			}
-			if len(r.Events) != 1 {
-				t.Fatalf("want one event, got %v", r.Events)
-			}
-			return r.Events[0]
-		case <-time.After(10 * time.Second):
-			t.Fatal("no watch event")
 		}
-		return nil
+		e := pending[0]
+		pending = pending[1:]
+		return e
 	}
 
 	t.Run("update stores", func(t *testing.T) {
@@ -371,5 +373,95 @@ func TestServedDefaults(t *testing.T) {
 				t.Errorf("%s in pages of %d:\n got %s\nwant %s", prefix, limit, got, whole)
 			}
 		}
+	}
+}
+
+func lcValue(uid, owner string) string {
+	ann := ""
+	if owner != "" {
+		ann = fmt.Sprintf(`,"annotations":{"tenancy.kcp.io/owner":%q}`, fmt.Sprintf(`{"username":%q}`, owner))
+	}
+	return fmt.Sprintf(`{"apiVersion":"tenancy.kcp.io/v1alpha1","kind":"LogicalCluster","metadata":{"name":"cluster","uid":%q,"creationTimestamp":"2026-01-01T00:00:00Z"%s}}`, uid, ann)
+}
+
+// TestServedOwnerBinding: a workspace's owner binding is served from its
+// LogicalCluster's recorded owner.
+func TestServedOwnerBinding(t *testing.T) {
+	cli := start(t)
+	ctx := context.Background()
+	lcKey := func(c string) string { return "/registry/tenancy.kcp.io/logicalclusters/" + c + "/cluster" }
+	crbKey := func(c string) string {
+		return "/registry/rbac.authorization.k8s.io/clusterrolebindings/" + c + "/workspace-owner"
+	}
+	const prefix = "/registry/rbac.authorization.k8s.io/clusterrolebindings/"
+	start, err := cli.Get(ctx, "/", clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(start.Header.Revision+1))
+	var pending []*clientv3.Event
+	next := func() *clientv3.Event {
+		t.Helper()
+		for len(pending) == 0 {
+			select {
+			case r := <-w:
+				if err := r.Err(); err != nil {
+					t.Fatal(err)
+				}
+				pending = append(pending, r.Events...)
+			case <-time.After(10 * time.Second):
+				t.Fatal("no watch event")
+			}
+		}
+		e := pending[0]
+		pending = pending[1:]
+		return e
+	}
+
+	revs := map[string]int64{}
+	for _, c := range []string{"root:x", "root:x-y", "root:x-y-z", "root:y"} {
+		revs[c] = create(t, cli, lcKey(c), lcValue("uid-"+c, "alice@"+c))
+	}
+	create(t, cli, lcKey("root:noowner"), lcValue("uid-n", ""))
+	create(t, cli, prefix+"root:x/admins", `{"kind":"ClusterRoleBinding","apiVersion":"rbac.authorization.k8s.io/v1","metadata":{"name":"admins"}}`)
+	for _, c := range []string{"root:x", "root:x-y", "root:x-y-z", "root:y"} {
+		if e := next(); !e.IsCreate() || string(e.Kv.Key) != crbKey(c) || e.Kv.ModRevision != revs[c] {
+			t.Fatalf("want ADDED %s@%d, got %v", crbKey(c), revs[c], e)
+		}
+	}
+	if e := next(); string(e.Kv.Key) != prefix+"root:x/admins" {
+		t.Fatalf("want the stored binding's event, got %v", e)
+	}
+	kv := get(t, cli, crbKey("root:x-y"))
+	if kv == nil || !strings.Contains(string(kv.Value), `"subjects":[{"kind":"User","apiGroup":"rbac.authorization.k8s.io","name":"alice@root:x-y"}]`) || !strings.Contains(string(kv.Value), `"name":"cluster-admin"`) {
+		t.Fatalf("served owner binding: %v", kv)
+	}
+	if get(t, cli, crbKey("root:noowner")) != nil {
+		t.Error("a workspace without a recorded owner has an owner binding")
+	}
+	r, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{crbKey("root:x-y-z"), crbKey("root:x-y"), prefix + "root:x/admins", crbKey("root:x"), crbKey("root:y")}
+	if got := keysOf(r.Kvs); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("list:\n got %v\nwant %v", got, want)
+	}
+	for limit := int64(1); limit <= 6; limit++ {
+		if got := listPaged(t, cli, prefix, limit, r.Header.Revision); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("pages of %d:\n got %v\nwant %v", limit, got, want)
+		}
+	}
+	// Deleting the workspace's LogicalCluster takes the binding.
+	if !del(t, cli, lcKey("root:y"), get(t, cli, lcKey("root:y")).ModRevision) {
+		t.Fatal("deleting the LogicalCluster")
+	}
+	if e := next(); e.Type != clientv3.EventTypeDelete || string(e.Kv.Key) != crbKey("root:y") {
+		t.Fatalf("want DELETED %s, got %v", crbKey("root:y"), e)
+	}
+	if get(t, cli, crbKey("root:y")) != nil {
+		t.Error("the owner binding of a deleted workspace is served")
 	}
 }

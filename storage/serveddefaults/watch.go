@@ -10,8 +10,8 @@ import (
 // Watch shows the served defaults' changes among kine's events: see the
 // package comment. kine's watch is one stream of every key (its server
 // filters by range), so namespace events and default events arrive in
-// revision order and the served events are put right after the namespace
-// event they derive from, at its revision.
+// revision order and the served events are put right after the event of
+// the namespace (or LogicalCluster) they derive from, at its revision.
 func (b *Backend) Watch(ctx context.Context, revision int64) kineserver.WatchResult {
 	wr := b.Backend.Watch(ctx, revision)
 	out := make(chan kineserver.EventBatch, cap(wr.Eventc))
@@ -43,10 +43,10 @@ func (b *Backend) transform(ctx context.Context, events []*kineserver.Event) []*
 		}
 		var extra []*kineserver.Event
 		replace, drop := e, false
-		if strings.HasPrefix(e.KV.Key, nsPrefix) {
-			extra = b.namespaceEvent(ctx, e)
-		} else if k, nsRest, ok := defaultOf(e.KV.Key); ok {
-			replace, drop = b.defaultEvent(ctx, k, nsRest, e)
+		if src := sourceOf(e.KV.Key); src != nil {
+			extra = b.parentEvent(ctx, src, e)
+		} else if k, pr, ok := defaultOf(e.KV.Key); ok {
+			replace, drop = b.defaultEvent(ctx, k, pr, e)
 		}
 		if !changed && (len(extra) > 0 || drop || replace != e) {
 			changed = true
@@ -66,20 +66,30 @@ func (b *Backend) transform(ctx context.Context, events []*kineserver.Event) []*
 	return out
 }
 
-// namespaceEvent gives the served defaults' events that a namespace event
-// causes: ADDED when it starts to serve them, DELETED when it stops.
-func (b *Backend) namespaceEvent(ctx context.Context, e *kineserver.Event) []*kineserver.Event {
-	var was, is *namespace
+func sourceOf(key string) *source {
+	for _, s := range []*source{namespaces, logicalClusters} {
+		if strings.HasPrefix(key, s.prefix) {
+			return s
+		}
+	}
+	return nil
+}
+
+// parentEvent gives the served defaults' events that an event of a
+// namespace or LogicalCluster causes: ADDED when it starts to serve them,
+// DELETED when it stops.
+func (b *Backend) parentEvent(ctx context.Context, src *source, e *kineserver.Event) []*kineserver.Event {
+	var was, is *parent
 	switch {
 	case e.Create:
-		is = parseNamespace(e.KV)
+		is = parentOf(e.KV)
 	case e.Delete:
-		was = parseNamespace(e.PrevKV)
+		was = parentOf(e.PrevKV)
 	default:
-		if !mayTerminate(e) {
-			return nil
+		if src != namespaces || !mayTerminate(e) {
+			return nil // a LogicalCluster serves its defaults while it exists
 		}
-		was, is = parseNamespace(e.PrevKV), parseNamespace(e.KV)
+		was, is = parentOf(e.PrevKV), parentOf(e.KV)
 	}
 	wasActive, isActive := was != nil && was.active, is != nil && is.active
 	if wasActive == isActive {
@@ -87,21 +97,30 @@ func (b *Backend) namespaceEvent(ctx context.Context, e *kineserver.Event) []*ki
 	}
 	var out []*kineserver.Event
 	for _, k := range kinds {
+		if k.src != src {
+			continue
+		}
 		if isActive {
-			// A new namespace: nothing is stored at its defaults' keys
-			// but, at most, tombstones of an earlier namespace of the name.
+			// A new parent: nothing is stored at its defaults' keys but,
+			// at most, tombstones of an earlier one of the same name.
 			kv := b.served(k, is)
+			if kv == nil {
+				continue
+			}
 			kv.CreateRevision, kv.ModRevision = e.KV.ModRevision, e.KV.ModRevision
 			out = append(out, &kineserver.Event{Create: true, KV: kv})
 			continue
 		}
 		// Terminating or gone: the default goes unless it is a row (which
 		// will have its own delete) or was deleted already.
-		_, stored, err := b.Backend.Get(ctx, k.key(was.rest), e.KV.ModRevision, false)
+		prev := b.served(k, was)
+		if prev == nil {
+			continue
+		}
+		_, stored, err := b.Backend.Get(ctx, prev.Key, e.KV.ModRevision, false)
 		if err != nil || hides(stored, was) {
 			continue
 		}
-		prev := b.served(k, was)
 		gone := *prev
 		gone.ModRevision = e.KV.ModRevision
 		out = append(out, &kineserver.Event{Delete: true, KV: &gone, PrevKV: prev})
@@ -122,7 +141,7 @@ func mayTerminate(e *kineserver.Event) bool {
 
 // defaultEvent rewrites a stored event at a default's key as clients see
 // it, or drops it (drop true) when clients see no change.
-func (b *Backend) defaultEvent(ctx context.Context, k *kind, nsRest string, e *kineserver.Event) (*kineserver.Event, bool) {
+func (b *Backend) defaultEvent(ctx context.Context, k *kind, parentRest string, e *kineserver.Event) (*kineserver.Event, bool) {
 	prevStored := e.PrevKV
 	if e.Create {
 		prevStored = nil
@@ -142,9 +161,9 @@ func (b *Backend) defaultEvent(ctx context.Context, k *kind, nsRest string, e *k
 	var prev *kineserver.KeyValue
 	if prevRow {
 		prev = prevStored
-	} else if _, nskv, err := b.Backend.Get(ctx, nsPrefix+nsRest, e.KV.ModRevision, false); err == nil {
-		if ns := parseNamespace(nskv); ns != nil && ns.active && !hides(prevStored, ns) {
-			prev = b.served(k, ns)
+	} else if _, pkv, err := b.Backend.Get(ctx, k.src.prefix+parentRest, e.KV.ModRevision, false); err == nil {
+		if p := parentOf(pkv); p != nil && p.active && !hides(prevStored, p) {
+			prev = b.served(k, p)
 		}
 	}
 	switch {

@@ -81,6 +81,11 @@ func NewController(loopback *rest.Config, serverURL string, deleteClusterData fu
 	return c, nil
 }
 
+// OwnerBindingServed says that the storage layer serves every workspace's
+// owner binding from its LogicalCluster (storage/serveddefaults), so the
+// controller does not write it.
+func (c *Controller) OwnerBindingServed() { c.r.ownerBindingServed = true }
+
 // Run processes the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
 	go func() {

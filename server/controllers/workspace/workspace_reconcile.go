@@ -29,6 +29,8 @@ type reconciler struct {
 	// limits are the caps the child's LogicalCluster has now (nil: not
 	// kept in sync, as in unit tests).
 	limits func(logicalcluster.Name) tenancy.Limits
+	// ownerBindingServed: the storage layer serves the owner's binding.
+	ownerBindingServed bool
 }
 
 func clientsFor(loopback *rest.Config) (func(logicalcluster.Name) (*clients, error), error) {

@@ -85,7 +85,7 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 	if err := createNamespaces(ctx, cc, DefaultNamespaces...); err != nil {
 		return 0, err
 	}
-	if owner, ok := ownerOf(ws); ok {
+	if owner, ok := ownerOf(ws); ok && !r.ownerBindingServed {
 		if err := r.grantOwner(ctx, cc, owner); err != nil {
 			return 0, err
 		}
