@@ -108,7 +108,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			return err
 		}
 		writers := func(ctx context.Context) {
-			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), !o.StoreNamespaceDefaults, clusters, crds, deleteClusterData, namespaces)
+			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), !o.StoreDefaults, clusters, crds, deleteClusterData, namespaces)
 			if c, err := synctarget.NewController(hc.LoopbackClientConfig, o.SyncTargetHeartbeatTimeout); err == nil {
 				go c.Run(ctx, 2)
 			} else {

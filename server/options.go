@@ -50,9 +50,8 @@ type Options struct {
 	Datastore string
 	// DatastoreNotify wakes kine on PostgreSQL notifications.
 	DatastoreNotify bool
-	// StoreNamespaceDefaults stores every namespace's service account
-	// "default" and config map "kube-root-ca.crt" instead of serving them.
-	StoreNamespaceDefaults bool
+	// StoreDefaults stores the defaults storage/serveddefaults serves.
+	StoreDefaults bool
 	// ChangeHistory records every object change in kcp_changes.
 	ChangeHistory          bool
 	ChangeHistoryRetention time.Duration
@@ -161,8 +160,8 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"Where objects are stored. Empty: <root-dir>/kcp.db. sqlite:///path/to/file.db for another SQLite file, or postgres://user:password@host:5432/dbname (the database is created if missing).")
 	fs.BoolVar(&o.DatastoreNotify, "datastore-notify", o.DatastoreNotify,
 		"PostgreSQL only: wake up on LISTEN/NOTIFY when another replica writes, instead of polling every second. Turn off only to measure the difference.")
-	fs.BoolVar(&o.StoreNamespaceDefaults, "store-namespace-defaults", o.StoreNamespaceDefaults,
-		"Store every namespace's service account \"default\" and config map \"kube-root-ca.crt\" as rows (two writes per namespace, as kcp did before) instead of serving them until they are changed. Clients see the same objects either way; rows already stored stay. Every replica must use the same setting. See docs/architecture.md.")
+	fs.BoolVar(&o.StoreDefaults, "store-defaults", o.StoreDefaults,
+		"Store every namespace's service account \"default\" and config map \"kube-root-ca.crt\" and every workspace's ClusterRoleBinding \"workspace-owner\" as rows (as kcp did before: two writes per namespace, one per workspace) instead of serving them until they are changed. Clients see the same objects either way; rows already stored stay. Every replica must use the same setting. See docs/architecture.md.")
 	fs.BoolVar(&o.ChangeHistory, "change-history", o.ChangeHistory,
 		"Record every create, update and delete of every object, per logical cluster, in the SQL table kcp_changes (kept past kine's compaction; see docs/sql-auditing.md). Applies to the whole datastore, for all replicas.")
 	fs.DurationVar(&o.ChangeHistoryRetention, "change-history-retention", o.ChangeHistoryRetention,
@@ -216,7 +215,7 @@ type CompletedOptions struct {
 	RootDir                    string
 	Datastore                  *datastore.Datastore
 	DatastoreNotify            bool
-	StoreNamespaceDefaults     bool
+	StoreDefaults              bool
 	ChangeHistory              bool
 	Retention                  time.Duration
 	// kine's compaction (interval, newest revisions kept)
@@ -293,7 +292,7 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, StoreNamespaceDefaults: o.StoreNamespaceDefaults, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
+	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, StoreDefaults: o.StoreDefaults, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
 		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout, PushMode: o.PushMode, PlacementEvictionDelay: o.PlacementEvictionDelay,
 		WorkspaceLimits: o.WorkspaceLimits}, nil
 }

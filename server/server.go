@@ -72,7 +72,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 
 	kcfg := embeddedkine.NewConfig(o.Datastore, o.RootDir)
 	kcfg.Notify = o.DatastoreNotify
-	if !o.StoreNamespaceDefaults {
+	if !o.StoreDefaults {
 		ca, err := os.ReadFile(o.PKI.CACert())
 		if err != nil {
 			return err

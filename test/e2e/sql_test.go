@@ -65,17 +65,17 @@ func TestSQLShowsObjectsPerCluster(t *testing.T) {
 			}
 			return got
 		}
-		// A new workspace stores its LogicalCluster, the namespaces default,
-		// kube-system and kube-public, and the owner's binding; then the
-		// shop namespace and the live configmaps (a deleted one is not
-		// live). Each namespace's default service account and
-		// kube-root-ca.crt are served, not stored: no rows (but the API
-		// has them, checked below).
-		framework.Eventually(t, 20*time.Second, "footprint root:sql-a=7 root:sql-b=7", func() (bool, string) {
+		// A new workspace stores its LogicalCluster and the namespaces
+		// default, kube-system and kube-public; then the shop namespace
+		// and the live configmaps (a deleted one is not live). Each
+		// namespace's default service account and kube-root-ca.crt, and
+		// the owner's binding, are served, not stored: no rows (but the
+		// API has them, checked below).
+		framework.Eventually(t, 20*time.Second, "footprint root:sql-a=6 root:sql-b=6", func() (bool, string) {
 			got := footprint()
-			return got["root:sql-a"] == 7 && got["root:sql-b"] == 7 && got["root"] > 0, fmt.Sprint(got)
+			return got["root:sql-a"] == 6 && got["root:sql-b"] == 6 && got["root"] > 0, fmt.Sprint(got)
 		})
-		if out := s.Kubectl("root:sql-a", "get", "serviceaccounts,configmaps", "-A", "-o", "name"); strings.Count(out, "serviceaccount/default") != 4 || strings.Count(out, "configmap/kube-root-ca.crt") != 4 {
+		if out := s.Kubectl("root:sql-a", "get", "serviceaccounts,configmaps,clusterrolebindings", "-A", "-o", "name"); strings.Count(out, "serviceaccount/default") != 4 || strings.Count(out, "configmap/kube-root-ca.crt") != 4 || !strings.Contains(out, "clusterrolebinding.rbac.authorization.k8s.io/workspace-owner") {
 			t.Errorf("the API does not serve every namespace's defaults:\n%s", out)
 		}
 		q := `SELECT namespace, name FROM kcp_objects WHERE cluster = 'root:sql-a' AND resource = 'configmaps' AND name LIKE 'cm-%'`
