@@ -184,6 +184,9 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 		klog.ErrorS(err, "workspace controller")
 	}
 	if c, err := namespacedefaults.NewController(loopback, caPEM, clusters.State, namespaces); err == nil {
+		if servedDefaults {
+			c.DefaultsServed()
+		}
 		go c.Run(ctx, 2)
 	} else {
 		klog.ErrorS(err, "namespace defaults controller")

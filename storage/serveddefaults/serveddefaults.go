@@ -188,6 +188,7 @@ func (k *kind) cutAfter(rest string) string {
 type Backend struct {
 	kineserver.Backend
 	caPEM string
+	memo  memo
 }
 
 // New serves the defaults on top of b; caPEM is what kube-root-ca.crt holds

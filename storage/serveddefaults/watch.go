@@ -3,6 +3,7 @@ package serveddefaults
 import (
 	"context"
 	"strings"
+	"sync"
 
 	kineserver "github.com/k3s-io/kine/pkg/server"
 )
@@ -20,7 +21,7 @@ func (b *Backend) Watch(ctx context.Context, revision int64) kineserver.WatchRes
 	go func() {
 		defer close(out)
 		for batch := range in {
-			batch.Events = b.transform(ctx, batch.Events)
+			batch.Events = b.transformShared(ctx, batch.Events)
 			select {
 			case out <- batch:
 			case <-ctx.Done():
@@ -32,6 +33,47 @@ func (b *Backend) Watch(ctx context.Context, revision int64) kineserver.WatchRes
 		}
 	}()
 	return wr
+}
+
+// transformShared transforms a batch once for all watches: kine hands the
+// same batch to every watch that is caught up (one per watched resource,
+// dozens in all), so the served objects of a new namespace are encoded, and
+// the reads some events need are made, once rather than once per watch.
+func (b *Backend) transformShared(ctx context.Context, events []*kineserver.Event) []*kineserver.Event {
+	if len(events) == 0 {
+		return events
+	}
+	key := memoKey{first: events[0], n: len(events)}
+	b.memo.Lock()
+	for i := range b.memo.keys {
+		if b.memo.keys[i] == key {
+			out := b.memo.vals[i]
+			b.memo.Unlock()
+			return out
+		}
+	}
+	b.memo.Unlock()
+	out := b.transform(ctx, events)
+	b.memo.Lock()
+	b.memo.keys[b.memo.next], b.memo.vals[b.memo.next] = key, out
+	b.memo.next = (b.memo.next + 1) % len(b.memo.keys)
+	b.memo.Unlock()
+	return out
+}
+
+// memoKey names a batch: its first event (allocated once, shared by every
+// watch that gets the batch) and its length.
+type memoKey struct {
+	first *kineserver.Event
+	n     int
+}
+
+// memo holds the latest transformed batches.
+type memo struct {
+	sync.Mutex
+	keys [64]memoKey
+	vals [64][]*kineserver.Event
+	next int
 }
 
 func (b *Backend) transform(ctx context.Context, events []*kineserver.Event) []*kineserver.Event {
@@ -63,7 +105,9 @@ func (b *Backend) transform(ctx context.Context, events []*kineserver.Event) []*
 	if !changed {
 		return events
 	}
-	return out
+	// Full: kine's watch loop appends later batches to this slice, and
+	// every watch shares it (transformShared).
+	return out[:len(out):len(out)]
 }
 
 func sourceOf(key string) *source {

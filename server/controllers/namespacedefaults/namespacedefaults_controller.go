@@ -34,7 +34,17 @@ type Controller struct {
 	namespaces *clusterinformer.Namespaces
 	handler    cache.ResourceEventHandler
 	r          *reconciler
+	// served: the storage layer serves the defaults (storage/serveddefaults);
+	// the controller writes only when one was deleted or changed.
+	served bool
 }
+
+// servedGrace is how long after a namespace's event its served defaults
+// are looked at.
+const servedGrace = 10 * time.Second
+
+// DefaultsServed says that the storage layer serves the defaults.
+func (c *Controller) DefaultsServed() { c.served = true }
 
 // NewController builds the controller on the server's shared namespace
 // informer; caPEM is published as ca.crt.
@@ -51,20 +61,39 @@ func NewController(loopback *rest.Config, caPEM string, state func(logicalcluste
 	rc := wildcard.CoreV1().RESTClient()
 	// Every event names a namespace to look at: the namespace itself, or the
 	// namespace of a default object.
-	nsKey := func(obj interface{}) {
+	nsKey := func(obj interface{}) string {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
 		switch o := obj.(type) {
 		case *corev1.Namespace:
-			c.queue.Add(clusterinformer.Key(clusterinformer.ClusterOf(o), "", o.Name))
+			return clusterinformer.Key(clusterinformer.ClusterOf(o), "", o.Name)
 		case *corev1.ServiceAccount:
-			c.queue.Add(clusterinformer.Key(clusterinformer.ClusterOf(o), "", o.Namespace))
+			return clusterinformer.Key(clusterinformer.ClusterOf(o), "", o.Namespace)
 		case *corev1.ConfigMap:
-			c.queue.Add(clusterinformer.Key(clusterinformer.ClusterOf(o), "", o.Namespace))
+			return clusterinformer.Key(clusterinformer.ClusterOf(o), "", o.Namespace)
+		}
+		return ""
+	}
+	now := func(obj interface{}) {
+		if k := nsKey(obj); k != "" {
+			c.queue.Add(k)
 		}
 	}
-	handler := cache.ResourceEventHandlerFuncs{AddFunc: nsKey, UpdateFunc: func(_, o interface{}) { nsKey(o) }, DeleteFunc: nsKey}
+	// When the storage layer serves the defaults, a new namespace's
+	// defaults appear at the namespace's own revision, but their events
+	// reach the three informers one after the other: a look at the first
+	// event would find the others missing and try to create them (refused,
+	// but a request each). What needs a write (a default deleted or
+	// changed) is an update or a delete, looked at at once.
+	added := func(obj interface{}) {
+		if !c.served {
+			now(obj)
+		} else if k := nsKey(obj); k != "" {
+			c.queue.AddAfter(k, servedGrace)
+		}
+	}
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: added, UpdateFunc: func(_, o interface{}) { now(o) }, DeleteFunc: now}
 	c.handler = handler
 	// The caches keep what the reconciler reads: that a default exists and,
 	// for a config map, whether it holds exactly the CA. A config map that
