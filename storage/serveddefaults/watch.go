@@ -16,20 +16,40 @@ import (
 func (b *Backend) Watch(ctx context.Context, revision int64) kineserver.WatchResult {
 	wr := b.Backend.Watch(ctx, revision)
 	out := make(chan kineserver.EventBatch, cap(wr.Eventc))
-	in := wr.Eventc
-	wr.Eventc = out
+	errc := make(chan error, 1)
+	in, kineErrc := wr.Eventc, wr.Errorc
+	wr.Eventc, wr.Errorc = out, errc
+	drain := func() {
+		for range in {
+		}
+	}
 	go func() {
+		// kine's server reads the error once the events end.
 		defer close(out)
 		for batch := range in {
-			batch.Events = b.transformShared(ctx, batch.Events)
+			events, err := b.transformShared(ctx, batch.Events)
+			if err != nil {
+				// A read the events needed failed (the datastore is
+				// down): end the watch with the error rather than send
+				// events with some missing; the client watches again
+				// from its last revision.
+				errc <- err
+				go drain()
+				return
+			}
+			batch.Events = events
 			select {
 			case out <- batch:
 			case <-ctx.Done():
 				// The reader is gone; let kine's sender finish.
-				for range in {
-				}
+				drain()
 				return
 			}
+		}
+		select {
+		case err := <-kineErrc:
+			errc <- err
+		default:
 		}
 	}()
 	return wr
@@ -39,9 +59,9 @@ func (b *Backend) Watch(ctx context.Context, revision int64) kineserver.WatchRes
 // same batch to every watch that is caught up (one per watched resource,
 // dozens in all), so the served objects of a new namespace are encoded, and
 // the reads some events need are made, once rather than once per watch.
-func (b *Backend) transformShared(ctx context.Context, events []*kineserver.Event) []*kineserver.Event {
+func (b *Backend) transformShared(ctx context.Context, events []*kineserver.Event) ([]*kineserver.Event, error) {
 	if len(events) == 0 {
-		return events
+		return events, nil
 	}
 	key := memoKey{first: events[0], n: len(events)}
 	b.memo.Lock()
@@ -49,16 +69,19 @@ func (b *Backend) transformShared(ctx context.Context, events []*kineserver.Even
 		if b.memo.keys[i] == key {
 			out := b.memo.vals[i]
 			b.memo.Unlock()
-			return out
+			return out, nil
 		}
 	}
 	b.memo.Unlock()
-	out := b.transform(ctx, events)
+	out, err := b.transform(ctx, events)
+	if err != nil {
+		return nil, err
+	}
 	b.memo.Lock()
 	b.memo.keys[b.memo.next], b.memo.vals[b.memo.next] = key, out
 	b.memo.next = (b.memo.next + 1) % len(b.memo.keys)
 	b.memo.Unlock()
-	return out
+	return out, nil
 }
 
 // memoKey names a batch: its first event (allocated once, shared by every
@@ -76,7 +99,7 @@ type memo struct {
 	next int
 }
 
-func (b *Backend) transform(ctx context.Context, events []*kineserver.Event) []*kineserver.Event {
+func (b *Backend) transform(ctx context.Context, events []*kineserver.Event) ([]*kineserver.Event, error) {
 	var out []*kineserver.Event
 	changed := false
 	for i, e := range events {
@@ -84,11 +107,15 @@ func (b *Backend) transform(ctx context.Context, events []*kineserver.Event) []*
 			continue
 		}
 		var extra []*kineserver.Event
+		var err error
 		replace, drop := e, false
 		if src := sourceOf(e.KV.Key); src != nil {
-			extra = b.parentEvent(ctx, src, e)
+			extra, err = b.parentEvent(ctx, src, e)
 		} else if k, pr, ok := defaultOf(e.KV.Key); ok {
-			replace, drop = b.defaultEvent(ctx, k, pr, e)
+			replace, drop, err = b.defaultEvent(ctx, k, pr, e)
+		}
+		if err != nil {
+			return nil, err
 		}
 		if !changed && (len(extra) > 0 || drop || replace != e) {
 			changed = true
@@ -103,11 +130,11 @@ func (b *Backend) transform(ctx context.Context, events []*kineserver.Event) []*
 		out = append(out, extra...)
 	}
 	if !changed {
-		return events
+		return events, nil
 	}
 	// Full: kine's watch loop appends later batches to this slice, and
 	// every watch shares it (transformShared).
-	return out[:len(out):len(out)]
+	return out[:len(out):len(out)], nil
 }
 
 func sourceOf(key string) *source {
@@ -122,7 +149,7 @@ func sourceOf(key string) *source {
 // parentEvent gives the served defaults' events that an event of a
 // namespace or LogicalCluster causes: ADDED when it starts to serve them,
 // DELETED when it stops.
-func (b *Backend) parentEvent(ctx context.Context, src *source, e *kineserver.Event) []*kineserver.Event {
+func (b *Backend) parentEvent(ctx context.Context, src *source, e *kineserver.Event) ([]*kineserver.Event, error) {
 	var was, is *parent
 	switch {
 	case e.Create:
@@ -131,13 +158,13 @@ func (b *Backend) parentEvent(ctx context.Context, src *source, e *kineserver.Ev
 		was = parentOf(e.PrevKV)
 	default:
 		if src != namespaces || !mayTerminate(e) {
-			return nil // a LogicalCluster serves its defaults while it exists
+			return nil, nil // a LogicalCluster serves its defaults while it exists
 		}
 		was, is = parentOf(e.PrevKV), parentOf(e.KV)
 	}
 	wasActive, isActive := was != nil && was.active, is != nil && is.active
 	if wasActive == isActive {
-		return nil
+		return nil, nil
 	}
 	var out []*kineserver.Event
 	for _, k := range kinds {
@@ -162,14 +189,17 @@ func (b *Backend) parentEvent(ctx context.Context, src *source, e *kineserver.Ev
 			continue
 		}
 		_, stored, err := b.Backend.Get(ctx, prev.Key, e.KV.ModRevision, false)
-		if err != nil || hides(stored, was) {
+		if err != nil {
+			return nil, err
+		}
+		if hides(stored, was) {
 			continue
 		}
 		gone := *prev
 		gone.ModRevision = e.KV.ModRevision
 		out = append(out, &kineserver.Event{Delete: true, KV: &gone, PrevKV: prev})
 	}
-	return out
+	return out, nil
 }
 
 // mayTerminate says cheaply whether an update of a namespace can have
@@ -185,7 +215,7 @@ func mayTerminate(e *kineserver.Event) bool {
 
 // defaultEvent rewrites a stored event at a default's key as clients see
 // it, or drops it (drop true) when clients see no change.
-func (b *Backend) defaultEvent(ctx context.Context, k *kind, parentRest string, e *kineserver.Event) (*kineserver.Event, bool) {
+func (b *Backend) defaultEvent(ctx context.Context, k *kind, parentRest string, e *kineserver.Event) (*kineserver.Event, bool, error) {
 	prevStored := e.PrevKV
 	if e.Create {
 		prevStored = nil
@@ -193,36 +223,40 @@ func (b *Backend) defaultEvent(ctx context.Context, k *kind, parentRest string, 
 	prevRow := prevStored != nil && !isTombstone(prevStored)
 	nowTomb := !e.Delete && isTombstone(e.KV)
 	if prevRow && !nowTomb {
-		return e, false // an ordinary update or delete of a row
+		return e, false, nil // an ordinary update or delete of a row
 	}
 	if e.Delete && isTombstone(prevStored) {
-		return nil, true // a tombstone cleared: the default was gone already
+		return nil, true, nil // a tombstone cleared: the default was gone already
 	}
 	if e.Delete {
-		return e, false
+		return e, false, nil
 	}
 	// The value before, as clients saw it: the row, or the served object.
 	var prev *kineserver.KeyValue
 	if prevRow {
 		prev = prevStored
-	} else if _, pkv, err := b.Backend.Get(ctx, k.src.prefix+parentRest, e.KV.ModRevision, false); err == nil {
+	} else {
+		_, pkv, err := b.Backend.Get(ctx, k.src.prefix+parentRest, e.KV.ModRevision, false)
+		if err != nil {
+			return nil, false, err
+		}
 		if p := parentOf(pkv); p != nil && p.active && !hides(prevStored, p) {
 			prev = b.served(k, p)
 		}
 	}
 	switch {
 	case nowTomb && prev == nil:
-		return nil, true
+		return nil, true, nil
 	case nowTomb:
 		gone := *prev
 		gone.ModRevision = e.KV.ModRevision
-		return &kineserver.Event{Delete: true, KV: &gone, PrevKV: prev}, false
+		return &kineserver.Event{Delete: true, KV: &gone, PrevKV: prev}, false, nil
 	case prev == nil:
 		kv := *e.KV
 		kv.CreateRevision = kv.ModRevision
-		return &kineserver.Event{Create: true, KV: &kv}, false
+		return &kineserver.Event{Create: true, KV: &kv}, false, nil
 	}
 	kv := *e.KV
 	kv.CreateRevision = prev.CreateRevision
-	return &kineserver.Event{KV: &kv, PrevKV: prev}, false
+	return &kineserver.Event{KV: &kv, PrevKV: prev}, false, nil
 }
