@@ -94,8 +94,8 @@ type memoKey struct {
 // memo holds the latest transformed batches.
 type memo struct {
 	sync.Mutex
-	keys [64]memoKey
-	vals [64][]*kineserver.Event
+	keys [8]memoKey
+	vals [8][]*kineserver.Event
 	next int
 }
 
