@@ -33,6 +33,7 @@ import (
 	"github.com/kcpsql/kcp/server/errorlimit"
 	"github.com/kcpsql/kcp/server/exportview"
 	"github.com/kcpsql/kcp/server/incarnations"
+	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/negotiated"
 	"github.com/kcpsql/kcp/server/requestlimits"
@@ -113,6 +114,12 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	defer closeRevisions()
 	began := &incarnations.Tracker{CreateRevision: createRevision}
 	makeClusterAware(config, crds, boundAPIs, began)
+	// A logical cluster serves requests from the moment its LogicalCluster
+	// is stored, so it is stored Ready (and with its URL): one status write
+	// less per workspace. Its Workspace stays Initializing until the
+	// workspace controller has made its namespaces and bindings.
+	config.APIExtensions.ExtraConfig.CRDRESTOptionsGetter = clusterstore.WithOnCreate(config.APIExtensions.ExtraConfig.CRDRESTOptionsGetter,
+		tenancy.LogicalClustersResource.GroupResource(), logicalclusters.StoredReady(o.ServerURL))
 	// API priority and fairness shares the server between logical clusters
 	// (clusterapf); one controller serves all three servers of the chain.
 	var apf *clusterapf.FlowControl

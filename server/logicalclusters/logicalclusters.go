@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -147,4 +148,25 @@ func LimitsOf(u *unstructured.Unstructured, fields ...string) tenancy.Limits {
 	objects, _, _ := unstructured.NestedInt64(u.Object, append(fields, "objects")...)
 	bytes, _, _ := unstructured.NestedInt64(u.Object, append(fields, "bytes")...)
 	return tenancy.Limits{Objects: objects, Bytes: bytes}
+}
+
+// StoredReady completes a new LogicalCluster (clusterstore.WithOnCreate)
+// with status.phase Ready and status.URL (serverURL/clusters/<cluster>): a
+// logical cluster serves requests from the moment its LogicalCluster is
+// stored. Its Workspace says whether it is initialized.
+func StoredReady(serverURL string) func(runtime.Object) {
+	return func(obj runtime.Object) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return
+		}
+		if p, _, _ := unstructured.NestedString(u.Object, "status", "phase"); p != "" {
+			return
+		}
+		status := map[string]interface{}{"phase": tenancy.PhaseReady}
+		if c := u.GetAnnotations()[logicalcluster.Annotation]; c != "" {
+			status["URL"] = serverURL + "/clusters/" + c
+		}
+		u.Object["status"] = status
+	}
 }

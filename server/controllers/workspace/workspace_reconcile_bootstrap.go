@@ -104,11 +104,15 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 		}
 		return retry, err
 	}
-	if err := unstructured.SetNestedField(created.Object, map[string]interface{}{"phase": tenancy.PhaseReady, "URL": url}, "status"); err != nil {
-		return 0, err
-	}
-	if _, err := lcs.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		return 0, err
+	// The server stores a new LogicalCluster Ready (logicalclusters.
+	// StoredReady); one stored by an earlier release is made Ready here.
+	if phase, _, _ := unstructured.NestedString(created.Object, "status", "phase"); phase != tenancy.PhaseReady {
+		if err := unstructured.SetNestedField(created.Object, map[string]interface{}{"phase": tenancy.PhaseReady, "URL": url}, "status"); err != nil {
+			return 0, err
+		}
+		if _, err := lcs.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			return 0, err
+		}
 	}
 	return 0, r.setStatus(ctx, parent, ws, tenancy.PhaseReady, url, "")
 }
