@@ -145,6 +145,29 @@ func listPaged(t *testing.T, cli *clientv3.Client, prefix string, limit, rev int
 	}
 }
 
+// eventsOf returns the events of w one at a time (kine may send several in
+// one response).
+func eventsOf(w clientv3.WatchChan) func(t *testing.T) *clientv3.Event {
+	var pending []*clientv3.Event
+	return func(t *testing.T) *clientv3.Event {
+		t.Helper()
+		for len(pending) == 0 {
+			select {
+			case r := <-w:
+				if err := r.Err(); err != nil {
+					t.Fatal(err)
+				}
+				pending = append(pending, r.Events...)
+			case <-time.After(10 * time.Second):
+				t.Fatal("no watch event")
+			}
+		}
+		e := pending[0]
+		pending = pending[1:]
+		return e
+	}
+}
+
 func TestServedDefaults(t *testing.T) {
 	cli := start(t)
 	ctx := context.Background()
@@ -238,24 +261,8 @@ func TestServedDefaults(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := cli.Watch(wctx, "/registry/core/serviceaccounts/", clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(start.Header.Revision+1))
-	var pending []*clientv3.Event
-	next := func(t *testing.T) *clientv3.Event {
-		t.Helper()
-		for len(pending) == 0 {
-			select {
-			case r := <-w:
-				if err := r.Err(); err != nil {
-					t.Fatal(err)
-				}
-				pending = append(pending, r.Events...)
-			case <-time.After(10 * time.Second):
-				t.Fatal("no watch event")
-			}
-		}
-		e := pending[0]
-		pending = pending[1:]
-		return e
-	}
+	events := eventsOf(w)
+	next := func(t *testing.T) *clientv3.Event { return events(t) }
 
 	t.Run("update stores", func(t *testing.T) {
 		key := saKey("root:x", "a")
@@ -401,24 +408,8 @@ func TestServedOwnerBinding(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(start.Header.Revision+1))
-	var pending []*clientv3.Event
-	next := func() *clientv3.Event {
-		t.Helper()
-		for len(pending) == 0 {
-			select {
-			case r := <-w:
-				if err := r.Err(); err != nil {
-					t.Fatal(err)
-				}
-				pending = append(pending, r.Events...)
-			case <-time.After(10 * time.Second):
-				t.Fatal("no watch event")
-			}
-		}
-		e := pending[0]
-		pending = pending[1:]
-		return e
-	}
+	events := eventsOf(w)
+	next := func() *clientv3.Event { return events(t) }
 
 	revs := map[string]int64{}
 	for _, c := range []string{"root:x", "root:x-y", "root:x-y-z", "root:y"} {
