@@ -2,10 +2,13 @@ package serveddefaults
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
+	"time"
 
 	kineserver "github.com/k3s-io/kine/pkg/server"
+	"k8s.io/klog/v2"
 )
 
 // Watch shows the served defaults' changes among kine's events: see the
@@ -29,10 +32,10 @@ func (b *Backend) Watch(ctx context.Context, revision int64) kineserver.WatchRes
 		for batch := range in {
 			events, err := b.transformShared(ctx, batch.Events)
 			if err != nil {
-				// A read the events needed failed (the datastore is
-				// down): end the watch with the error rather than send
-				// events with some missing; the client watches again
-				// from its last revision.
+				// A read the events needed is impossible (its revision
+				// was compacted) or the watch ended: end it with the
+				// error rather than send events with some missing; the
+				// client watches again from its last revision.
 				errc <- err
 				go drain()
 				return
@@ -188,7 +191,7 @@ func (b *Backend) parentEvent(ctx context.Context, src *source, e *kineserver.Ev
 		if prev == nil {
 			continue
 		}
-		_, stored, err := b.Backend.Get(ctx, prev.Key, e.KV.ModRevision, false)
+		stored, err := b.readAt(ctx, prev.Key, e.KV.ModRevision)
 		if err != nil {
 			return nil, err
 		}
@@ -200,6 +203,29 @@ func (b *Backend) parentEvent(ctx context.Context, src *source, e *kineserver.Ev
 		out = append(out, &kineserver.Event{Delete: true, KV: &gone, PrevKV: prev})
 	}
 	return out, nil
+}
+
+// readAt reads key at revision for a watch, as kine's own watch reads the
+// log: while the datastore fails it tries again, with growing pauses, so
+// the watch waits rather than ends (every watch reads the same batch at
+// the same moment: ending them all at once is what a datastore fault must
+// not cause). Only a compacted revision or the end of the watch is an
+// error.
+func (b *Backend) readAt(ctx context.Context, key string, revision int64) (*kineserver.KeyValue, error) {
+	pause := 50 * time.Millisecond
+	for {
+		_, kv, err := b.Backend.Get(ctx, key, revision, false)
+		if err == nil || errors.Is(err, kineserver.ErrCompacted) {
+			return kv, err
+		}
+		klog.V(2).InfoS("served defaults: a read for a watch failed; trying again", "key", key, "revision", revision, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
 }
 
 // mayTerminate says cheaply whether an update of a namespace can have
@@ -236,7 +262,7 @@ func (b *Backend) defaultEvent(ctx context.Context, k *kind, parentRest string, 
 	if prevRow {
 		prev = prevStored
 	} else {
-		_, pkv, err := b.Backend.Get(ctx, k.src.prefix+parentRest, e.KV.ModRevision, false)
+		pkv, err := b.readAt(ctx, k.src.prefix+parentRest, e.KV.ModRevision)
 		if err != nil {
 			return nil, false, err
 		}

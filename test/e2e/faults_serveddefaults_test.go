@@ -31,6 +31,11 @@ func TestFaultServedDefaultsSessionsKilled(t *testing.T) {
 	s := framework.StartServer(t, ds)
 	const ws = "root:served-faults"
 	s.CreateWorkspaces(ws)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log:\n%s", s.LogTail(200))
+		}
+	})
 	ctx := context.Background()
 	cfg := s.Config(ws)
 	cfg.QPS, cfg.Burst, cfg.Timeout = -1, 0, 30*time.Second
