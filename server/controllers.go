@@ -183,10 +183,7 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 	} else {
 		klog.ErrorS(err, "workspace controller")
 	}
-	if c, err := namespacedefaults.NewController(loopback, caPEM, clusters.State, namespaces); err == nil {
-		if servedDefaults {
-			c.DefaultsServed()
-		}
+	if c, err := namespacedefaults.NewController(loopback, caPEM, clusters.State, namespaces, servedDefaults); err == nil {
 		go c.Run(ctx, 2)
 	} else {
 		klog.ErrorS(err, "namespace defaults controller")

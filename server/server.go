@@ -19,6 +19,7 @@ import (
 	genericcp "k8s.io/kubernetes/pkg/controlplane/apiserver/samples/generic/server"
 
 	"github.com/kcpsql/kcp/migrations"
+	"github.com/kcpsql/kcp/schema/tenancy"
 	apibindingadmission "github.com/kcpsql/kcp/server/admission/apibinding"
 	"github.com/kcpsql/kcp/server/admission/crdlimits"
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
@@ -33,7 +34,6 @@ import (
 	"github.com/kcpsql/kcp/server/errorlimit"
 	"github.com/kcpsql/kcp/server/exportview"
 	"github.com/kcpsql/kcp/server/incarnations"
-	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/negotiated"
 	"github.com/kcpsql/kcp/server/requestlimits"

@@ -157,3 +157,9 @@ func (l listOnly) WatchWithContext(ctx context.Context, o metav1.ListOptions) (w
 }
 
 func (listOnly) IsWatchListSemanticsUnSupported() bool { return true }
+
+// Whole is lw as kcp's informers across clusters list and watch: one
+// unpaged list, and no initial state streamed as watch events (see
+// listOnly). For a reflector of one's own over a store that is not an
+// informer's cache.
+func Whole(lw cache.ListerWatcher) cache.ListerWatcher { return listOnly{lw} }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -32,23 +34,19 @@ type Controller struct {
 	queue      workqueue.TypedRateLimitingInterface[string]
 	informers  []cache.Controller
 	namespaces *clusterinformer.Namespaces
-	handler    cache.ResourceEventHandler
-	r          *reconciler
-	// served: the storage layer serves the defaults (storage/serveddefaults);
-	// the controller writes only when one was deleted or changed.
-	served bool
+	// handler hears the shared namespace informer; nil when the defaults
+	// are served (a new namespace has them without a write).
+	handler cache.ResourceEventHandler
+	r       *reconciler
 }
 
-// servedGrace is how long after a namespace's event its served defaults
-// are looked at.
-const servedGrace = 10 * time.Second
-
-// DefaultsServed says that the storage layer serves the defaults.
-func (c *Controller) DefaultsServed() { c.served = true }
-
 // NewController builds the controller on the server's shared namespace
-// informer; caPEM is published as ca.crt.
-func NewController(loopback *rest.Config, caPEM string, state func(logicalcluster.Name) (exists, terminating bool), namespaces *clusterinformer.Namespaces) (*Controller, error) {
+// informer; caPEM is published as ca.crt. served says that the storage
+// layer serves the defaults (storage/serveddefaults): the controller then
+// writes only when one was deleted or a kube-root-ca.crt changed, and
+// keeps no cache of them (it watches their changes and reads the few it
+// acts on).
+func NewController(loopback *rest.Config, caPEM string, state func(logicalcluster.Name) (exists, terminating bool), namespaces *clusterinformer.Namespaces, served bool) (*Controller, error) {
 	wildcard, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
@@ -59,41 +57,30 @@ func NewController(loopback *rest.Config, caPEM string, state func(logicalcluste
 	}
 	c := &Controller{queue: worker.NewQueue[string](name), namespaces: namespaces}
 	rc := wildcard.CoreV1().RESTClient()
+	c.r = &reconciler{
+		caPEM: caPEM,
+		state: state,
+		getNamespace: func(_ context.Context, cl logicalcluster.Name, ns string) (*corev1.Namespace, error) {
+			o, _ := get(namespaces.Indexer(), clusterinformer.Key(cl, "", ns)).(*corev1.Namespace)
+			return o, nil
+		},
+		clientFor: clients.Core,
+	}
+	c.informers = append(c.informers, namespaces.Synced())
+	saSelector := fields.OneTermEqualSelector("metadata.name", DefaultServiceAccount)
+	cmSelector := fields.OneTermEqualSelector("metadata.name", RootCAConfigMap)
+	if served {
+		c.watchServed(rc, caPEM, saSelector, cmSelector)
+		return c, nil
+	}
 	// Every event names a namespace to look at: the namespace itself, or the
 	// namespace of a default object.
-	nsKey := func(obj interface{}) string {
-		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		switch o := obj.(type) {
-		case *corev1.Namespace:
-			return clusterinformer.Key(clusterinformer.ClusterOf(o), "", o.Name)
-		case *corev1.ServiceAccount:
-			return clusterinformer.Key(clusterinformer.ClusterOf(o), "", o.Namespace)
-		case *corev1.ConfigMap:
-			return clusterinformer.Key(clusterinformer.ClusterOf(o), "", o.Namespace)
-		}
-		return ""
-	}
-	now := func(obj interface{}) {
-		if k := nsKey(obj); k != "" {
+	enqueue := func(obj interface{}) {
+		if k := namespaceKey(obj); k != "" {
 			c.queue.Add(k)
 		}
 	}
-	// When the storage layer serves the defaults, a new namespace's
-	// defaults appear at the namespace's own revision, but their events
-	// reach the three informers one after the other: a look at the first
-	// event would find the others missing and try to create them (refused,
-	// but a request each). What needs a write (a default deleted or
-	// changed) is an update or a delete, looked at at once.
-	added := func(obj interface{}) {
-		if !c.served {
-			now(obj)
-		} else if k := nsKey(obj); k != "" {
-			c.queue.AddAfter(k, servedGrace)
-		}
-	}
-	handler := cache.ResourceEventHandlerFuncs{AddFunc: added, UpdateFunc: func(_, o interface{}) { now(o) }, DeleteFunc: now}
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o interface{}) { enqueue(o) }, DeleteFunc: enqueue}
 	c.handler = handler
 	// The caches keep what the reconciler reads: that a default exists and,
 	// for a config map, whether it holds exactly the CA. A config map that
@@ -119,39 +106,143 @@ func NewController(loopback *rest.Config, caPEM string, state func(logicalcluste
 		c.informers = append(c.informers, ctrl)
 		return indexer
 	}
-	c.informers = append(c.informers, namespaces.Synced())
-	sas := run("serviceaccounts", fields.OneTermEqualSelector("metadata.name", DefaultServiceAccount), &corev1.ServiceAccount{})
-	cms := run("configmaps", fields.OneTermEqualSelector("metadata.name", RootCAConfigMap), &corev1.ConfigMap{})
-	get := func(ix cache.Indexer, key string) interface{} {
-		obj, ok, _ := ix.GetByKey(key)
-		if !ok {
-			return nil
-		}
-		return obj
+	sas := run("serviceaccounts", saSelector, &corev1.ServiceAccount{})
+	cms := run("configmaps", cmSelector, &corev1.ConfigMap{})
+	c.r.getServiceAccount = func(_ context.Context, cl logicalcluster.Name, ns string) (*corev1.ServiceAccount, error) {
+		o, _ := get(sas, clusterinformer.Key(cl, ns, DefaultServiceAccount)).(*corev1.ServiceAccount)
+		return o, nil
 	}
-	c.r = &reconciler{
-		caPEM: caPEM,
-		state: state,
-		getNamespace: func(cl logicalcluster.Name, ns string) *corev1.Namespace {
-			o, _ := get(namespaces.Indexer(), clusterinformer.Key(cl, "", ns)).(*corev1.Namespace)
-			return o
-		},
-		getServiceAccount: func(cl logicalcluster.Name, ns string) *corev1.ServiceAccount {
-			o, _ := get(sas, clusterinformer.Key(cl, ns, DefaultServiceAccount)).(*corev1.ServiceAccount)
-			return o
-		},
-		getConfigMap: func(cl logicalcluster.Name, ns string) *corev1.ConfigMap {
-			o, _ := get(cms, clusterinformer.Key(cl, ns, RootCAConfigMap)).(*corev1.ConfigMap)
-			return o
-		},
-		clientFor: clients.Core,
+	c.r.getConfigMap = func(_ context.Context, cl logicalcluster.Name, ns string) (*corev1.ConfigMap, error) {
+		o, _ := get(cms, clusterinformer.Key(cl, ns, RootCAConfigMap)).(*corev1.ConfigMap)
+		return o, nil
 	}
 	return c, nil
 }
 
+func get(ix cache.Indexer, key string) interface{} {
+	obj, ok, _ := ix.GetByKey(key)
+	if !ok {
+		return nil
+	}
+	return obj
+}
+
+// namespaceKey names the namespace an event is about: the namespace
+// itself, or the namespace of a default object.
+func namespaceKey(obj interface{}) string {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	switch o := obj.(type) {
+	case *corev1.Namespace:
+		return clusterinformer.Key(clusterinformer.ClusterOf(o), "", o.Name)
+	case *corev1.ServiceAccount:
+		return clusterinformer.Key(clusterinformer.ClusterOf(o), "", o.Namespace)
+	case *corev1.ConfigMap:
+		return clusterinformer.Key(clusterinformer.ClusterOf(o), "", o.Namespace)
+	}
+	return ""
+}
+
+// watchServed watches the defaults without caching them: every namespace
+// has them (served) until one is deleted or a kube-root-ca.crt is
+// changed, which is all the controller needs to hear of. After a relist
+// (a watch that could not be resumed), the namespaces whose default is
+// missing from the list, or whose kube-root-ca.crt is wrong, are looked
+// at. The reconciler reads what it acts on from the API.
+func (c *Controller) watchServed(rc rest.Interface, caPEM string, saSelector, cmSelector fields.Selector) {
+	enqueue := func(obj interface{}) {
+		if k := namespaceKey(obj); k != "" {
+			c.queue.Add(k)
+		}
+	}
+	wrongCA := func(obj interface{}) bool {
+		cm, ok := obj.(*corev1.ConfigMap)
+		return ok && (len(cm.Data) != 1 || cm.Data["ca.crt"] != caPEM || len(cm.BinaryData) != 0)
+	}
+	// missing enqueues every live namespace that the relisted objects do
+	// not cover (or cover with a wrong config map).
+	missing := func(list []interface{}, wrong func(interface{}) bool) {
+		have := make(map[string]bool, len(list))
+		for _, o := range list {
+			if k := namespaceKey(o); k != "" && (wrong == nil || !wrong(o)) {
+				have[k] = true
+			}
+		}
+		for _, o := range c.namespaces.Indexer().List() {
+			ns, ok := o.(*corev1.Namespace)
+			if !ok || ns.DeletionTimestamp != nil {
+				continue
+			}
+			if k := namespaceKey(ns); !have[k] {
+				c.queue.Add(k)
+			}
+		}
+	}
+	sas := &changes{
+		onDelete:  enqueue,
+		onReplace: func(list []interface{}) { missing(list, nil) },
+	}
+	cms := &changes{
+		onChange: func(obj interface{}) {
+			if wrongCA(obj) {
+				enqueue(obj)
+			}
+		},
+		onDelete:  enqueue,
+		onReplace: func(list []interface{}) { missing(list, wrongCA) },
+	}
+	c.informers = append(c.informers,
+		newWatchOnly(cache.NewListWatchFromClient(rc, "serviceaccounts", "", saSelector), &corev1.ServiceAccount{}, sas),
+		newWatchOnly(cache.NewListWatchFromClient(rc, "configmaps", "", cmSelector), &corev1.ConfigMap{}, cms))
+	// A default deleted right after its namespace was created may be heard
+	// of before the shared namespace informer has the namespace (the
+	// informer-based mode looks again when it does; this one hears of no
+	// namespace): ask the API.
+	cached := c.r.getNamespace
+	c.r.getNamespace = func(ctx context.Context, cl logicalcluster.Name, name string) (*corev1.Namespace, error) {
+		if ns, err := cached(ctx, cl, name); ns != nil || err != nil {
+			return ns, err
+		}
+		client, err := c.r.clientFor(cl)
+		if err != nil {
+			return nil, err
+		}
+		ns, err := client.Namespaces().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return ns, err
+	}
+	c.r.getServiceAccount = func(ctx context.Context, cl logicalcluster.Name, ns string) (*corev1.ServiceAccount, error) {
+		client, err := c.r.clientFor(cl)
+		if err != nil {
+			return nil, err
+		}
+		sa, err := client.ServiceAccounts(ns).Get(ctx, DefaultServiceAccount, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return sa, err
+	}
+	c.r.getConfigMap = func(ctx context.Context, cl logicalcluster.Name, ns string) (*corev1.ConfigMap, error) {
+		client, err := c.r.clientFor(cl)
+		if err != nil {
+			return nil, err
+		}
+		cm, err := client.ConfigMaps(ns).Get(ctx, RootCAConfigMap, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return cm, err
+	}
+}
+
 // Run processes the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	c.namespaces.AddEventHandlerUntil(ctx, c.handler)
+	if c.handler != nil {
+		c.namespaces.AddEventHandlerUntil(ctx, c.handler)
+	}
 	worker.Run(ctx, name, c.queue, workers, c.informers, func(ctx context.Context, key string) (time.Duration, error) {
 		cl, _, ns, err := clusterinformer.SplitKey(key)
 		if err != nil {

@@ -15,14 +15,17 @@ import (
 type reconciler struct {
 	caPEM             string
 	state             func(logicalcluster.Name) (exists, terminating bool)
-	getNamespace      func(logicalcluster.Name, string) *corev1.Namespace
-	getServiceAccount func(logicalcluster.Name, string) *corev1.ServiceAccount
-	getConfigMap      func(logicalcluster.Name, string) *corev1.ConfigMap
+	getNamespace      func(context.Context, logicalcluster.Name, string) (*corev1.Namespace, error)
+	getServiceAccount func(context.Context, logicalcluster.Name, string) (*corev1.ServiceAccount, error)
+	getConfigMap      func(context.Context, logicalcluster.Name, string) (*corev1.ConfigMap, error)
 	clientFor         func(logicalcluster.Name) (corev1client.CoreV1Interface, error)
 }
 
 func (r *reconciler) reconcile(ctx context.Context, cluster logicalcluster.Name, namespace string) error {
-	ns := r.getNamespace(cluster, namespace)
+	ns, err := r.getNamespace(ctx, cluster, namespace)
+	if err != nil {
+		return err
+	}
 	if ns == nil || ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
 		return nil
 	}
@@ -43,7 +46,11 @@ func (r *reconciler) reconcile(ctx context.Context, cluster logicalcluster.Name,
 		client = c
 		return c, err
 	}
-	if r.getServiceAccount(cluster, namespace) == nil {
+	sa, err := r.getServiceAccount(ctx, cluster, namespace)
+	if err != nil {
+		return err
+	}
+	if sa == nil {
 		c, err := lazyClient()
 		if err != nil {
 			return err
@@ -53,7 +60,10 @@ func (r *reconciler) reconcile(ctx context.Context, cluster logicalcluster.Name,
 			return err
 		}
 	}
-	cm := r.getConfigMap(cluster, namespace)
+	cm, err := r.getConfigMap(ctx, cluster, namespace)
+	if err != nil {
+		return err
+	}
 	switch {
 	case cm == nil:
 		c, err := lazyClient()
