@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -204,38 +205,35 @@ func (c *Controller) watchServed(rc rest.Interface, caPEM string, saSelector, cm
 		if ns, err := cached(ctx, cl, name); ns != nil || err != nil {
 			return ns, err
 		}
-		client, err := c.r.clientFor(cl)
-		if err != nil {
-			return nil, err
-		}
-		ns, err := client.Namespaces().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return ns, err
+		return readLive(c.r.clientFor, cl, func(client corev1client.CoreV1Interface) (*corev1.Namespace, error) {
+			return client.Namespaces().Get(ctx, name, metav1.GetOptions{})
+		})
 	}
 	c.r.getServiceAccount = func(ctx context.Context, cl logicalcluster.Name, ns string) (*corev1.ServiceAccount, error) {
-		client, err := c.r.clientFor(cl)
-		if err != nil {
-			return nil, err
-		}
-		sa, err := client.ServiceAccounts(ns).Get(ctx, DefaultServiceAccount, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return sa, err
+		return readLive(c.r.clientFor, cl, func(client corev1client.CoreV1Interface) (*corev1.ServiceAccount, error) {
+			return client.ServiceAccounts(ns).Get(ctx, DefaultServiceAccount, metav1.GetOptions{})
+		})
 	}
 	c.r.getConfigMap = func(ctx context.Context, cl logicalcluster.Name, ns string) (*corev1.ConfigMap, error) {
-		client, err := c.r.clientFor(cl)
-		if err != nil {
-			return nil, err
-		}
-		cm, err := client.ConfigMaps(ns).Get(ctx, RootCAConfigMap, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return cm, err
+		return readLive(c.r.clientFor, cl, func(client corev1client.CoreV1Interface) (*corev1.ConfigMap, error) {
+			return client.ConfigMaps(ns).Get(ctx, RootCAConfigMap, metav1.GetOptions{})
+		})
 	}
+}
+
+// readLive reads one object of cluster cl through the API; nil if there
+// is none.
+func readLive[T any](clientFor func(logicalcluster.Name) (corev1client.CoreV1Interface, error), cl logicalcluster.Name,
+	read func(corev1client.CoreV1Interface) (*T, error)) (*T, error) {
+	client, err := clientFor(cl)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := read(client)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return obj, err
 }
 
 // Run processes the queue until ctx ends.
