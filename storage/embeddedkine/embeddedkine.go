@@ -47,7 +47,8 @@ type Config struct {
 	// replicas' writes instead of waiting for PollInterval.
 	Notify bool
 	// ServedDefaultsCA, when set, serves every namespace's service account
-	// "default" and config map "kube-root-ca.crt" (holding this CA) without
+	// "default" and config map "kube-root-ca.crt" (holding this CA), and
+	// every workspace's ClusterRoleBinding "workspace-owner", without
 	// storing them (storage/serveddefaults).
 	ServedDefaultsCA string
 }

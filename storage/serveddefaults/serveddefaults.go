@@ -1,11 +1,13 @@
-// Package serveddefaults serves the objects every namespace holds on a
-// Kubernetes cluster, the service account "default" and the config map
-// "kube-root-ca.crt", without storing them. Upstream, controllers write
-// both into every new namespace; here they are a pure function of the
-// namespace (its cluster, name, UID, creation revision and time) and the
-// server's CA, so storing them cost two writes per namespace (six per empty
-// workspace) and two more objects per namespace in every replica's watch
-// cache, for nothing a client could tell apart.
+// Package serveddefaults serves objects every namespace or workspace holds
+// without storing them: a namespace's service account "default" and config
+// map "kube-root-ca.crt", and a workspace's ClusterRoleBinding
+// "workspace-owner". Upstream, controllers write the first two into every
+// new namespace; here they are a pure function of their parent (the
+// namespace's cluster, name, UID, creation revision and time, or the
+// LogicalCluster with the owner kcp recorded on it) and the server's CA, so
+// storing them cost seven of the fourteen writes of an empty workspace and
+// as many objects in every replica's caches, for nothing a client could
+// tell apart.
 //
 // The decorator sits on kine's backend, below the etcd API, so the API
 // server, its watch cache and every client see the same objects as if they
