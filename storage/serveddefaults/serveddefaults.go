@@ -14,7 +14,7 @@
 // were stored:
 //
 //   - Reads (Get, List, ListStream, Count) at a revision add the default
-//     of every namespace that is live and not terminating at that revision,
+//     of every parent that is live (a namespace: not terminating) at that revision,
 //     unless its key is stored. A stored value wins: a default that was
 //     changed is an ordinary row from then on.
 //   - Writes: an update of a served default stores it (a create of its key,
@@ -24,15 +24,15 @@
 //     tombstone updates that row. The namespacedefaults controller re-creates
 //     a deleted default, as upstream's controllers do.
 //   - Watch: a served default appears (ADDED) at the revision that created
-//     its namespace, and disappears (DELETED) at the revision that made
-//     the namespace terminate (or deleted it). Its first stored write is a
+//     its parent, and disappears (DELETED) at the revision that made a
+//     namespace terminate (or deleted the parent). Its first stored write is a
 //     MODIFIED of the served object, a tombstone a DELETED, a create over a
-//     tombstone an ADDED. Each namespace event yields at most one event per
+//     tombstone an ADDED. Each parent's event yields at most one event per
 //     resource at its revision, so watchers resuming from any revision see
 //     every change once.
 //
-// Served objects get their resourceVersion from the namespace's creation
-// revision and a UID derived from the namespace's UID, so every replica
+// Served objects get their resourceVersion from the parent's creation
+// revision and a UID derived from the parent's UID, so every replica
 // serves the same bytes. Objects per namespace that are not rows are not
 // in SQL: docs/sql-auditing.md says how they are counted.
 package serveddefaults
