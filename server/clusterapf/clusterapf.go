@@ -14,6 +14,17 @@
 // with one flow per tenant. A tenant flooding the server queues behind its
 // own requests.
 //
+// Sharing seats is not sharing CPU: a tenant's unpaged list of thousands of
+// objects holds at most ten seats but a whole CPU while it encodes them, so
+// a few tenants' floods of such lists would take every CPU from the other
+// tenants' small requests. A tenant's list whose last answer (in the same
+// cluster, resource and namespace) was wider than ObjectsPerSeat objects
+// therefore carries the extra group "kcp:tenants:wide-lists" as well, and
+// root's FlowSchema kcp-tenant-lists puts it in a level of its own with a
+// few seats per two CPUs, no borrowing and a flow per tenant: wide lists of
+// all tenants together take a bounded part of the CPU, and a tenant's flood
+// of them waits behind itself.
+//
 // Within its flow, a tenant that has FlowSchemas or
 // PriorityLevelConfigurations of its own is classified by them first:
 // upstream's controller runs for that tenant over its own objects, with
@@ -25,6 +36,7 @@ package clusterapf
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"time"
 
@@ -56,6 +68,11 @@ const (
 	TenantUserPrefix = "kcp:tenant:"
 	// TenantsName names root's FlowSchema and priority level for tenants.
 	TenantsName = "kcp-tenants"
+	// TenantListsGroup is added to that user's groups for a wide list.
+	TenantListsGroup = "kcp:tenants:wide-lists"
+	// TenantListsName names root's FlowSchema and priority level for
+	// tenants' wide lists.
+	TenantListsName = "kcp-tenant-lists"
 	// TenantConcurrency is the seats a tenant's own priority levels share
 	// (their nominalConcurrencyShares divide it), inside its flow of root's
 	// kcp-tenants level.
@@ -126,8 +143,12 @@ func (f *FlowControl) Handle(ctx context.Context, rd utilflowcontrol.RequestDige
 		return
 	}
 	workEstimator = tenantListCost(cluster, rd, workEstimator)
+	groups := []string{TenantsGroup, user.AllAuthenticated}
+	if wideList(cluster, rd) {
+		groups = append(groups, TenantListsGroup)
+	}
 	tenant := utilflowcontrol.RequestDigest{RequestInfo: rd.RequestInfo,
-		User: &user.DefaultInfo{Name: TenantUserPrefix + string(cluster), Groups: []string{TenantsGroup, user.AllAuthenticated}}}
+		User: &user.DefaultInfo{Name: TenantUserPrefix + string(cluster), Groups: groups}}
 	own, ok, err := f.tenants.Get(ctx, cluster)
 	if err != nil || !ok {
 		if err != nil {
@@ -181,8 +202,15 @@ func tenantListCost(cluster logicalcluster.Name, rd utilflowcontrol.RequestDiges
 	}
 }
 
-// RootConfig is what ensureRootConfig creates in root when missing.
-func RootConfig() (*flowcontrolv1.PriorityLevelConfiguration, *flowcontrolv1.FlowSchema) {
+// RootConfig is what ensureRootConfig creates in root when missing: the
+// kcp-tenants level and schema, then the kcp-tenant-lists ones.
+func RootConfig() ([]*flowcontrolv1.PriorityLevelConfiguration, []*flowcontrolv1.FlowSchema) {
+	pl, fs := tenantsConfig()
+	wpl, wfs := wideListsConfig()
+	return []*flowcontrolv1.PriorityLevelConfiguration{pl, wpl}, []*flowcontrolv1.FlowSchema{fs, wfs}
+}
+
+func tenantsConfig() (*flowcontrolv1.PriorityLevelConfiguration, *flowcontrolv1.FlowSchema) {
 	pl := &flowcontrolv1.PriorityLevelConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: TenantsName},
 		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{
@@ -220,6 +248,76 @@ func RootConfig() (*flowcontrolv1.PriorityLevelConfiguration, *flowcontrolv1.Flo
 	return pl, fs
 }
 
+// WideListSeats is the seats root's kcp-tenant-lists level is created
+// with, for each two CPUs the server may use: one list of
+// MaxListSeats*ObjectsPerSeat objects at a time per two CPUs.
+const WideListSeats = MaxListSeats + 1
+
+// wideListsConfig is root's level for tenants' wide lists (see
+// wideList): few seats, no borrowing, one flow per tenant.
+func wideListsConfig() (*flowcontrolv1.PriorityLevelConfiguration, *flowcontrolv1.FlowSchema) {
+	pl := &flowcontrolv1.PriorityLevelConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: TenantListsName},
+		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{
+			Type: flowcontrolv1.PriorityLevelEnablementLimited,
+			Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
+				NominalConcurrencyShares: ptr.To(wideListShares(runtime.GOMAXPROCS(0))),
+				// Neither lends nor borrows: its seats bound the CPU that
+				// tenants' wide lists take from everything else.
+				LendablePercent:       ptr.To[int32](0),
+				BorrowingLimitPercent: ptr.To[int32](0),
+				LimitResponse: flowcontrolv1.LimitResponse{
+					Type: flowcontrolv1.LimitResponseTypeQueue,
+					Queuing: &flowcontrolv1.QueuingConfiguration{
+						// A flooding tenant's lists wait in one queue of
+						// their own rather than in six, so another tenant's
+						// list waits for at most one of them.
+						Queues: 256, HandSize: 1, QueueLengthLimit: 100,
+					},
+				},
+			},
+		},
+	}
+	fs := &flowcontrolv1.FlowSchema{
+		ObjectMeta: metav1.ObjectMeta{Name: TenantListsName},
+		Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: TenantListsName},
+			MatchingPrecedence:         7900, // before kcp-tenants
+			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
+			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
+				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: TenantListsGroup}}},
+				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"list"}, APIGroups: []string{"*"}, Resources: []string{"*"},
+					ClusterScope: true, Namespaces: []string{flowcontrolv1.NamespaceEvery}}},
+			}},
+		},
+	}
+	return pl, fs
+}
+
+// wideListShares is the nominal concurrency shares that give the
+// kcp-tenant-lists level about WideListSeats seats per two CPUs next to
+// upstream's default levels and kcp-tenants (whose shares sum to 275 of
+// the server's 600 seats).
+func wideListShares(cpus int) int32 {
+	seats := WideListSeats * max(1, cpus/2)
+	return int32(max(1, (seats*275+600-seats-1)/(600-seats)))
+}
+
+// wideList says whether a tenant's request is a list whose last answer in
+// the same cluster, resource and namespace held more than ObjectsPerSeat
+// objects. Such lists are CPU-bound (encoding their objects): they go to
+// root's kcp-tenant-lists level, whose few seats bound the CPU all
+// tenants' wide lists take together, so that a tenant flooding the server
+// with them slows its own lists, not other tenants' small requests.
+func wideList(cluster logicalcluster.Name, rd utilflowcontrol.RequestDigest) bool {
+	ri := rd.RequestInfo
+	if ri == nil || !ri.IsResourceRequest || ri.Name != "" || ri.Verb != "list" {
+		return false
+	}
+	n, ok := clusterstore.ListSizes.Last(cluster, schema.GroupResource{Group: ri.APIGroup, Resource: ri.Resource}, ri.Namespace)
+	return ok && n > ObjectsPerSeat
+}
+
 // ensureRootConfig creates root's kcp-tenants objects if they do not
 // exist; an operator's changes to them are kept.
 func ensureRootConfig(ctx context.Context, clients *clusterinformer.Clients) error {
@@ -227,23 +325,27 @@ func ensureRootConfig(ctx context.Context, clients *clusterinformer.Clients) err
 	if err != nil {
 		return err
 	}
-	pl, fs := RootConfig()
+	pls, fss := RootConfig()
 	// Other post-start hooks (admission among them) start alongside this
 	// one: retry transient refusals for a minute before giving up.
 	var last error
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		if _, err := c.FlowcontrolV1().PriorityLevelConfigurations().Create(ctx, pl, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			last = err
-			return false, nil
+		for _, pl := range pls {
+			if _, err := c.FlowcontrolV1().PriorityLevelConfigurations().Create(ctx, pl, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				last = fmt.Errorf("priority level %s: %w", pl.Name, err)
+				return false, nil
+			}
 		}
-		if _, err := c.FlowcontrolV1().FlowSchemas().Create(ctx, fs, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			last = err
-			return false, nil
+		for _, fs := range fss {
+			if _, err := c.FlowcontrolV1().FlowSchemas().Create(ctx, fs, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				last = fmt.Errorf("FlowSchema %s: %w", fs.Name, err)
+				return false, nil
+			}
 		}
 		return true, nil
 	})
 	if err != nil && last != nil {
-		return fmt.Errorf("creating root's %s FlowSchema and priority level: %w", pl.Name, last)
+		return fmt.Errorf("creating root's API priority and fairness objects for tenants: %w", last)
 	}
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kcpsql/kcp/test/e2e/framework"
@@ -115,6 +116,45 @@ func TestPriorityAndFairnessPerTenant(t *testing.T) {
 	}
 	if got, _ := classified("root", "batcher", "system:authenticated"); got != globalFS {
 		t.Errorf("root's batcher: classified by %s, want global-default %s", got, globalFS)
+	}
+	// A tenant's wide list (its last answer held more than 100 objects)
+	// goes to root's kcp-tenant-lists level, in that tenant only: B's small
+	// list and root's list of the same size keep their levels.
+	listsFS, listsPL := uid("fs", "kcp-tenant-lists"), uid("pl", "kcp-tenant-lists")
+	for _, cluster := range []string{a, b, "root"} {
+		// alice may list (upstream's APF runs before authorization, so a
+		// forbidden list would be classified too, but has no size).
+		if out, err := s.KubectlErr(cluster, "", "create", "clusterrolebinding", "alice-admin", "--clusterrole=cluster-admin", "--user=alice"); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if cluster == b {
+			continue
+		}
+		for i := range 101 {
+			if _, err := s.Client(cluster).CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("wide-%d", i)}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if fs, _ := classified(a, "alice", "system:authenticated"); fs != tenantsFS {
+		t.Errorf("a tenant's first list of 101 objects: classified by %s, want kcp-tenants %s (its size is not known yet)", fs, tenantsFS)
+	}
+	if fs, pl := classified(a, "alice", "system:authenticated"); fs != listsFS || pl != listsPL {
+		all, _ := root.FlowcontrolV1().FlowSchemas().List(ctx, metav1.ListOptions{})
+		for _, f := range all.Items {
+			if string(f.UID) == fs {
+				fs = f.Name
+			}
+		}
+		t.Errorf("a tenant's list of 101 objects: classified by %s/%s, want kcp-tenant-lists %s/%s", fs, pl, listsFS, listsPL)
+	}
+	if fs, _ := classified(b, "alice", "system:authenticated"); fs != tenantsFS {
+		t.Errorf("another tenant's small list: classified by %s, want kcp-tenants %s", fs, tenantsFS)
+	}
+	for range 2 {
+		if fs, _ := classified("root", "alice", "system:authenticated"); fs != globalFS {
+			t.Errorf("root's list of 101 objects: classified by %s, want global-default %s", fs, globalFS)
+		}
 	}
 	// Root's own kcp-tenants objects are the operator's: a tenant cannot
 	// see or change them from its workspace.

@@ -160,6 +160,8 @@ func TestCrossClusterAttempts(t *testing.T) {
 		{"root's kcp-tenants FlowSchema read through a tenant", admin, "GET", "/clusters/root:team-a/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/kcp-tenants", "", []int{404}},
 		{"root's kcp-tenants priority level changed by a tenant user", alice, "PATCH", "/clusters/root/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/kcp-tenants",
 			`{"spec":{"limited":{"nominalConcurrencyShares":1000}}}`, []int{403}},
+		{"root's kcp-tenant-lists priority level changed by a tenant user", alice, "PATCH", "/clusters/root/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/kcp-tenant-lists",
+			`{"spec":{"limited":{"borrowingLimitPercent":100}}}`, []int{403}},
 		// Default namespaces (issue 15): each workspace's own, and kept.
 		{"another cluster's kube-system without access", alice, "GET", "/clusters/root:team-b/api/v1/namespaces/kube-system/configmaps", "", []int{403}},
 		{"deleting a workspace's kube-system", admin, "DELETE", "/clusters/root:team-a/api/v1/namespaces/kube-system", "", []int{403}},
