@@ -52,6 +52,7 @@ bench: build
 	go run ./test/bench -sync
 	go run ./test/bench -failover
 	go run ./test/bench -noisy
+	go run ./test/bench -quotas
 	go run ./test/bench -apis
 	go run ./test/bench -scale-only
 

@@ -175,7 +175,13 @@ func (n namespaceLister) List(sel labels.Selector) ([]runtime.Object, error) {
 		return nil, err
 	}
 	ctx := context.TODO()
-	opts := metav1.ListOptions{LabelSelector: sel.String()}
+	// From the watch cache as it is (resourceVersion "0"), as upstream's
+	// controller counts from informers: a consistent list would wait for
+	// the cache to catch up with the latest write of any resource (up to
+	// 100 ms for a progress notification), and the status writes of the
+	// quotas being counted are such writes. Every recount that must see a
+	// change (after a deletion or a charge) runs a second or more later.
+	opts := metav1.ListOptions{LabelSelector: sel.String(), ResourceVersion: "0"}
 	if n.gvr.Group == "" && n.gvr.Version == "v1" {
 		core, err := n.l.clients.Core(cluster)
 		if err != nil {

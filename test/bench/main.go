@@ -94,6 +94,15 @@ func main() {
 		fmt.Print(renderNoisy(rs))
 		return
 	}
+	if *quotasOnly {
+		r, err := benchQuotas(log)
+		if err != nil {
+			log("quota benchmark failed: %v", err)
+			os.Exit(1)
+		}
+		fmt.Print(renderQuotas(r))
+		return
+	}
 	if *apisOnly {
 		r, err := benchAPIs(log)
 		if err != nil {

@@ -23,6 +23,7 @@ var (
 	noisyOnly     = flag.Bool("noisy", false, "only measure a noisy neighbour: tenant B's small requests while tenant A floods the server")
 	noisyObjects  = flag.Int("noisy-objects", 2000, "configmaps (1 KiB each) tenant A lists")
 	noisyLists    = flag.Int("noisy-lists", 32, "tenant A's concurrent unpaged lists")
+	noisyWriters  = flag.Int("noisy-writers", 16, "tenant A's concurrent writers (configmap updates, one after another each)")
 	noisyWatches  = flag.Int("noisy-watches", 200, "watches tenant A opens at once (each from resourceVersion 0, so each starts with every object)")
 	noisyBefore   = flag.String("noisy-before", "", "a kcp binary of an earlier build to measure first, side by side (e.g. built from the commit before per-tenant fairness)")
 	noisyDuration = flag.Duration("noisy-duration", 15*time.Second, "how long tenant B is measured in each phase")
@@ -194,6 +195,33 @@ func benchNoisy(bin string, log func(string, ...any)) (noisyResult, error) {
 		return r, err
 	}
 	phase(fmt.Sprintf("A runs %d concurrent unpaged lists of %d objects", *noisyLists, *noisyObjects), lat, aDone)
+
+	// A: concurrent writers, each updating its own configmap in a loop.
+	writes, stopWrites := context.WithCancel(ctx)
+	done.Store(0)
+	for w := range *noisyWriters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("cm-%d", w)
+			for i := 0; writes.Err() == nil; i++ {
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"v": fmt.Sprint(i)}}
+				if _, err := a.CoreV1().ConfigMaps("default").Update(writes, cm, metav1.UpdateOptions{}); err == nil {
+					done.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	done.Store(0)
+	lat, err = measureB(*noisyDuration)
+	aDone = done.Load()
+	stopWrites()
+	wg.Wait()
+	if err != nil {
+		return r, err
+	}
+	phase(fmt.Sprintf("A runs %d concurrent writers", *noisyWriters), lat, aDone)
 
 	// A: many watches opened at once, each starting with every object.
 	watchCtx, stopWatches := context.WithCancel(ctx)
