@@ -65,7 +65,11 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 		return resourcequota.Start(hc.Context, hc.LoopbackClientConfig)
 	})
 	s.AddPostStartHookOrDie("kcp-admission-policies-webhooks", func(hc genericapiserver.PostStartHookContext) error {
-		return clusteradmission.Start(hc.Context, hc.LoopbackClientConfig)
+		namespaces, err := shared.Namespaces(hc.Context, hc.LoopbackClientConfig)
+		if err != nil {
+			return err
+		}
+		return clusteradmission.Start(hc.Context, hc.LoopbackClientConfig, namespaces)
 	})
 	if apf != nil {
 		s.AddPostStartHookOrDie("kcp-tenant-priority-and-fairness", func(hc genericapiserver.PostStartHookContext) error {

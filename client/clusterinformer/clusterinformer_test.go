@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -309,5 +310,84 @@ func TestHandlerUntil(t *testing.T) {
 	stays.wait(t, 3)
 	if got := leaves.wait(t, 2); len(got) != 2 {
 		t.Errorf("handler heard %v after its context ended", got)
+	}
+}
+
+// TestClusterView reads one cluster through a client-go informer and
+// lister over the shared informer: upstream's keys, the namespace index,
+// only that cluster's objects and events, and handlers gone when removed
+// or when the view's context ends.
+func TestClusterView(t *testing.T) {
+	src := newSource()
+	for _, c := range []string{"root:a", "root:b"} {
+		src.Add(cm(c, "default", "settings", nil))
+		src.Add(cm(c, "other", "settings", nil))
+	}
+	inf := New[*corev1.ConfigMap](src, WithResource(corev1.Resource("configmaps")))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inf.Start(ctx)
+	if err := inf.WaitForCacheSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	viewCtx, stopView := context.WithCancel(ctx)
+	v := inf.ClusterView(viewCtx, "root:a")
+	if !v.HasSynced() {
+		t.Error("view of a synced informer has not synced")
+	}
+	lister := corev1listers.NewConfigMapLister(v.GetIndexer())
+	all, _ := lister.List(labels.Everything())
+	if len(all) != 2 {
+		t.Errorf("view lists %d objects, want root:a's 2", len(all))
+	}
+	got, err := lister.ConfigMaps("other").Get("settings")
+	if err != nil || ClusterOf(got) != "root:a" {
+		t.Errorf("Get other/settings = %v, %v; want root:a's", got, err)
+	}
+	if d, _ := lister.ConfigMaps("default").List(labels.Everything()); len(d) != 1 || ClusterOf(d[0]) != "root:a" {
+		t.Errorf("namespace default: %v", d)
+	}
+	keys := v.GetStore().ListKeys()
+	sort.Strings(keys)
+	if !equal(keys, []string{"default/settings", "other/settings"}) {
+		t.Errorf("keys %v, want client-go's", keys)
+	}
+	if err := v.GetStore().Add(cm("root:a", "default", "x", nil)); err == nil {
+		t.Error("a view's store accepted a write")
+	}
+
+	first, second := &recorder{}, &recorder{}
+	reg, err := v.AddEventHandler(first.handler())
+	if err != nil || !reg.HasSynced() {
+		t.Fatalf("AddEventHandler: %v, synced %v", err, reg != nil && reg.HasSynced())
+	}
+	if _, err := v.AddEventHandler(second.handler()); err != nil {
+		t.Fatal(err)
+	}
+	first.wait(t, 2)
+	second.wait(t, 2)
+	src.Add(cm("root:b", "default", "b-only", nil))
+	src.Add(cm("root:a", "default", "a-new", nil))
+	if got := first.wait(t, 3); got[2] != "add root:a|default/a-new" {
+		t.Errorf("events: %v (root:b's add must not be among them)", got)
+	}
+	// Removed, the first handler hears nothing more; the second stops with
+	// the view's context.
+	if err := v.RemoveEventHandler(reg); err != nil {
+		t.Fatal(err)
+	}
+	second.wait(t, 3)
+	stopView()
+	src.Delete(cm("root:a", "default", "a-new", nil))
+	src.Add(cm("root:b", "default", "sync-point", nil))
+	all2 := &recorder{}
+	inf.AddEventHandler(all2.handler())
+	all2.wait(t, 6) // the informer has applied both changes
+	time.Sleep(100 * time.Millisecond)
+	if n := len(first.events); n != 3 {
+		t.Errorf("removed handler saw %v", first.events)
+	}
+	if n := len(second.events); n != 3 {
+		t.Errorf("handler of a stopped view saw %v", second.events)
 	}
 }

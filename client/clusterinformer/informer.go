@@ -40,6 +40,9 @@ type Informer[T runtime.Object] struct {
 	// replayed add, then each change after it.
 	mu       sync.Mutex
 	handlers []*registration
+	// byCluster are handlers of one cluster's objects only (ClusterView):
+	// a change costs them nothing in other clusters.
+	byCluster map[logicalcluster.Name][]*registration
 
 	startOnce sync.Once
 	stopped   chan struct{}
@@ -151,6 +154,33 @@ func (i *Informer[T]) AddEventHandlerUntil(ctx context.Context, h cache.Resource
 		i.mu.Lock()
 		defer i.mu.Unlock()
 		i.handlers = slices.DeleteFunc(i.handlers, func(x *registration) bool { return x == r })
+	})
+}
+
+// AddClusterEventHandlerUntil registers h for the objects of one cluster
+// until ctx ends: h first gets an add for each of the cluster's objects in
+// the cache, then their changes. However many clusters have such handlers,
+// a change is handed to those of its own cluster alone.
+func (i *Informer[T]) AddClusterEventHandlerUntil(ctx context.Context, cluster logicalcluster.Name, h cache.ResourceEventHandler) {
+	r := &registration{h}
+	i.mu.Lock()
+	objs, _ := i.indexer.ByIndex(ByCluster, string(cluster))
+	for _, obj := range objs {
+		h.OnAdd(obj, true)
+	}
+	if i.byCluster == nil {
+		i.byCluster = map[logicalcluster.Name][]*registration{}
+	}
+	i.byCluster[cluster] = append(i.byCluster[cluster], r)
+	i.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		i.mu.Lock()
+		defer i.mu.Unlock()
+		if left := slices.DeleteFunc(i.byCluster[cluster], func(x *registration) bool { return x == r }); len(left) > 0 {
+			i.byCluster[cluster] = left
+		} else {
+			delete(i.byCluster, cluster)
+		}
 	})
 }
 
@@ -290,10 +320,16 @@ func (f fanOut[T]) OnAdd(obj interface{}, initial bool) {
 	for _, h := range f.i.handlers {
 		h.OnAdd(obj, initial)
 	}
+	for _, h := range f.clusterHandlers(obj) {
+		h.OnAdd(obj, initial)
+	}
 }
 
 func (f fanOut[T]) OnUpdate(old, obj interface{}) {
 	for _, h := range f.i.handlers {
+		h.OnUpdate(old, obj)
+	}
+	for _, h := range f.clusterHandlers(obj) {
 		h.OnUpdate(old, obj)
 	}
 }
@@ -302,6 +338,21 @@ func (f fanOut[T]) OnDelete(obj interface{}) {
 	for _, h := range f.i.handlers {
 		h.OnDelete(obj)
 	}
+	for _, h := range f.clusterHandlers(obj) {
+		h.OnDelete(obj)
+	}
+}
+
+// clusterHandlers are the handlers of obj's cluster alone.
+func (f fanOut[T]) clusterHandlers(obj interface{}) []*registration {
+	if len(f.i.byCluster) == 0 {
+		return nil
+	}
+	cluster, _, _, ok := NameOf(obj)
+	if !ok {
+		return nil
+	}
+	return f.i.byCluster[cluster]
 }
 
 // NameOf returns the cluster, namespace and name of an object handed to
