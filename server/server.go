@@ -86,6 +86,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 		return err
 	}
 	defer kine.Stop()
+	clusterstore.LatestRevision = kine.HandedRevision
 
 	rbac, clusters := clusterrbac.New(), logicalclusters.New()
 	config, err := newConfig(o.Upstream, rbac, clusters)
@@ -124,7 +125,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	// (clusterapf); one controller serves all three servers of the chain.
 	var apf *clusterapf.FlowControl
 	if f := config.Aggregator.GenericConfig.FlowControl; f != nil {
-		apf = clusterapf.Wrap(f)
+		apf = clusterapf.Wrap(f, o.TenantMaxInflight)
 		config.ControlPlane.Generic.FlowControl, config.APIExtensions.GenericConfig.FlowControl, config.Aggregator.GenericConfig.FlowControl = apf, apf, apf
 	}
 	// Conversion webhooks of tenants' CRDs call what the tenant wrote; the

@@ -9,8 +9,10 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -23,6 +25,8 @@ import (
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/storage/keys"
@@ -139,8 +143,9 @@ func withCacher(config *storagebackend.ConfigForResource, resourcePrefix string,
 	if err != nil {
 		return nil, nil, err
 	}
+	fed := &atomic.Uint64{}
 	c, err := cacherstorage.NewCacherFromConfig(cacherstorage.Config{
-		Storage:             cacheSource{raw},
+		Storage:             cacheSource{Interface: raw, fed: fed},
 		Versioner:           storage.APIObjectVersioner{},
 		GroupResource:       config.GroupResource,
 		EventsHistoryWindow: config.EventsHistoryWindow,
@@ -159,7 +164,7 @@ func withCacher(config *storagebackend.ConfigForResource, resourcePrefix string,
 	}
 	delegator := cacherstorage.NewCacheDelegator(c, raw)
 	var once sync.Once
-	return delegator, func() {
+	return &cachedStore{Interface: delegator, raw: raw, fed: fed}, func() {
 		once.Do(func() {
 			delegator.Stop()
 			c.Stop()
@@ -167,6 +172,50 @@ func withCacher(config *storagebackend.ConfigForResource, resourcePrefix string,
 		})
 	}, nil
 }
+
+// cachedStore is upstream's cache delegator, with what Store.GetList needs
+// to tell when the cache is behind: the store under it and the newest
+// resourceVersion handed to the cache.
+type cachedStore struct {
+	storage.Interface
+	raw storage.Interface
+	fed *atomic.Uint64
+}
+
+// LatestRevision, when set (by the server, from its embedded kine), returns
+// the newest revision kine has handed its watches: a revision every cache
+// will have once its watch has delivered what kine sent it.
+var LatestRevision func() uint64
+
+// consistentListFromDatastore says whether a consistent list (no
+// resourceVersion) should read the datastore rather than wait for the
+// cache. Upstream's cache serves such a list once it has caught up with
+// the datastore's newest revision; a cache of a resource that is not being
+// written catches up only through a progress notification, which kine
+// sends when every watch of its stream has been handed every event, and
+// while other resources are written without pause that can take hundreds
+// of milliseconds (a tenant's small list waited 90 ms at the median and
+// 300 ms at p99 while another tenant wrote secrets). A cache that has not
+// been handed kine's newest revision is behind: the list reads the
+// datastore, as it would without a cache. A cache that has may still wait
+// for revisions kine has not yet handed out (another replica's writes),
+// as upstream's does.
+func (c *cachedStore) consistentListFromDatastore(opts storage.ListOptions) bool {
+	if opts.ResourceVersion != "" || LatestRevision == nil {
+		return false
+	}
+	return c.fed.Load() < LatestRevision()
+}
+
+// consistentListsFromDatastore counts the lists consistentListFromDatastore
+// sent to the datastore, on /metrics.
+var consistentListsFromDatastore = metrics.NewCounterVec(&metrics.CounterOpts{
+	Name:           "kcp_consistent_lists_from_datastore_total",
+	Help:           "Lists without a resourceVersion read from the datastore because the watch cache of their resource had not yet been handed the newest revision.",
+	StabilityLevel: metrics.ALPHA,
+}, []string{"resource"})
+
+func init() { legacyregistry.MustRegister(consistentListsFromDatastore) }
 
 // cacheSource is the store the cache fills itself from: with plain lists,
 // not WatchList (see withCacher), and unpaged. The cache's reflector asks
@@ -177,7 +226,13 @@ func withCacher(config *storagebackend.ConfigForResource, resourcePrefix string,
 // is still read in pieces: etcd3's store streams it (RangeStream, which the
 // embedded kine implements), so no gRPC message holds the whole resource.
 // The objects it gives the cache share their small maps (sharing.go).
-type cacheSource struct{ storage.Interface }
+//
+// It also notes the newest resourceVersion it has handed the cache (fed):
+// see Store.GetList.
+type cacheSource struct {
+	storage.Interface
+	fed *atomic.Uint64
+}
 
 func (cacheSource) IsWatchListSemanticsUnSupported() bool { return true }
 
@@ -187,8 +242,26 @@ func (s cacheSource) GetList(ctx context.Context, key string, opts storage.ListO
 		return err
 	}
 	sharedList(out)
+	if m, err := meta.ListAccessor(out); err == nil {
+		s.note(m.GetResourceVersion())
+	}
 	return nil
 }
+
+func (s cacheSource) note(rv string) {
+	n, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		return
+	}
+	for {
+		old := s.fed.Load()
+		if n <= old || s.fed.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+
 
 // isUndecorated tells whether upstream chose no watch cache for a resource
 // (--watch-cache=false, or a size of 0 in --watch-cache-sizes). Any other
@@ -357,7 +430,12 @@ func (s *Store) GetList(ctx context.Context, key string, opts storage.ListOption
 	if err := checkResourceVersion(opts.ResourceVersion); err != nil {
 		return err
 	}
-	if err := s.Interface.GetList(ctx, k, opts, out); err != nil {
+	from := s.Interface
+	if c, ok := s.Interface.(*cachedStore); ok && c.consistentListFromDatastore(opts) {
+		from = c.raw
+		consistentListsFromDatastore.WithLabelValues(s.resource.String()).Inc()
+	}
+	if err := from.GetList(ctx, k, opts, out); err != nil {
 		return datastoreError(err)
 	}
 	if opts.Recursive && opts.Predicate.Limit == 0 && opts.Predicate.Empty() {

@@ -3,6 +3,7 @@ package clusterstore
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -55,7 +56,7 @@ func (r *recordingStore) GetList(_ context.Context, _ string, opts storage.ListO
 
 func TestCacheSourceListsWholeAndPlain(t *testing.T) {
 	rec := &recordingStore{}
-	src := cacheSource{rec}
+	src := cacheSource{Interface: rec, fed: &atomic.Uint64{}}
 	if !watchlist.DoesClientNotSupportWatchListSemantics(src) {
 		t.Error("the cache's source offers WatchList; its reflector would key initial objects by namespace/name only")
 	}

@@ -55,9 +55,10 @@ func sharedList(list runtime.Object) {
 }
 
 // sharedWatch shares the maps of the objects of every event the cache
-// applies. Deletions are left alone: the cache drops their object.
-func sharedWatch(in watch.Interface) watch.Interface {
-	w := &sharingWatch{in: in, out: make(chan watch.Event), stopped: make(chan struct{}), done: make(chan struct{})}
+// applies (deletions are left alone: the cache drops their object), and
+// notes the resourceVersion of every event, bookmarks included.
+func sharedWatch(in watch.Interface, note func(rv string)) watch.Interface {
+	w := &sharingWatch{in: in, note: note, out: make(chan watch.Event), stopped: make(chan struct{}), done: make(chan struct{})}
 	go w.loop()
 	return w
 }
@@ -67,6 +68,7 @@ func sharedWatch(in watch.Interface) watch.Interface {
 // it, which would leave watch.Filter's goroutine blocked for good).
 type sharingWatch struct {
 	in      watch.Interface
+	note    func(rv string)
 	out     chan watch.Event
 	stopped chan struct{}
 	done    chan struct{} // closed when loop has returned
@@ -89,6 +91,11 @@ func (w *sharingWatch) loop() {
 		if (e.Type == watch.Added || e.Type == watch.Modified) && e.Object != nil {
 			shareMaps(e.Object)
 		}
+		if e.Type != watch.Error && e.Object != nil {
+			if m, err := meta.Accessor(e.Object); err == nil {
+				w.note(m.GetResourceVersion())
+			}
+		}
 		select {
 		case w.out <- e:
 		case <-w.stopped:
@@ -102,7 +109,7 @@ func (s cacheSource) Watch(ctx context.Context, key string, opts storage.ListOpt
 	if err != nil {
 		return nil, err
 	}
-	return sharedWatch(w), nil
+	return sharedWatch(w, s.note), nil
 }
 
 // sharedAttrs gives the watch cache shared field sets: it keeps one per

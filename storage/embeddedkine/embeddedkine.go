@@ -95,6 +95,16 @@ func (k *Kine) DeleteKey(ctx context.Context, key string, revision int64) (bool,
 	return deleted, err
 }
 
+// HandedRevision is the newest revision kine has handed its watches (kine
+// keeps it in memory), or 0 if it cannot tell.
+func (k *Kine) HandedRevision() uint64 {
+	r, err := k.backend.CurrentRevision(context.Background())
+	if err != nil || r < 0 {
+		return 0
+	}
+	return uint64(r)
+}
+
 func init() {
 	// kine logs through logrus; keep its chatter out of the way, but make its
 	// fatal paths loud: they would otherwise exit the server without a word

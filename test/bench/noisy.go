@@ -23,7 +23,7 @@ var (
 	noisyOnly     = flag.Bool("noisy", false, "only measure a noisy neighbour: tenant B's small requests while tenant A floods the server")
 	noisyObjects  = flag.Int("noisy-objects", 2000, "configmaps (1 KiB each) tenant A lists")
 	noisyLists    = flag.Int("noisy-lists", 32, "tenant A's concurrent unpaged lists")
-	noisyWriters  = flag.Int("noisy-writers", 16, "tenant A's concurrent writers (configmap updates, one after another each)")
+	noisyWriters  = flag.Int("noisy-writers", 16, "tenant A's concurrent writers (secret updates, one after another each)")
 	noisyWatches  = flag.Int("noisy-watches", 200, "watches tenant A opens at once (each from resourceVersion 0, so each starts with every object)")
 	noisyBefore   = flag.String("noisy-before", "", "a kcp binary of an earlier build to measure first, side by side (e.g. built from the commit before per-tenant fairness)")
 	noisyDuration = flag.Duration("noisy-duration", 15*time.Second, "how long tenant B is measured in each phase")
@@ -196,7 +196,14 @@ func benchNoisy(bin string, log func(string, ...any)) (noisyResult, error) {
 	}
 	phase(fmt.Sprintf("A runs %d concurrent unpaged lists of %d objects", *noisyLists, *noisyObjects), lat, aDone)
 
-	// A: concurrent writers, each updating its own configmap in a loop.
+	// A: concurrent writers, each updating a secret of its own in a loop:
+	// another resource than B reads, so B's lists from the watch cache
+	// would have to wait for the cache to catch up with A's writes.
+	for w := range *noisyWriters {
+		if _, err := admA.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", w)}}, metav1.CreateOptions{}); err != nil {
+			return r, err
+		}
+	}
 	writes, stopWrites := context.WithCancel(ctx)
 	done.Store(0)
 	for w := range *noisyWriters {
@@ -205,8 +212,8 @@ func benchNoisy(bin string, log func(string, ...any)) (noisyResult, error) {
 			defer wg.Done()
 			name := fmt.Sprintf("cm-%d", w)
 			for i := 0; writes.Err() == nil; i++ {
-				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"v": fmt.Sprint(i)}}
-				if _, err := a.CoreV1().ConfigMaps("default").Update(writes, cm, metav1.UpdateOptions{}); err == nil {
+				sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: map[string]string{"v": fmt.Sprint(i)}}
+				if _, err := a.CoreV1().Secrets("default").Update(writes, sec, metav1.UpdateOptions{}); err == nil {
 					done.Add(1)
 				}
 			}
@@ -221,7 +228,7 @@ func benchNoisy(bin string, log func(string, ...any)) (noisyResult, error) {
 	if err != nil {
 		return r, err
 	}
-	phase(fmt.Sprintf("A runs %d concurrent writers", *noisyWriters), lat, aDone)
+	phase(fmt.Sprintf("A runs %d concurrent writers (secret updates)", *noisyWriters), lat, aDone)
 
 	// A: many watches opened at once, each starting with every object.
 	watchCtx, stopWatches := context.WithCancel(ctx)
