@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -65,6 +66,9 @@ type Options struct {
 	// CRDHandlerIdle drops a logical cluster's custom-resource serving
 	// state after this long without requests.
 	CRDHandlerIdle time.Duration
+	// TenantMaxInflight bounds the requests one workspace other than root
+	// executes at once (clusterapf); 0 sets no bound.
+	TenantMaxInflight int
 	// Upstream holds the generic control plane's options; kcp sets the
 	// storage, serving, authentication and service-account defaults.
 	Upstream *cpoptions.Options
@@ -143,7 +147,7 @@ func NewOptions() *Options {
 	tg := satokens.New()
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
 	return &Options{RootDir: ".kcp", DatastoreNotify: true, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
-		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy,
+		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, TenantMaxInflight: max(8, 4*runtime.GOMAXPROCS(0)), Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy,
 		SyncTargetHeartbeatTimeout: 20 * time.Second, PlacementEvictionDelay: 5 * time.Second}
 }
 
@@ -175,6 +179,8 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"How many of the newest revisions kine's compaction always keeps.")
 	fs.DurationVar(&o.CRDHandlerIdle, "crd-handler-idle", o.CRDHandlerIdle,
 		"Drop the serving state (storage, validators, converters) of a logical cluster's custom resources after this long without a request; it is rebuilt on the next one. 0 keeps it.")
+	fs.IntVar(&o.TenantMaxInflight, "tenant-max-inflight", o.TenantMaxInflight,
+		"How many requests (watches apart) one workspace other than root may have executing at once; the others wait, in the order API priority and fairness lets them through, so that one tenant flooding the server shares the CPUs with the others instead of taking them. Requests of system:masters are not counted. 0 sets no bound. The default is four per CPU, at least 8.")
 	fs.IntVar(&o.CRDLimits.MaxEnumValues, "max-crd-enum-values", o.CRDLimits.MaxEnumValues,
 		"Refuse a CustomResourceDefinition whose schemas list more enum values than this (all versions together); a huge enum costs memory in every replica. 0: no limit.")
 	fs.Int64Var(&o.CRDLimits.MaxSchemaBytesPerCluster, "max-crd-schema-bytes-per-workspace", o.CRDLimits.MaxSchemaBytesPerCluster,
@@ -224,8 +230,10 @@ type CompletedOptions struct {
 	AuditToDB        bool
 	AuditRetention   time.Duration
 	CRDHandlerIdle   time.Duration
-	PKI              pki.Files
-	Upstream         cpoptions.CompletedOptions
+	// TenantMaxInflight: see Options.
+	TenantMaxInflight int
+	PKI               pki.Files
+	Upstream          cpoptions.CompletedOptions
 	// ServerURL is how local clients reach the server.
 	ServerURL   string
 	TokenGetter *satokens.Getter
@@ -236,6 +244,9 @@ type CompletedOptions struct {
 // Complete parses the datastore, creates missing credentials and completes
 // the upstream options with them.
 func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
+	if o.TenantMaxInflight < 0 {
+		return nil, fmt.Errorf("--tenant-max-inflight must be 0 (no bound) or more, not %d", o.TenantMaxInflight)
+	}
 	root, err := filepath.Abs(o.RootDir)
 	if err != nil {
 		return nil, err
@@ -292,7 +303,7 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, StoreDefaults: o.StoreDefaults, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
+	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, StoreDefaults: o.StoreDefaults, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, TenantMaxInflight: o.TenantMaxInflight, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
 		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout, PushMode: o.PushMode, PlacementEvictionDelay: o.PlacementEvictionDelay,
 		WorkspaceLimits: o.WorkspaceLimits}, nil
 }

@@ -92,12 +92,18 @@ type FlowControl struct {
 	utilflowcontrol.Interface
 	tenants *percluster.Registry[utilflowcontrol.Interface]
 	clients *clusterinformer.Clients // set by Start before tenants starts
+	slots   *tenantSlots             // nil: no bound
 }
 
 // Wrap wraps root's controller; Start must run before tenants' own
-// configuration applies.
-func Wrap(root utilflowcontrol.Interface) *FlowControl {
+// configuration applies. A tenant executes at most tenantInflight requests
+// at once (watches apart), the others wait for one of them to end; 0 sets
+// no bound.
+func Wrap(root utilflowcontrol.Interface, tenantInflight int) *FlowControl {
 	f := &FlowControl{Interface: root}
+	if tenantInflight > 0 {
+		f.slots = newTenantSlots(tenantInflight)
+	}
 	f.tenants = percluster.New("API priority and fairness of a tenant", ConfigResources, f.build)
 	return f
 }
@@ -141,6 +147,13 @@ func (f *FlowControl) Handle(ctx context.Context, rd utilflowcontrol.RequestDige
 	if !ok || cluster == logicalcluster.Root || cluster.IsWildcard() || rd.User == nil || slices.Contains(rd.User.GetGroups(), user.SystemPrivilegedGroup) {
 		f.Interface.Handle(ctx, rd, noteFn, workEstimator, queueNoteFn, execFn)
 		return
+	}
+	if f.slots != nil && (rd.RequestInfo == nil || rd.RequestInfo.Verb != "watch") {
+		release, ok := f.slots.acquire(ctx, cluster)
+		if !ok {
+			return // the request ended while it waited (answered 429)
+		}
+		defer release()
 	}
 	workEstimator = tenantListCost(cluster, rd, workEstimator)
 	groups := []string{TenantsGroup, user.AllAuthenticated}

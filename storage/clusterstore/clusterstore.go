@@ -261,8 +261,6 @@ func (s cacheSource) note(rv string) {
 	}
 }
 
-
-
 // isUndecorated tells whether upstream chose no watch cache for a resource
 // (--watch-cache=false, or a size of 0 in --watch-cache-sizes). Any other
 // decorator is upstream's cacher, which would key objects without their
