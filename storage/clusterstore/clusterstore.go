@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -191,20 +192,49 @@ var LatestRevision func() uint64
 // resourceVersion) should read the datastore rather than wait for the
 // cache. Upstream's cache serves such a list once it has caught up with
 // the datastore's newest revision; a cache of a resource that is not being
-// written catches up only through a progress notification, which kine
-// sends when every watch of its stream has been handed every event, and
-// while other resources are written without pause that can take hundreds
-// of milliseconds (a tenant's small list waited 90 ms at the median and
-// 300 ms at p99 while another tenant wrote secrets). A cache that has not
-// been handed kine's newest revision is behind: the list reads the
-// datastore, as it would without a cache. A cache that has may still wait
-// for revisions kine has not yet handed out (another replica's writes),
-// as upstream's does.
+// written catches up only through a progress notification, which upstream
+// requests every 100 ms while lists wait and kine sends only when every
+// watch of its stream has been handed every event. When the datastore is
+// idle that is at once; while other resources are written without pause it
+// failed for hundreds of milliseconds (a tenant's small list waited 90 ms
+// at the median and 300 ms at p99 while another tenant wrote secrets). So a
+// list whose cache has not been handed kine's newest revision reads the
+// datastore, as it would without a cache, when that revision moved in the
+// last WritesFlowing; otherwise it waits for the cache (a progress
+// notification comes at once). A cache that has been handed kine's newest
+// revision may still wait for revisions kine has not yet handed out
+// (another replica's writes), as upstream's does.
 func (c *cachedStore) consistentListFromDatastore(opts storage.ListOptions) bool {
 	if opts.ResourceVersion != "" || LatestRevision == nil {
 		return false
 	}
-	return c.fed.Load() < LatestRevision()
+	latest := LatestRevision()
+	flowing := handed.writesFlowing(latest, time.Now())
+	return c.fed.Load() < latest && flowing
+}
+
+// WritesFlowing is how recently kine's newest revision must have moved for
+// the datastore to count as being written without pause.
+const WritesFlowing = 100 * time.Millisecond
+
+// handed follows kine's newest handed revision, for writesFlowing.
+var handed revisionClock
+
+type revisionClock struct {
+	mu    sync.Mutex
+	rev   uint64
+	moved time.Time
+}
+
+// writesFlowing notes rev, the newest revision now, and says whether it
+// moved within WritesFlowing of now.
+func (r *revisionClock) writesFlowing(rev uint64, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rev != r.rev {
+		r.rev, r.moved = rev, now
+	}
+	return now.Sub(r.moved) < WritesFlowing
 }
 
 // consistentListsFromDatastore counts the lists consistentListFromDatastore
