@@ -147,7 +147,7 @@ func NewOptions() *Options {
 	tg := satokens.New()
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
 	return &Options{RootDir: ".kcp", DatastoreNotify: true, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
-		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, TenantMaxInflight: max(8, 4*runtime.GOMAXPROCS(0)), Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy,
+		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, TenantMaxInflight: max(4, 2*runtime.GOMAXPROCS(0)), Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy,
 		SyncTargetHeartbeatTimeout: 20 * time.Second, PlacementEvictionDelay: 5 * time.Second}
 }
 
@@ -180,7 +180,7 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 	fs.DurationVar(&o.CRDHandlerIdle, "crd-handler-idle", o.CRDHandlerIdle,
 		"Drop the serving state (storage, validators, converters) of a logical cluster's custom resources after this long without a request; it is rebuilt on the next one. 0 keeps it.")
 	fs.IntVar(&o.TenantMaxInflight, "tenant-max-inflight", o.TenantMaxInflight,
-		"How many requests (watches apart) one workspace other than root may have executing at once; the others wait, in the order API priority and fairness lets them through, so that one tenant flooding the server shares the CPUs with the others instead of taking them. Requests of system:masters are not counted. 0 sets no bound. The default is four per CPU, at least 8.")
+		"How many requests (watches apart) one workspace other than root may have executing at once; the others wait, in the order API priority and fairness lets them through, so that one tenant flooding the server shares the CPUs with the others instead of taking them. Requests of system:masters are not counted, and a request waiting for an admission or conversion webhook gives its slot back meanwhile. 0 sets no bound. The default is two per CPU, at least 4.")
 	fs.IntVar(&o.CRDLimits.MaxEnumValues, "max-crd-enum-values", o.CRDLimits.MaxEnumValues,
 		"Refuse a CustomResourceDefinition whose schemas list more enum values than this (all versions together); a huge enum costs memory in every replica. 0: no limit.")
 	fs.Int64Var(&o.CRDLimits.MaxSchemaBytesPerCluster, "max-crd-schema-bytes-per-workspace", o.CRDLimits.MaxSchemaBytesPerCluster,

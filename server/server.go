@@ -39,6 +39,7 @@ import (
 	"github.com/kcpsql/kcp/server/requestlimits"
 	"github.com/kcpsql/kcp/server/routing"
 	"github.com/kcpsql/kcp/server/syncerview"
+	"github.com/kcpsql/kcp/server/tenantslots"
 	"github.com/kcpsql/kcp/storage/auditevents"
 	"github.com/kcpsql/kcp/storage/changehistory"
 	"github.com/kcpsql/kcp/storage/clusterdata"
@@ -208,7 +209,7 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *b
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
 		// After authorization: reads at resource versions from before a
 		// cluster's current incarnation answer 410 (incarnations).
-		routed := routing.WithLogicalCluster(errorlimit.WithLimit(inner(incarnations.WithIncarnations(crds.Wrap(h), began), gc)))
+		routed := routing.WithLogicalCluster(errorlimit.WithLimit(tenantslots.WithHolder(inner(incarnations.WithIncarnations(crds.Wrap(h), began), gc))))
 		view, err := syncerview.New(routed, gc.Authentication.Authenticator, gc.Authorization.Authorizer, gc.LoopbackClientConfig, boundAPIs)
 		if err != nil {
 			klog.Fatalf("building the syncer view: %v", err)

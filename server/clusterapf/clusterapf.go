@@ -56,6 +56,7 @@ import (
 
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/percluster"
+	"github.com/kcpsql/kcp/server/tenantslots"
 	"github.com/kcpsql/kcp/storage/clusterstore"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -92,7 +93,7 @@ type FlowControl struct {
 	utilflowcontrol.Interface
 	tenants *percluster.Registry[utilflowcontrol.Interface]
 	clients *clusterinformer.Clients // set by Start before tenants starts
-	slots   *tenantSlots             // nil: no bound
+	slots   *tenantslots.Slots       // nil: no bound
 }
 
 // Wrap wraps root's controller; Start must run before tenants' own
@@ -102,7 +103,7 @@ type FlowControl struct {
 func Wrap(root utilflowcontrol.Interface, tenantInflight int) *FlowControl {
 	f := &FlowControl{Interface: root}
 	if tenantInflight > 0 {
-		f.slots = newTenantSlots(tenantInflight)
+		f.slots = tenantslots.New(tenantInflight)
 	}
 	f.tenants = percluster.New("API priority and fairness of a tenant", ConfigResources, f.build)
 	return f
@@ -148,13 +149,6 @@ func (f *FlowControl) Handle(ctx context.Context, rd utilflowcontrol.RequestDige
 		f.Interface.Handle(ctx, rd, noteFn, workEstimator, queueNoteFn, execFn)
 		return
 	}
-	if f.slots != nil && (rd.RequestInfo == nil || rd.RequestInfo.Verb != "watch") {
-		release, ok := f.slots.acquire(ctx, cluster)
-		if !ok {
-			return // the request ended while it waited (answered 429)
-		}
-		defer release()
-	}
 	workEstimator = tenantListCost(cluster, rd, workEstimator)
 	groups := []string{TenantsGroup, user.AllAuthenticated}
 	if wideList(cluster, rd) {
@@ -167,7 +161,7 @@ func (f *FlowControl) Handle(ctx context.Context, rd utilflowcontrol.RequestDige
 		if err != nil {
 			klog.V(2).InfoS("API priority and fairness of a tenant: using root's classification alone", "cluster", cluster, "err", err)
 		}
-		f.Interface.Handle(ctx, tenant, noteFn, workEstimator, queueNoteFn, execFn)
+		f.inSlot(ctx, cluster, rd, func() { f.Interface.Handle(ctx, tenant, noteFn, workEstimator, queueNoteFn, execFn) })
 		return
 	}
 	// The tenant's own classification first (within its share), then the
@@ -183,8 +177,21 @@ func (f *FlowControl) Handle(ctx context.Context, rd utilflowcontrol.RequestDige
 		if ownMatched {
 			rootNote = func(*flowcontrolv1.FlowSchema, *flowcontrolv1.PriorityLevelConfiguration, string) {}
 		}
-		f.Interface.Handle(ctx, tenant, rootNote, workEstimator, queueNoteFn, execFn)
+		f.inSlot(ctx, cluster, rd, func() { f.Interface.Handle(ctx, tenant, rootNote, workEstimator, queueNoteFn, execFn) })
 	})
+}
+
+// inSlot runs handle, root's classification and queuing of a tenant's
+// request, once the request holds one of the tenant's execution slots
+// (tenantslots; watches need none). A tenant with priority levels of its
+// own has ordered its requests by them already. A request whose context
+// ends while it waits is not run (it is answered 429).
+func (f *FlowControl) inSlot(ctx context.Context, cluster logicalcluster.Name, rd utilflowcontrol.RequestDigest, handle func()) {
+	if f.slots == nil || (rd.RequestInfo != nil && rd.RequestInfo.Verb == "watch") {
+		handle()
+		return
+	}
+	f.slots.Run(ctx, cluster, handle)
 }
 
 // ObjectsPerSeat and MaxListSeats are upstream's defaults for the cost

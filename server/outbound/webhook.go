@@ -10,6 +10,8 @@ import (
 
 	"k8s.io/apiserver/pkg/util/webhook"
 	"k8s.io/client-go/rest"
+
+	"github.com/kcpsql/kcp/server/tenantslots"
 )
 
 // maxAnswer bounds what is read of a webhook's answer before deciding
@@ -44,6 +46,9 @@ func (p *Policy) AuthResolverWrapper() webhook.AuthenticationInfoResolverWrapper
 type quietAnswers struct{ next http.RoundTripper }
 
 func (q quietAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	// The tenant's request waiting for its webhook holds none of the
+	// tenant's execution slots meanwhile (tenantslots).
+	defer tenantslots.Yield(req.Context())()
 	resp, err := q.next.RoundTrip(req)
 	if err != nil {
 		return nil, err

@@ -2,11 +2,19 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -161,4 +169,62 @@ func TestPriorityAndFairnessPerTenant(t *testing.T) {
 	if _, err := s.Client(a).FlowcontrolV1().FlowSchemas().Get(ctx, "kcp-tenants", metav1.GetOptions{}); err == nil {
 		t.Error("root's kcp-tenants FlowSchema is visible in a tenant")
 	}
+}
+
+// TestTenantSlotsYieldToWebhooks: with one execution slot per workspace
+// (--tenant-max-inflight=1), a tenant's create waits for the workspace's
+// admission webhook, which lists the same workspace as the same tenant
+// before it answers. The waiting create gives its slot back, so the
+// webhook's list runs and the create succeeds; held, the list would wait
+// for the create and the webhook would time out.
+func TestTenantSlotsYieldToWebhooks(t *testing.T) {
+	var tenant atomic.Pointer[http.Client]
+	var base string
+	var callbacks atomic.Int32
+	hook := httptest.NewUnstartedServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var review admissionv1.AdmissionReview
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+			http.Error(rw, fmt.Sprint(err), http.StatusBadRequest)
+			return
+		}
+		resp := &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: false,
+			Result: &metav1.Status{Code: http.StatusForbidden, Message: "the webhook's own list failed"}}
+		if c := tenant.Load(); c != nil {
+			if lr, err := c.Get(base + "/api/v1/namespaces/default/configmaps"); err == nil {
+				lr.Body.Close()
+				if lr.StatusCode == http.StatusOK {
+					callbacks.Add(1)
+					resp.Allowed, resp.Result = true, nil
+				}
+			}
+		}
+		review.Response, review.Request = resp, nil
+		json.NewEncoder(rw).Encode(review)
+	}))
+	hook.StartTLS()
+	t.Cleanup(hook.Close)
+	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: hook.Certificate().Raw}))
+
+	s := framework.StartServer(t, "", "--webhook-allowed-networks=127.0.0.1/32", "--tenant-max-inflight=1")
+	c := tenantAdmin(t, s, "slot-hooks", "slot-user")
+	base = s.URL() + "/clusters/root:slot-hooks"
+	tenant.Store(c)
+	if out, err := s.KubectlErr("root:slot-hooks", webhookConfig("ValidatingWebhookConfiguration", "callback",
+		`{url: "`+hook.URL+`/validate", caBundle: "`+ca+`"}`, "Fail", 5, "callback: \"yes\""), "apply", "-f", "-"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	n := 0
+	framework.Eventually(t, 60*time.Second, "the tenant's create passes its webhook, which lists the same workspace", func() (bool, string) {
+		n++
+		body := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm-%d","labels":{"callback":"yes"}}}`, n)
+		start := time.Now()
+		resp, err := c.Post(base+"/api/v1/namespaces/default/configmaps", "application/json", strings.NewReader(body))
+		if err != nil {
+			return false, err.Error()
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusCreated && callbacks.Load() > 0,
+			fmt.Sprintf("%d after %v (webhook's lists: %d): %s", resp.StatusCode, time.Since(start).Round(time.Millisecond), callbacks.Load(), msg)
+	})
 }
