@@ -230,88 +230,69 @@ func RootConfig() ([]*flowcontrolv1.PriorityLevelConfiguration, []*flowcontrolv1
 	return []*flowcontrolv1.PriorityLevelConfiguration{pl, wpl}, []*flowcontrolv1.FlowSchema{fs, wfs}
 }
 
+// tenantsConfig is root's level for tenants' requests: one flow per
+// tenant, shuffle-sharded over a few of many queues.
 func tenantsConfig() (*flowcontrolv1.PriorityLevelConfiguration, *flowcontrolv1.FlowSchema) {
-	pl := &flowcontrolv1.PriorityLevelConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: TenantsName},
-		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{
-			Type: flowcontrolv1.PriorityLevelEnablementLimited,
-			Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
-				NominalConcurrencyShares: ptr.To[int32](30),
-				LendablePercent:          ptr.To[int32](50),
-				LimitResponse: flowcontrolv1.LimitResponse{
-					Type: flowcontrolv1.LimitResponseTypeQueue,
-					Queuing: &flowcontrolv1.QueuingConfiguration{
-						// One flow per tenant: many queues, each tenant's
-						// requests shuffle-sharded over a few of them.
-						Queues: 256, HandSize: 6, QueueLengthLimit: 50,
-					},
-				},
-			},
-		},
-	}
-	fs := &flowcontrolv1.FlowSchema{
-		ObjectMeta: metav1.ObjectMeta{Name: TenantsName},
-		Spec: flowcontrolv1.FlowSchemaSpec{
-			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: TenantsName},
-			// Before global-default (9900) and service-accounts (9000);
-			// nothing else of the defaults matches the tenants' user.
-			MatchingPrecedence:  8000,
-			DistinguisherMethod: &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
-			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
-				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: TenantsGroup}}},
-				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"},
-					ClusterScope: true, Namespaces: []string{flowcontrolv1.NamespaceEvery}}},
-				NonResourceRules: []flowcontrolv1.NonResourcePolicyRule{{Verbs: []string{"*"}, NonResourceURLs: []string{"*"}}},
-			}},
-		},
-	}
+	pl := limitedLevel(TenantsName, flowcontrolv1.LimitedPriorityLevelConfiguration{
+		NominalConcurrencyShares: ptr.To[int32](30),
+		LendablePercent:          ptr.To[int32](50),
+	}, flowcontrolv1.QueuingConfiguration{Queues: 256, HandSize: 6, QueueLengthLimit: 50})
+	// Before global-default (9900) and service-accounts (9000); nothing else
+	// of the defaults matches the tenants' user.
+	fs := perUserSchema(TenantsName, 8000, TenantsGroup, flowcontrolv1.PolicyRulesWithSubjects{
+		ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"},
+			ClusterScope: true, Namespaces: []string{flowcontrolv1.NamespaceEvery}}},
+		NonResourceRules: []flowcontrolv1.NonResourcePolicyRule{{Verbs: []string{"*"}, NonResourceURLs: []string{"*"}}},
+	})
 	return pl, fs
 }
 
-// WideListSeats is the seats root's kcp-tenant-lists level is created
-// with, for each two CPUs the server may use: one list of
-// MaxListSeats*ObjectsPerSeat objects at a time per two CPUs.
+// WideListSeats is the least number of seats root's kcp-tenant-lists
+// level is created with for each two CPUs the server may use: one list of
+// MaxListSeats*ObjectsPerSeat objects at a time per two CPUs (rounding up
+// the shares gives 13 on two CPUs).
 const WideListSeats = MaxListSeats + 1
 
 // wideListsConfig is root's level for tenants' wide lists (see
-// wideList): few seats, no borrowing, one flow per tenant.
+// wideList): few seats, neither lending nor borrowing (its seats bound the
+// CPU that tenants' wide lists take from everything else), one flow per
+// tenant in one queue of its own rather than six, so that another tenant's
+// list waits for at most one of a flooding tenant's.
 func wideListsConfig() (*flowcontrolv1.PriorityLevelConfiguration, *flowcontrolv1.FlowSchema) {
-	pl := &flowcontrolv1.PriorityLevelConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: TenantListsName},
-		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{
-			Type: flowcontrolv1.PriorityLevelEnablementLimited,
-			Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
-				NominalConcurrencyShares: ptr.To(wideListShares(runtime.GOMAXPROCS(0))),
-				// Neither lends nor borrows: its seats bound the CPU that
-				// tenants' wide lists take from everything else.
-				LendablePercent:       ptr.To[int32](0),
-				BorrowingLimitPercent: ptr.To[int32](0),
-				LimitResponse: flowcontrolv1.LimitResponse{
-					Type: flowcontrolv1.LimitResponseTypeQueue,
-					Queuing: &flowcontrolv1.QueuingConfiguration{
-						// A flooding tenant's lists wait in one queue of
-						// their own rather than in six, so another tenant's
-						// list waits for at most one of them.
-						Queues: 256, HandSize: 1, QueueLengthLimit: 100,
-					},
-				},
-			},
-		},
-	}
-	fs := &flowcontrolv1.FlowSchema{
-		ObjectMeta: metav1.ObjectMeta{Name: TenantListsName},
-		Spec: flowcontrolv1.FlowSchemaSpec{
-			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: TenantListsName},
-			MatchingPrecedence:         7900, // before kcp-tenants
-			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
-			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
-				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: TenantListsGroup}}},
-				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"list"}, APIGroups: []string{"*"}, Resources: []string{"*"},
-					ClusterScope: true, Namespaces: []string{flowcontrolv1.NamespaceEvery}}},
-			}},
-		},
-	}
+	pl := limitedLevel(TenantListsName, flowcontrolv1.LimitedPriorityLevelConfiguration{
+		NominalConcurrencyShares: ptr.To(wideListShares(runtime.GOMAXPROCS(0))),
+		LendablePercent:          ptr.To[int32](0),
+		BorrowingLimitPercent:    ptr.To[int32](0),
+	}, flowcontrolv1.QueuingConfiguration{Queues: 256, HandSize: 1, QueueLengthLimit: 100})
+	fs := perUserSchema(TenantListsName, 7900, TenantListsGroup, flowcontrolv1.PolicyRulesWithSubjects{ // before kcp-tenants
+		ResourceRules: []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"list"}, APIGroups: []string{"*"}, Resources: []string{"*"},
+			ClusterScope: true, Namespaces: []string{flowcontrolv1.NamespaceEvery}}},
+	})
 	return pl, fs
+}
+
+// limitedLevel is a Limited priority level that queues.
+func limitedLevel(name string, limited flowcontrolv1.LimitedPriorityLevelConfiguration, queuing flowcontrolv1.QueuingConfiguration) *flowcontrolv1.PriorityLevelConfiguration {
+	limited.LimitResponse = flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeQueue, Queuing: &queuing}
+	return &flowcontrolv1.PriorityLevelConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       flowcontrolv1.PriorityLevelConfigurationSpec{Type: flowcontrolv1.PriorityLevelEnablementLimited, Limited: &limited},
+	}
+}
+
+// perUserSchema is a FlowSchema name for the level name, matching the rules
+// for members of group, with a flow per user (per tenant, see Handle).
+func perUserSchema(name string, precedence int32, group string, rules flowcontrolv1.PolicyRulesWithSubjects) *flowcontrolv1.FlowSchema {
+	rules.Subjects = []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: group}}}
+	return &flowcontrolv1.FlowSchema{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: name},
+			MatchingPrecedence:         precedence,
+			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
+			Rules:                      []flowcontrolv1.PolicyRulesWithSubjects{rules},
+		},
+	}
 }
 
 // wideListShares is the nominal concurrency shares that give the

@@ -5,8 +5,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -47,16 +45,11 @@ type apisResult struct {
 // objects across the consumers and lists through the provider's view.
 func benchAPIs(log func(string, ...any)) (apisResult, error) {
 	r := apisResult{consumers: *apisConsumers, objects: *apisObjects}
-	tmp, err := os.MkdirTemp("", "kcp-bench-apis-")
+	s, stop, err := startInTemp("apis", "")
 	if err != nil {
 		return r, err
 	}
-	defer os.RemoveAll(tmp)
-	s := &server{dir: filepath.Join(tmp, "kcp"), port: freePort()}
-	if _, err := s.start(); err != nil {
-		return r, err
-	}
-	defer s.stop()
+	defer stop()
 	ctx := context.Background()
 	pairs := [][2]string{{"root", "platform"}}
 	for i := range r.consumers {

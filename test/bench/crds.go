@@ -5,8 +5,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -94,16 +92,11 @@ func percentile(d []time.Duration, p float64) time.Duration {
 // request per cold cluster, then 10 objects each, then steady-state gets.
 func benchCRDs(n int, log func(string, ...any)) (crdResult, error) {
 	r := crdResult{clusters: n}
-	tmp, err := os.MkdirTemp("", "kcp-bench-crds-")
+	s, stop, err := startInTemp("crds", "")
 	if err != nil {
 		return r, err
 	}
-	defer os.RemoveAll(tmp)
-	s := &server{dir: filepath.Join(tmp, "root"), port: freePort()}
-	if _, err := s.start(); err != nil {
-		return r, err
-	}
-	defer s.stop()
+	defer stop()
 	var pairs [][2]string
 	for i := 0; i < n; i++ {
 		pairs = append(pairs, [2]string{"root", fmt.Sprintf("crd-%d", i)})

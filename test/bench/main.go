@@ -276,6 +276,21 @@ func (s *server) start() (time.Duration, error) {
 	return 0, fmt.Errorf("not ready after 2 minutes")
 }
 
+// startInTemp starts a kcp (bin; "" is -kcp) on SQLite in a new temporary
+// directory named after name; stop stops it and removes the directory.
+func startInTemp(name, bin string) (s *server, stop func(), err error) {
+	tmp, err := os.MkdirTemp("", "kcp-bench-"+name+"-")
+	if err != nil {
+		return nil, nil, err
+	}
+	s = &server{dir: filepath.Join(tmp, "root"), port: freePort(), bin: bin}
+	if _, err := s.start(); err != nil {
+		os.RemoveAll(tmp)
+		return nil, nil, err
+	}
+	return s, func() { s.stop(); os.RemoveAll(tmp) }, nil
+}
+
 func (s *server) stop() {
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	<-s.done

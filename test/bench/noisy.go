@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -72,16 +71,11 @@ func (s *server) grantTenant(ctx context.Context, ws, user string) error {
 
 func benchNoisy(bin string, log func(string, ...any)) (noisyResult, error) {
 	r := noisyResult{bin: bin}
-	tmp, err := os.MkdirTemp("", "kcp-bench-noisy-")
+	s, stop, err := startInTemp("noisy", bin)
 	if err != nil {
 		return r, err
 	}
-	defer os.RemoveAll(tmp)
-	s := &server{dir: filepath.Join(tmp, "root"), port: freePort(), bin: bin}
-	if _, err := s.start(); err != nil {
-		return r, err
-	}
-	defer s.stop()
+	defer stop()
 	if err := s.createWorkspaces([][2]string{{"root", "noisy-a"}, {"root", "quiet-b"}}); err != nil {
 		return r, err
 	}

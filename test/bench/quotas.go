@@ -4,8 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -43,16 +41,11 @@ type quotaResult struct {
 // policy denies.
 func benchQuotas(log func(string, ...any)) (quotaResult, error) {
 	r := quotaResult{workspaces: *quotaWorkspaces, quotas: *quotaWorkspaces * *quotasPerWorkspace}
-	tmp, err := os.MkdirTemp("", "kcp-bench-quotas-")
+	s, stop, err := startInTemp("quotas", "")
 	if err != nil {
 		return r, err
 	}
-	defer os.RemoveAll(tmp)
-	s := &server{dir: filepath.Join(tmp, "root"), port: freePort()}
-	if _, err := s.start(); err != nil {
-		return r, err
-	}
-	defer s.stop()
+	defer stop()
 	var pairs [][2]string
 	for i := range *quotaWorkspaces {
 		pairs = append(pairs, [2]string{"root", fmt.Sprintf("q-%d", i)})
