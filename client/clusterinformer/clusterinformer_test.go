@@ -378,6 +378,18 @@ func TestClusterView(t *testing.T) {
 	}
 	second.wait(t, 3)
 	stopView()
+	// The view's context removes its handlers soon after it ends.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		inf.mu.Lock()
+		n := len(inf.byCluster["root:a"])
+		inf.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d handlers left after the view's context ended", n)
+		}
+	}
 	src.Delete(cm("root:a", "default", "a-new", nil))
 	src.Add(cm("root:b", "default", "sync-point", nil))
 	all2 := &recorder{}
@@ -389,5 +401,38 @@ func TestClusterView(t *testing.T) {
 	}
 	if n := len(second.events); n != 3 {
 		t.Errorf("handler of a stopped view saw %v", second.events)
+	}
+}
+
+// TestKeepingController keeps only labelled config maps: others are not
+// cached and their additions and changes are not heard of, but their
+// deletions are; a kept object that stops qualifying leaves the cache with
+// a change event.
+func TestKeepingController(t *testing.T) {
+	src := newSource()
+	src.Add(cm("root:a", "default", "kept", map[string]string{"keep": "yes"}))
+	src.Add(cm("root:a", "default", "plain", nil))
+	rec := &recorder{}
+	keep := func(obj interface{}) bool { return obj.(*corev1.ConfigMap).Labels["keep"] == "yes" }
+	indexer, ctrl := NewKeepingController(src, &corev1.ConfigMap{}, nil, rec.handler(), func(obj interface{}) (interface{}, error) { return obj, nil }, keep)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go ctrl.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
+		t.Fatal("not synced")
+	}
+	if keys := indexer.ListKeys(); len(keys) != 1 || keys[0] != "root:a|default/kept" {
+		t.Errorf("cache holds %v, want the kept object alone", keys)
+	}
+	src.Modify(cm("root:a", "default", "plain", map[string]string{"other": "x"}))
+	src.Delete(cm("root:a", "default", "plain", nil))
+	src.Modify(cm("root:a", "default", "kept", nil)) // stops qualifying
+	src.Add(cm("root:a", "default", "new", map[string]string{"keep": "yes"}))
+	want := []string{"add root:a|default/kept", "delete root:a|default/plain", "update root:a|default/kept", "add root:a|default/new"}
+	if got := rec.wait(t, 4); !equal(got, want) {
+		t.Errorf("events %v, want %v", got, want)
+	}
+	if keys := indexer.ListKeys(); len(keys) != 1 || keys[0] != "root:a|default/new" {
+		t.Errorf("cache holds %v, want root:a|default/new alone", keys)
 	}
 }

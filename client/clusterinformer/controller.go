@@ -38,6 +38,17 @@ func NewTrimmedController(lw cache.ListerWatcher, objType runtime.Object, indexe
 	return newTrimmedController(lw, objType, indexers, handler, nil, nil, trim)
 }
 
+// NewKeepingController is NewTrimmedController whose cache keeps only the
+// objects keep (given the trimmed object) is true for. handler hears of
+// every deletion, kept or not, of the additions and changes of kept
+// objects, and, as a change, of a kept object's change that ends its
+// keeping (it then leaves the cache). A deletion missed while the watch
+// was down is not heard of for objects the cache did not keep; the relist
+// after it gives handler a change of every kept object.
+func NewKeepingController(lw cache.ListerWatcher, objType runtime.Object, indexers cache.Indexers, handler cache.ResourceEventHandler, trim cache.TransformFunc, keep func(obj interface{}) bool) (cache.Indexer, cache.Controller) {
+	return newKeepingController(lw, objType, indexers, handler, nil, nil, trim, keep)
+}
+
 // newController is NewController; lock (if any) is held around each
 // change's cache update and handler calls, and onError (if any) hears of
 // every failed list or dropped watch.
@@ -48,6 +59,11 @@ func newController(lw cache.ListerWatcher, objType runtime.Object, indexers cach
 
 func newTrimmedController(lw cache.ListerWatcher, objType runtime.Object, indexers cache.Indexers, handler cache.ResourceEventHandler,
 	lock sync.Locker, onError cache.WatchErrorHandlerWithContext, trim cache.TransformFunc) (cache.Indexer, cache.Controller) {
+	return newKeepingController(lw, objType, indexers, handler, lock, onError, trim, nil)
+}
+
+func newKeepingController(lw cache.ListerWatcher, objType runtime.Object, indexers cache.Indexers, handler cache.ResourceEventHandler,
+	lock sync.Locker, onError cache.WatchErrorHandlerWithContext, trim cache.TransformFunc, keep func(obj interface{}) bool) (cache.Indexer, cache.Controller) {
 	transform := dropManagedFields
 	if trim != nil {
 		transform = func(obj interface{}) (interface{}, error) {
@@ -90,6 +106,15 @@ func newTrimmedController(lw cache.ListerWatcher, objType runtime.Object, indexe
 		old, exists, err := indexer.Get(d.Object)
 		if err != nil {
 			return err
+		}
+		if keep != nil && !keep(d.Object) {
+			if exists {
+				if err := indexer.Delete(old); err != nil {
+					return err
+				}
+				handler.OnUpdate(old, d.Object)
+			}
+			return nil
 		}
 		if exists {
 			if err := indexer.Update(d.Object); err != nil {

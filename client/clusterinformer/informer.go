@@ -161,7 +161,9 @@ func (i *Informer[T]) AddEventHandlerUntil(ctx context.Context, h cache.Resource
 // until ctx ends: h first gets an add for each of the cluster's objects in
 // the cache, then their changes. However many clusters have such handlers,
 // a change is handed to those of its own cluster alone.
-func (i *Informer[T]) AddClusterEventHandlerUntil(ctx context.Context, cluster logicalcluster.Name, h cache.ResourceEventHandler) {
+//
+// remove removes h at once (ctx ending removes it soon after).
+func (i *Informer[T]) AddClusterEventHandlerUntil(ctx context.Context, cluster logicalcluster.Name, h cache.ResourceEventHandler) (remove func()) {
 	r := &registration{h}
 	i.mu.Lock()
 	objs, _ := i.indexer.ByIndex(ByCluster, string(cluster))
@@ -173,7 +175,7 @@ func (i *Informer[T]) AddClusterEventHandlerUntil(ctx context.Context, cluster l
 	}
 	i.byCluster[cluster] = append(i.byCluster[cluster], r)
 	i.mu.Unlock()
-	context.AfterFunc(ctx, func() {
+	remove = func() {
 		i.mu.Lock()
 		defer i.mu.Unlock()
 		if left := slices.DeleteFunc(i.byCluster[cluster], func(x *registration) bool { return x == r }); len(left) > 0 {
@@ -181,7 +183,9 @@ func (i *Informer[T]) AddClusterEventHandlerUntil(ctx context.Context, cluster l
 		} else {
 			delete(i.byCluster, cluster)
 		}
-	})
+	}
+	context.AfterFunc(ctx, remove)
+	return remove
 }
 
 // registration is one added handler (a pointer, so it can be removed).

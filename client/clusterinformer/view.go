@@ -30,15 +30,15 @@ func (i *Informer[T]) ClusterView(ctx context.Context, cluster logicalcluster.Na
 }
 
 type view struct {
-	add        func(ctx context.Context, cluster logicalcluster.Name, h cache.ResourceEventHandler)
+	add        func(ctx context.Context, cluster logicalcluster.Name, h cache.ResourceEventHandler) (remove func())
 	controller cache.Controller
 	cluster    logicalcluster.Name
 	ctx        context.Context
 	store      viewStore
 }
 
-// viewRegistration is a handler added to a view; removing it cancels its
-// context.
+// viewRegistration is a handler added to a view; removing it removes the
+// handler at once and cancels its context.
 type viewRegistration struct {
 	cancel     context.CancelFunc
 	controller cache.Controller
@@ -54,8 +54,8 @@ func (v *view) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEven
 	ctx, cancel := context.WithCancel(v.ctx)
 	// The informer replays the cluster's objects while it adds h: once
 	// it has synced, so has h.
-	v.add(ctx, v.cluster, h)
-	return &viewRegistration{cancel: cancel, controller: v.controller}, nil
+	remove := v.add(ctx, v.cluster, h)
+	return &viewRegistration{cancel: func() { remove(); cancel() }, controller: v.controller}, nil
 }
 
 func (v *view) AddEventHandlerWithResyncPeriod(h cache.ResourceEventHandler, _ time.Duration) (cache.ResourceEventHandlerRegistration, error) {

@@ -73,6 +73,12 @@ func NewTrimmed(lw cache.ListerWatcher, objType runtime.Object, indexers cache.I
 	return clusterinformer.NewTrimmedController(lw, objType, indexers, handler, trim)
 }
 
+// NewKeeping is NewTrimmed whose cache keeps only the objects keep is
+// true for (see clusterinformer.NewKeepingController).
+func NewKeeping(lw cache.ListerWatcher, objType runtime.Object, indexers cache.Indexers, handler cache.ResourceEventHandler, trim cache.TransformFunc, keep func(obj interface{}) bool) (cache.Indexer, cache.Controller) {
+	return clusterinformer.NewKeepingController(lw, objType, indexers, handler, trim, keep)
+}
+
 // ClustersOf returns the distinct clusters of objects from a cache, in the
 // order first seen.
 func ClustersOf(objs []interface{}) []logicalcluster.Name {

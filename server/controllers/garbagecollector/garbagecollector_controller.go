@@ -150,15 +150,26 @@ func (c *Controller) watch(ctx context.Context, gvr schema.GroupVersionResource,
 		return keys, nil
 	}}
 	var ctrl cache.Controller
-	info.indexer, ctrl = clusterinformer.NewTrimmed(lw, &metav1.PartialObjectMetadata{}, indexers, cache.ResourceEventHandlerFuncs{
+	info.indexer, ctrl = clusterinformer.NewKeeping(lw, &metav1.PartialObjectMetadata{}, indexers, cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { c.changed(info, nil, obj) },
 		UpdateFunc: func(old, obj interface{}) { c.changed(info, old, obj) },
 		DeleteFunc: func(obj interface{}) { c.deleted(info, obj) },
-	}, c.trim)
+	}, c.trim, tracked)
 	info.synced = ctrl.HasSynced
 	c.resources[gvr] = info
 	c.kinds[gvk] = info
 	go ctrl.RunWithContext(ctx)
+}
+
+// tracked says whether the collector keeps an object in its cache: one
+// with owners (a dependent) or being deleted with a finalizer of ours (an
+// owner with work to do). Most objects are neither (an empty workspace has
+// none): the collector still hears of their deletion, which is all it needs
+// of an owner, and it reads an owner it does not keep with a direct read
+// when a dependent of it changes (cached).
+func tracked(obj interface{}) bool {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	return ok && (len(m.OwnerReferences) > 0 || hasGCFinalizer(m))
 }
 
 // trim keeps what the collector reads of an object: its identity (name,
