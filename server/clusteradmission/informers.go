@@ -35,8 +35,13 @@ type sharedInformers struct {
 	mwc        *clusterinformer.Informer[*admissionregistrationv1.MutatingWebhookConfiguration]
 }
 
-// startShared starts the configuration informers (namespaces are the
-// server's shared informer, started by its owner) and waits for them.
+// startShared starts the configuration informers and waits for them.
+// Namespaces are the server's shared informer, started by its owner and
+// not waited for here: with 100,000 workspaces its first list takes tens of
+// seconds, and until Start returns every request in every cluster is
+// refused ("not loaded yet"), the server's own start-up writes included.
+// The plugins of a cluster with policies wait for it themselves (their
+// ready function) before they admit a request.
 func startShared(ctx context.Context, loopback *rest.Config, namespaces *clusterinformer.Informer[*corev1.Namespace]) (*sharedInformers, error) {
 	cs, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
@@ -57,7 +62,7 @@ func startShared(ctx context.Context, loopback *rest.Config, namespaces *cluster
 	}
 	for _, w := range []interface {
 		WaitForCacheSync(context.Context) error
-	}{s.namespaces, s.vap, s.vapb, s.mapo, s.mapb, s.vwc, s.mwc} {
+	}{s.vap, s.vapb, s.mapo, s.mapb, s.vwc, s.mwc} {
 		if err := w.WaitForCacheSync(ctx); err != nil {
 			return nil, fmt.Errorf("admission policies and webhooks: %w", err)
 		}
