@@ -149,9 +149,10 @@ func (f *FlowControl) Handle(ctx context.Context, rd utilflowcontrol.RequestDige
 		f.Interface.Handle(ctx, rd, noteFn, workEstimator, queueNoteFn, execFn)
 		return
 	}
-	workEstimator = tenantListCost(cluster, rd, workEstimator)
+	n, seen := lastListSize(cluster, rd)
+	workEstimator = tenantListCost(n, seen, workEstimator)
 	groups := []string{TenantsGroup, user.AllAuthenticated}
-	if wideList(cluster, rd) {
+	if seen && n > ObjectsPerSeat { // a wide list (see below)
 		groups = append(groups, TenantListsGroup)
 	}
 	tenant := utilflowcontrol.RequestDigest{RequestInfo: rd.RequestInfo,
@@ -201,21 +202,26 @@ const (
 	MaxListSeats   = 10
 )
 
-// tenantListCost estimates a tenant's list from the size of the last such list in the same
-// cluster and namespace (clusterstore.ListSizes) rather than from the
-// number of objects of the resource in all clusters; until one was seen,
-// upstream's estimate stands.
-func tenantListCost(cluster logicalcluster.Name, rd utilflowcontrol.RequestDigest, upstream func() fcrequest.WorkEstimate) func() fcrequest.WorkEstimate {
+// lastListSize is the size of the last list like rd (a list of the same
+// resource in the same cluster and namespace; clusterstore.ListSizes), if
+// rd is a list and one was seen.
+func lastListSize(cluster logicalcluster.Name, rd utilflowcontrol.RequestDigest) (int, bool) {
 	ri := rd.RequestInfo
 	if ri == nil || !ri.IsResourceRequest || ri.Name != "" || ri.Verb != "list" {
+		return 0, false
+	}
+	return clusterstore.ListSizes.Last(cluster, schema.GroupResource{Group: ri.APIGroup, Resource: ri.Resource}, ri.Namespace)
+}
+
+// tenantListCost estimates a tenant's list from the size of the last such
+// list (lastListSize) rather than from the number of objects of the
+// resource in all clusters; until one was seen, upstream's estimate stands.
+func tenantListCost(n int, seen bool, upstream func() fcrequest.WorkEstimate) func() fcrequest.WorkEstimate {
+	if !seen {
 		return upstream
 	}
 	return func() fcrequest.WorkEstimate {
 		w := upstream()
-		n, ok := clusterstore.ListSizes.Last(cluster, schema.GroupResource{Group: ri.APIGroup, Resource: ri.Resource}, ri.Namespace)
-		if !ok {
-			return w
-		}
 		seats := uint64((n + ObjectsPerSeat - 1) / ObjectsPerSeat)
 		w.InitialSeats = min(max(seats, 1), MaxListSeats)
 		return w
@@ -253,8 +259,8 @@ func tenantsConfig() (*flowcontrolv1.PriorityLevelConfiguration, *flowcontrolv1.
 // the shares gives 13 on two CPUs).
 const WideListSeats = MaxListSeats + 1
 
-// wideListsConfig is root's level for tenants' wide lists (see
-// wideList): few seats, neither lending nor borrowing (its seats bound the
+// wideListsConfig is root's level for tenants' wide lists (see the
+// comment "A wide list" below): few seats, neither lending nor borrowing (its seats bound the
 // CPU that tenants' wide lists take from everything else), one flow per
 // tenant in one queue of its own rather than six, so that another tenant's
 // list waits for at most one of a flooding tenant's.
@@ -304,20 +310,12 @@ func wideListShares(cpus int) int32 {
 	return int32(max(1, (seats*275+600-seats-1)/(600-seats)))
 }
 
-// wideList says whether a tenant's request is a list whose last answer in
-// the same cluster, resource and namespace held more than ObjectsPerSeat
-// objects. Such lists are CPU-bound (encoding their objects): they go to
-// root's kcp-tenant-lists level, whose few seats bound the CPU all
-// tenants' wide lists take together, so that a tenant flooding the server
-// with them slows its own lists, not other tenants' small requests.
-func wideList(cluster logicalcluster.Name, rd utilflowcontrol.RequestDigest) bool {
-	ri := rd.RequestInfo
-	if ri == nil || !ri.IsResourceRequest || ri.Name != "" || ri.Verb != "list" {
-		return false
-	}
-	n, ok := clusterstore.ListSizes.Last(cluster, schema.GroupResource{Group: ri.APIGroup, Resource: ri.Resource}, ri.Namespace)
-	return ok && n > ObjectsPerSeat
-}
+// A wide list is a tenant's list whose last such answer held more than
+// ObjectsPerSeat objects. Such lists are CPU-bound (encoding their
+// objects): they go to root's kcp-tenant-lists level, whose few seats bound
+// the CPU all tenants' wide lists take together, so that a tenant flooding
+// the server with them slows its own lists, not other tenants' small
+// requests.
 
 // ensureRootConfig creates root's kcp-tenants objects if they do not
 // exist; an operator's changes to them are kept.

@@ -162,18 +162,7 @@ func TestServiceAccountTokenCache(t *testing.T) {
 // from /metrics.
 func cacheHits(t *testing.T, s *framework.Server) int {
 	t.Helper()
-	body, err := s.Client("root").CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, `kcp_serviceaccount_token_cache_lookups_total{result="hit"}`) {
-			var n float64
-			fmt.Sscan(strings.Fields(line)[1], &n)
-			return int(n)
-		}
-	}
-	return 0
+	return int(metricValue(t, s, `kcp_serviceaccount_token_cache_lookups_total{result="hit"}`))
 }
 
 // bearerStatus lists resource in namespace apps of cluster with token and
