@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync/atomic"
+	"unique"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -47,30 +48,55 @@ func (r *Registry) Start(ctx context.Context, loopback *rest.Config) error {
 	return nil
 }
 
-// trim keeps what the registry reads of a LogicalCluster (its cluster and
-// owner annotations, spec.limits, status.phase): a few hundred bytes per
-// cluster instead of the whole object.
+// entry is what the registry keeps of a LogicalCluster: its identity, the
+// owner's username, spec.limits and whether it is terminating (about 120
+// bytes; the trimmed unstructured object it replaced was 1.7 KiB).
+type entry struct {
+	clusterinformer.Ref
+	owner       string
+	limits      tenancy.Limits
+	terminating bool
+}
+
 func trim(obj interface{}) (interface{}, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return obj, nil
 	}
-	ann := map[string]interface{}{}
-	for k, v := range u.GetAnnotations() {
-		if k == logicalcluster.Annotation || k == tenancy.OwnerAnnotation {
-			ann[k] = v
-		}
+	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	return &entry{
+		Ref:         clusterinformer.RefOf(u),
+		owner:       ownerName(u.GetAnnotations()[tenancy.OwnerAnnotation]),
+		limits:      LimitsOf(u, "spec", "limits"),
+		terminating: phase == tenancy.PhaseTerminating,
+	}, nil
+}
+
+// ownerName is the username in an owner annotation ("" when unknown).
+func ownerName(raw string) string {
+	var o struct {
+		Username string `json:"username"`
 	}
-	out := map[string]interface{}{
-		"metadata": map[string]interface{}{"name": u.GetName(), "annotations": ann},
+	if raw == "" || json.Unmarshal([]byte(raw), &o) != nil {
+		return ""
 	}
-	if l, ok, _ := unstructured.NestedMap(u.Object, "spec", "limits"); ok {
-		out["spec"] = map[string]interface{}{"limits": l}
+	// One copy of each username: most installations have few owners
+	// of many workspaces.
+	return unique.Make(o.Username).Value()
+}
+
+// get returns the registry's entry of a cluster (nil when unknown).
+func (r *Registry) get(c logicalcluster.Name) *entry {
+	ix := r.indexer.Load()
+	if ix == nil {
+		return nil
 	}
-	if p, ok, _ := unstructured.NestedString(u.Object, "status", "phase"); ok {
-		out["status"] = map[string]interface{}{"phase": p}
+	obj, ok, err := (*ix).GetByKey(clusterinformer.Key(c, "", tenancy.LogicalClusterName))
+	if err != nil || !ok {
+		return nil
 	}
-	return &unstructured.Unstructured{Object: out}, nil
+	e, _ := obj.(*entry)
+	return e
 }
 
 // State reports whether the cluster exists and whether it is being deleted.
@@ -78,36 +104,23 @@ func (r *Registry) State(c logicalcluster.Name) (exists, terminating bool) {
 	if c == logicalcluster.Root || c == logicalcluster.SystemCRDs {
 		return true, false
 	}
-	ix := r.indexer.Load()
-	if ix == nil {
+	e := r.get(c)
+	if e == nil {
 		return false, false
 	}
-	obj, ok, err := (*ix).GetByKey(clusterinformer.Key(c, "", tenancy.LogicalClusterName))
-	if err != nil || !ok {
-		return false, false
-	}
-	phase, _, _ := unstructured.NestedString(obj.(*unstructured.Unstructured).Object, "status", "phase")
-	return true, phase == tenancy.PhaseTerminating
+	return true, e.terminating
 }
 
 // Owner returns the username recorded as the owner of a cluster's
 // workspace ("" when unknown).
 func (r *Registry) Owner(c logicalcluster.Name) string {
-	ix := r.indexer.Load()
-	if ix == nil || c == logicalcluster.Root {
+	if c == logicalcluster.Root {
 		return ""
 	}
-	obj, ok, err := (*ix).GetByKey(clusterinformer.Key(c, "", tenancy.LogicalClusterName))
-	if err != nil || !ok {
-		return ""
+	if e := r.get(c); e != nil {
+		return e.owner
 	}
-	var o struct {
-		Username string `json:"username"`
-	}
-	if json.Unmarshal([]byte(obj.(*unstructured.Unstructured).GetAnnotations()[tenancy.OwnerAnnotation]), &o) != nil {
-		return ""
-	}
-	return o.Username
+	return ""
 }
 
 // Exists reports whether the cluster exists and is not being deleted.
@@ -132,15 +145,13 @@ func (r *Registry) Names() []logicalcluster.Name {
 // Limits returns the caps its Workspace set on a cluster (spec.limits of
 // its LogicalCluster; zero where none is set, and for root).
 func (r *Registry) Limits(c logicalcluster.Name) tenancy.Limits {
-	ix := r.indexer.Load()
-	if ix == nil || c == logicalcluster.Root {
+	if c == logicalcluster.Root {
 		return tenancy.Limits{}
 	}
-	obj, ok, err := (*ix).GetByKey(clusterinformer.Key(c, "", tenancy.LogicalClusterName))
-	if err != nil || !ok {
-		return tenancy.Limits{}
+	if e := r.get(c); e != nil {
+		return e.limits
 	}
-	return LimitsOf(obj.(*unstructured.Unstructured), "spec", "limits")
+	return tenancy.Limits{}
 }
 
 // LimitsOf reads a Limits object at fields of u (zero where absent).

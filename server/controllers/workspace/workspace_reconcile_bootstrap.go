@@ -41,7 +41,7 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 	}
 	phase, _, _ := unstructured.NestedString(ws.Object, "status", "phase")
 	if phase == tenancy.PhaseReady {
-		return 0, r.syncLimits(ctx, child, ws)
+		return 0, r.syncLimits(ctx, child, logicalclusters.LimitsOf(ws, "spec", "limits"))
 	}
 	cc, err := r.clients(child)
 	if err != nil {
@@ -192,8 +192,7 @@ func createNamespaces(ctx context.Context, cc *clients, names ...string) error {
 // syncLimits copies a ready Workspace's spec.limits to its LogicalCluster
 // when they differ from what the LogicalCluster has (as the shared watch of
 // LogicalClusters sees it: no read unless something changed).
-func (r *reconciler) syncLimits(ctx context.Context, child logicalcluster.Name, ws *unstructured.Unstructured) error {
-	want := logicalclusters.LimitsOf(ws, "spec", "limits")
+func (r *reconciler) syncLimits(ctx context.Context, child logicalcluster.Name, want tenancy.Limits) error {
 	if r.limits == nil || r.limits(child) == want {
 		return nil
 	}
