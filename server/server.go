@@ -35,6 +35,7 @@ import (
 	"github.com/kcpsql/kcp/server/exportview"
 	"github.com/kcpsql/kcp/server/incarnations"
 	"github.com/kcpsql/kcp/server/logicalclusters"
+	"github.com/kcpsql/kcp/server/memreturn"
 	"github.com/kcpsql/kcp/server/negotiated"
 	"github.com/kcpsql/kcp/server/requestlimits"
 	"github.com/kcpsql/kcp/server/routing"
@@ -164,6 +165,8 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 		}()
 		return nil
 	})
+	// Give back what the start-up cache fill (and later bursts) leave free.
+	go memreturn.Run(ctx)
 	prepared, err := chain.PrepareRun()
 	if err != nil {
 		return err

@@ -436,3 +436,38 @@ func TestKeepingController(t *testing.T) {
 		t.Errorf("cache holds %v, want root:a|default/new alone", keys)
 	}
 }
+
+// ByNamespace finds namespaced objects through ByClusterNamespace and a
+// cluster's cluster-scoped objects through ByCluster (they are not in
+// ByClusterNamespace), never another cluster's.
+func TestByNamespace(t *testing.T) {
+	ix := cache.NewIndexer(KeyFunc, ClusterIndexers)
+	for _, o := range []*corev1.ConfigMap{
+		cm("root:a", "default", "x", nil), cm("root:a", "", "scoped", nil),
+		cm("root:b", "default", "y", nil), cm("root:b", "", "other", nil),
+	} {
+		if err := ix.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func(ns string) []string {
+		objs, err := ByNamespace(ix, "root:a", ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, o := range objs {
+			out = append(out, o.(*corev1.ConfigMap).Name)
+		}
+		return out
+	}
+	if got := names("default"); !equal(got, []string{"x"}) {
+		t.Errorf("root:a default: %v", got)
+	}
+	if got := names(""); !equal(got, []string{"scoped"}) {
+		t.Errorf("root:a cluster-scoped: %v", got)
+	}
+	if got, _ := ix.ByIndex(ByClusterNamespace, "root:a|"); len(got) != 0 {
+		t.Errorf("cluster-scoped objects in ByClusterNamespace: %d", len(got))
+	}
+}

@@ -70,7 +70,7 @@ type NamespaceLister[T runtime.Object] struct {
 
 // List returns the namespace's objects that match selector.
 func (n NamespaceLister[T]) List(selector labels.Selector) ([]T, error) {
-	objs, err := n.l.indexer.ByIndex(ByClusterNamespace, string(n.cluster)+"|"+n.namespace)
+	objs, err := ByNamespace(n.l.indexer, n.cluster, n.namespace)
 	if err != nil {
 		return nil, err
 	}

@@ -137,7 +137,7 @@ func (s viewStore) ByIndex(indexName, value string) ([]interface{}, error) {
 	if indexName != cache.NamespaceIndex {
 		return nil, fmt.Errorf("a cluster view has no index %q", indexName)
 	}
-	return s.indexer.ByIndex(ByClusterNamespace, string(s.cluster)+"|"+value)
+	return ByNamespace(s.indexer, s.cluster, value)
 }
 
 func (s viewStore) Index(indexName string, obj interface{}) ([]interface{}, error) {

@@ -31,6 +31,7 @@ var (
 	scaleDatastores = flag.String("scale-datastores", "sqlite,postgres", "datastores of the scale benchmark")
 	scaleCreates    = flag.Int("scale-creates", 200, "workspaces created through the API at each size of the scale benchmark (the creation rate at that size)")
 	scaleBefore     = flag.String("scale-before", "", "another kcp binary (a build of an earlier commit) to run the scale benchmark with too, side by side")
+	scaleRSSLater   = flag.Duration("scale-rss-later", 90*time.Second, "how long after the server is idle the scale benchmark reads its RSS a second time (what it keeps once the start-up fill's garbage is returned; 0: not read)")
 )
 
 type scaleResult struct {
@@ -44,6 +45,8 @@ type scaleResult struct {
 	// to the server holding just the template workspace.
 	rssMiB, heapMiB           float64
 	rssPerWS, heapPerWS       float64
+	// rssLater is RSS -scale-rss-later after settling.
+	rssLaterMiB, rssLaterPerWS float64
 	goroutines                int
 	createsPerSec             float64
 	seedSecs                  float64
@@ -204,7 +207,7 @@ func benchScale(bin, kind string, steps []int, log func(string, ...any)) ([]scal
 		if *profileDir != "" {
 			go func() {
 				defer close(startProfile)
-				file := fmt.Sprintf("scale-%s-%s-%d-start-cpu.pprof", kind, filepath.Base(binName(bin)), n)
+				file := fmt.Sprintf("scale-%s-%s-%d-start-cpu.pprof", kind, profileName(bin), n)
 				for t0 := time.Now(); time.Since(t0) < time.Minute; time.Sleep(100 * time.Millisecond) {
 					c, err := s.client("root")
 					if err != nil {
@@ -230,10 +233,15 @@ func benchScale(bin, kind string, steps []int, log func(string, ...any)) ([]scal
 		r.settled = settled
 		<-startProfile
 		r.heapMiB, r.rssMiB, r.goroutines = s.liveHeapMiB(), rssMiB(s.cmd.Process.Pid), s.goroutines()
-		tag := fmt.Sprintf("scale-%s-%s-%d", kind, filepath.Base(binName(bin)), n)
+		total := have + created
+		if *scaleRSSLater > 0 {
+			time.Sleep(*scaleRSSLater)
+			r.rssLaterMiB = rssMiB(s.cmd.Process.Pid)
+			r.rssLaterPerWS = (r.rssLaterMiB - baseRSS) * 1024 / float64(total)
+		}
+		tag := fmt.Sprintf("scale-%s-%s-%d", kind, profileName(bin), n)
 		s.writeProfile(tag+"-heap.pprof", log, "heap", "gc", "1")
 		s.writeProfile(tag+"-goroutine.txt", log, "goroutine", "debug", "1")
-		total := have + created
 		r.rssPerWS = (r.rssMiB - baseRSS) * 1024 / float64(total)
 		r.heapPerWS = (r.heapMiB - baseHeap) * 1024 / float64(total)
 		if err := checkSeeded(s, have); err != nil {
@@ -334,13 +342,23 @@ func binName(bin string) string {
 	return bin
 }
 
+// profileName names a binary's profiles: "before" for -scale-before, so
+// that two builds both called kcp do not overwrite each other's.
+func profileName(bin string) string {
+	if bin != "" && bin == *scaleBefore {
+		return "before"
+	}
+	return filepath.Base(binName(bin))
+}
+
 func renderScale(rs []scaleResult) string {
 	var b strings.Builder
-	b.WriteString("| binary | datastore | workspaces | rows per workspace | ready after start | then idle after | RSS | RSS per workspace | live heap | live heap per workspace | goroutines | workspaces/s created at this size |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	later := fmt.Sprintf("RSS per workspace %s later", *scaleRSSLater)
+	b.WriteString("| binary | datastore | workspaces | rows per workspace | ready after start | then idle after | RSS | RSS per workspace | " + later + " | live heap | live heap per workspace | goroutines | workspaces/s created at this size |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %.0f MiB | %.1f KiB | %.0f MiB | %.1f KiB | %d | %.0f |\n",
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %.0f MiB | %.1f KiB | %.1f KiB | %.0f MiB | %.1f KiB | %d | %.0f |\n",
 			binName(r.binary), r.datastore, r.workspaces, r.rowsPerWorkspace, r.ready.Round(10*time.Millisecond), r.settled.Round(time.Second),
-			r.rssMiB, r.rssPerWS, r.heapMiB, r.heapPerWS, r.goroutines, r.createsPerSec)
+			r.rssMiB, r.rssPerWS, r.rssLaterPerWS, r.heapMiB, r.heapPerWS, r.goroutines, r.createsPerSec)
 	}
 	return b.String()
 }
