@@ -43,15 +43,15 @@ type scaleResult struct {
 	ready, settled time.Duration
 	// rss and heap are after settling; per-workspace figures are relative
 	// to the server holding just the template workspace.
-	rssMiB, heapMiB           float64
-	rssPerWS, heapPerWS       float64
+	rssMiB, heapMiB     float64
+	rssPerWS, heapPerWS float64
 	// rssLater is RSS -scale-rss-later after settling.
 	rssLaterMiB, rssLaterPerWS float64
-	goroutines                int
-	createsPerSec             float64
-	seedSecs                  float64
-	baseRSSMiB, baseHeapMiB   float64
-	rowsPerWorkspace, rowsAll int
+	goroutines                 int
+	createsPerSec              float64
+	seedSecs                   float64
+	baseRSSMiB, baseHeapMiB    float64
+	rowsPerWorkspace, rowsAll  int
 }
 
 const scaleTemplate = "scale-template"
