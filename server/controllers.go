@@ -46,6 +46,14 @@ import (
 // addControllers registers kcp's shared machinery as post-start hooks: it
 // runs once per process, watches all logical clusters, and /readyz waits for
 // the hooks, so a ready server has its APIs installed.
+// workspaceWorkers is how many Workspaces the workspace controller brings
+// up at once. Each takes about four sequential round trips through the
+// loopback API and the datastore (its LogicalCluster, its namespaces in
+// parallel, its status), so the creation rate is the number of workers
+// divided by that latency: with 8 workers the server stayed half idle
+// while workspaces queued (docs/performance.md).
+const workspaceWorkers = 32
+
 func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, rbac *clusterrbac.Authorizer,
 	clusters *logicalclusters.Registry, crds *crdserving.Server, negotiatedAPIs *negotiated.Index, boundAPIs *boundapis.Index, apf *clusterapf.FlowControl, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) {
 	shared := &clusterinformer.Shared{}
@@ -183,7 +191,8 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 		if servedDefaults {
 			c.OwnerBindingServed()
 		}
-		go c.Run(ctx, 8)
+		c.LimitsSynced(clusters.Synced)
+		go c.Run(ctx, workspaceWorkers)
 	} else {
 		klog.ErrorS(err, "workspace controller")
 	}

@@ -99,6 +99,9 @@ func (r *Registry) get(c logicalcluster.Name) *entry {
 	return e
 }
 
+// Synced reports whether the registry has loaded every LogicalCluster.
+func (r *Registry) Synced() bool { return r.indexer.Load() != nil }
+
 // State reports whether the cluster exists and whether it is being deleted.
 func (r *Registry) State(c logicalcluster.Name) (exists, terminating bool) {
 	if c == logicalcluster.Root || c == logicalcluster.SystemCRDs {

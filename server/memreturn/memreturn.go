@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	basemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
@@ -93,22 +94,15 @@ func Run(ctx context.Context) {
 	}
 	var last time.Time
 	seen := false
-	t := time.NewTicker(Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	wait.UntilWithContext(ctx, func(context.Context) {
 		free, live := heap()
 		if !Surplus(free, live, gogc) {
 			seen = false
-			continue
+			return
 		}
 		if !seen || time.Since(last) < MinGap {
 			seen = true
-			continue
+			return
 		}
 		t0 := time.Now()
 		debug.FreeOSMemory()
@@ -118,5 +112,5 @@ func Run(ctx context.Context) {
 			returned.Add(float64(free - after))
 		}
 		klog.InfoS("Returned free heap memory to the operating system", "freeMiB", free>>20, "liveMiB", live>>20, "freeAfterMiB", after>>20, "liveAfterMiB", liveAfter>>20, "took", time.Since(t0).Round(time.Millisecond))
-	}
+	}, Interval)
 }

@@ -93,7 +93,14 @@ func writeProfileOf(c kubernetes.Interface, file string, log func(string, ...any
 // in use: the memory a workspace really holds, without the collector's
 // headroom that RSS also counts (GOGC lets the heap grow to twice the live
 // size before collecting).
+//
+// It collects twice: objects in sync.Pools (the API server pools the
+// buffers it encodes responses into, as large as the largest list it sent)
+// survive one collection and are not what a workspace holds.
 func (s *server) liveHeapMiB() float64 {
+	if _, err := s.pprof("heap", "debug", "1", "gc", "1"); err != nil {
+		return 0
+	}
 	raw, err := s.pprof("heap", "debug", "1", "gc", "1")
 	if err != nil {
 		return 0

@@ -124,13 +124,25 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, negotiate
 		cache.ResourceEventHandlerFuncs{AddFunc: onPlacement, UpdateFunc: func(_, o interface{}) { onPlacement(o) }, DeleteFunc: onPlacement})
 
 	onNamespace := func(obj interface{}) {
+		m, err := meta.Accessor(unwrap(obj))
+		if err != nil {
+			return
+		}
+		// Only a namespace a Placement of its workspace could select, or
+		// one that carries an earlier assignment, has anything to do here.
+		// The others (with many empty workspaces, nearly all of them) are
+		// not queued: queueing each of 300,000 namespaces at start-up cost
+		// CPU and left the queue's maps at that size for good. A Placement
+		// that arrives later queues its workspace's namespaces itself.
+		cluster := clusterinformer.ClusterOf(m)
+		if !c.hasPlacements(cluster) && !carriesAssignment(m) {
+			return
+		}
 		if key, err := clusterinformer.KeyFunc(unwrap(obj)); err == nil {
 			c.queue.Add("ns:" + key)
 		}
 		// A Placement counts its workspace's assigned namespaces.
-		if m, err := meta.Accessor(unwrap(obj)); err == nil {
-			c.enqueuePlacements(clusterinformer.ClusterOf(m))
-		}
+		c.enqueuePlacements(cluster)
 	}
 	c.sharedNamespaces = namespaces
 	c.namespaces = namespaces.Indexer()
@@ -172,6 +184,26 @@ func readiness(obj interface{}) string {
 	}
 	cpu := t.Status.Allocatable[corev1.ResourceCPU]
 	return fmt.Sprintf("%v/%v/%v/%v/%d", usable(t), t.Spec.Unschedulable, t.Spec.Drain, t.Labels, cpu.MilliValue())
+}
+
+// hasPlacements reports whether a cluster has Placements.
+func (c *Controller) hasPlacements(cluster logicalcluster.Name) bool {
+	pls, _ := c.placements.ByIndex(clusterinformer.ByCluster, string(cluster))
+	return len(pls) > 0
+}
+
+// carriesAssignment reports whether a namespace carries what the controller
+// writes on an assigned one (state labels, target and policy annotations).
+func carriesAssignment(m metav1.Object) bool {
+	for k := range m.GetLabels() {
+		if strings.HasPrefix(k, workload.StateLabelPrefix) {
+			return true
+		}
+	}
+	a := m.GetAnnotations()
+	_, targets := a[workload.AssignedTargetAnnotation]
+	_, pol := a[workload.NamespacePolicyAnnotation]
+	return targets || pol
 }
 
 // enqueueCluster looks again at every namespace and Placement of a cluster.

@@ -1,13 +1,16 @@
 package workspace
 
 import (
+	"context"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/controllers/worker"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -49,5 +52,35 @@ func TestTrimReady(t *testing.T) {
 	}
 	if key, err := clusterinformer.KeyFunc(r); err != nil || key != clusterinformer.Key("root:team", "", "w") {
 		t.Errorf("key %q, %v", key, err)
+	}
+}
+
+// The sweep queues the Ready Workspaces whose limits differ from their
+// LogicalCluster's (the first list does not queue Ready ones), and only
+// once those limits are known.
+func TestSweepQueuesDifferingLimits(t *testing.T) {
+	ix := cache.NewIndexer(clusterinformer.KeyFunc, cache.Indexers{})
+	for _, w := range []*readyWorkspace{
+		{Ref: clusterinformer.Ref{Cluster: "root", Name: "same"}, limits: tenancy.Limits{Objects: 5}},
+		{Ref: clusterinformer.Ref{Cluster: "root", Name: "changed"}, limits: tenancy.Limits{Objects: 7}},
+	} {
+		if err := ix.Add(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	synced := false
+	c := &Controller{queue: worker.NewQueue[string]("test"), indexer: ix, limitsSynced: func() bool { return synced },
+		r: &reconciler{limits: func(logicalcluster.Name) tenancy.Limits { return tenancy.Limits{Objects: 5} }}}
+	c.sweep(context.Background())
+	if c.queue.Len() != 0 {
+		t.Fatalf("queued %d before the limits were known", c.queue.Len())
+	}
+	synced = true
+	c.sweep(context.Background())
+	if c.queue.Len() != 1 {
+		t.Fatalf("queued %d, want 1", c.queue.Len())
+	}
+	if key, _ := c.queue.Get(); key != clusterinformer.Key("root", "", "changed") {
+		t.Errorf("queued %q", key)
 	}
 }

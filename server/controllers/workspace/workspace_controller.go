@@ -30,6 +30,8 @@ type Controller struct {
 	indexer  cache.Indexer
 	r        *reconciler
 	clusters func() []logicalcluster.Name
+	// limitsSynced says whether r.limits knows every cluster yet.
+	limitsSynced func() bool
 }
 
 // orphanSweep is how often the controller looks for logical clusters whose
@@ -57,8 +59,17 @@ func NewController(loopback *rest.Config, serverURL string, deleteClusterData fu
 			c.queue.Add(key)
 		}
 	}
-	c.indexer, c.informer = clusterinformer.NewTrimmed(lw, &unstructured.Unstructured{}, nil, cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
+	c.indexer, c.informer = clusterinformer.NewTrimmed(lw, &unstructured.Unstructured{}, nil, cache.ResourceEventHandlerDetailedFuncs{
+		// A Workspace that is Ready when the controller starts needs a
+		// look only if its limits differ from its LogicalCluster's, which
+		// the sweep after the first list checks (sweep): at 100,000
+		// workspaces, queueing each one cost start-up work and left the
+		// queue's maps that large for good.
+		AddFunc: func(obj interface{}, isInInitialList bool) {
+			if _, ready := obj.(*readyWorkspace); !ready || !isInInitialList {
+				enqueue(obj)
+			}
+		},
 		UpdateFunc: func(_, obj interface{}) { enqueue(obj) },
 		// A Workspace deleted without the controller having deleted its
 		// cluster (an operator removed the finalizer) leaves an orphaned
@@ -83,6 +94,11 @@ func NewController(loopback *rest.Config, serverURL string, deleteClusterData fu
 	return c, nil
 }
 
+// LimitsSynced tells the controller when the limits it was given are known
+// for every cluster (the registry has loaded); until then its sweep does
+// not compare them.
+func (c *Controller) LimitsSynced(synced func() bool) { c.limitsSynced = synced }
+
 // OwnerBindingServed says that the storage layer serves every workspace's
 // owner binding from its LogicalCluster (storage/serveddefaults), so the
 // controller does not write it.
@@ -94,7 +110,12 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 		if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
 			return
 		}
-		wait.UntilWithContext(ctx, c.enqueueOrphans, orphanSweep)
+		// The first sweep also stands for the Ready Workspaces the first
+		// list did not queue: it waits until it can compare their limits.
+		_ = wait.PollUntilContextCancel(ctx, time.Second, true, func(context.Context) (bool, error) {
+			return c.limitsSynced == nil || c.limitsSynced(), nil
+		})
+		wait.UntilWithContext(ctx, c.sweep, orphanSweep)
 	}()
 	worker.Run(ctx, name, c.queue, workers, []cache.Controller{c.informer}, func(ctx context.Context, key string) (time.Duration, error) {
 		obj, exists, err := c.indexer.GetByKey(key)
@@ -138,9 +159,22 @@ func trimReady(obj interface{}) (interface{}, error) {
 	return &readyWorkspace{Ref: clusterinformer.RefOf(u), limits: logicalclusters.LimitsOf(u, "spec", "limits")}, nil
 }
 
-// enqueueOrphans queues every logical cluster without a Workspace in the
-// informer; deleteOrphan checks again against the API before it deletes.
-func (c *Controller) enqueueOrphans(context.Context) {
+// sweep queues every Ready Workspace whose limits differ from its
+// LogicalCluster's and every logical cluster without a Workspace in the
+// informer (deleteOrphan checks again against the API before it deletes).
+func (c *Controller) sweep(context.Context) {
+	if c.r.limits != nil && (c.limitsSynced == nil || c.limitsSynced()) {
+		for _, obj := range c.indexer.List() {
+			ws, ok := obj.(*readyWorkspace)
+			if !ok {
+				continue
+			}
+			child, err := logicalcluster.Parse(string(ws.Cluster.Join(ws.Name)))
+			if err == nil && c.r.limits(child) != ws.limits {
+				c.queue.Add(clusterinformer.Key(ws.Cluster, "", ws.Name))
+			}
+		}
+	}
 	if c.clusters == nil {
 		return
 	}
