@@ -83,6 +83,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 		kcfg.ServedDefaultsCA = string(ca)
 	}
 	kcfg.CompactInterval, kcfg.CompactMinRetain = o.CompactInterval, o.CompactMinRetain
+	kcfg.DB = db
 	kine, err := embeddedkine.Start(kcfg)
 	if err != nil {
 		return err

@@ -3,13 +3,17 @@ package embeddedkine
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	kineserver "github.com/k3s-io/kine/pkg/server"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kcpsql/kcp/storage/datastore"
 )
 
 // ErrWriteNotStored is the error a write gets when the datastore did not
@@ -47,6 +51,38 @@ type checkedWrites struct {
 	kineserver.Backend
 	health    *Health
 	oneWriter *sync.Mutex // nil: no limit (PostgreSQL)
+	// rowAt reads the row a revision created (nil: confirm through kine).
+	rowAt func(ctx context.Context, rev int64) (key string, value []byte, found bool, err error)
+}
+
+// rowAt reads a row of the kine table by its id (its revision): the
+// primary key, one indexed read.
+func rowAt(db *sql.DB, dialect datastore.Dialect) func(context.Context, int64) (string, []byte, bool, error) {
+	q := `SELECT name, value FROM kine WHERE id = $1 AND deleted = 0`
+	if dialect == datastore.SQLite {
+		q = strings.Replace(q, "$1", "?", 1)
+	}
+	return func(ctx context.Context, rev int64) (string, []byte, bool, error) {
+		var key string
+		var value []byte
+		err := db.QueryRowContext(ctx, q, rev).Scan(&key, &value)
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", nil, false, nil
+		}
+		return key, value, err == nil, err
+	}
+}
+
+// confirmedByRow reports whether the row at rev is this create's: its key
+// with these bytes. Anything else (no such row, another key, a failed
+// read) is left to the confirmation through kine, which tells the cases
+// apart.
+func (b checkedWrites) confirmedByRow(ctx context.Context, key string, value []byte, rev int64) bool {
+	if b.rowAt == nil || rev <= 0 {
+		return false
+	}
+	k, v, found, err := b.rowAt(ctx, rev)
+	return err == nil && found && k == key && bytes.Equal(v, value)
 }
 
 // write runs one write to the database, alone if oneWriter is set. SQLite
@@ -91,6 +127,12 @@ func (b checkedWrites) Create(ctx context.Context, key string, value []byte, lea
 		return rev, err
 	}
 	// Confirm: the key as of the reported revision must be this create.
+	// The row kine reports is read by its revision first: when it is this
+	// create's, that is the answer.
+	if b.confirmedByRow(ctx, key, value, rev) {
+		b.health.succeeded()
+		return rev, nil
+	}
 	_, kv, gerr := b.Backend.Get(ctx, key, rev, false)
 	if gerr != nil {
 		b.health.failed(fmt.Errorf("confirming the create of %s at revision %d: %w", key, rev, gerr))

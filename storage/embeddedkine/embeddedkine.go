@@ -6,6 +6,7 @@ package embeddedkine
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -51,6 +52,11 @@ type Config struct {
 	// every workspace's ClusterRoleBinding "workspace-owner", without
 	// storing them (storage/serveddefaults).
 	ServedDefaultsCA string
+	// DB, when set, is a connection to the same datastore through which a
+	// create is confirmed by reading its row by revision (the table's
+	// primary key) rather than through kine's revision-range query, which
+	// cost more than the insert itself (checkedWrites).
+	DB *sql.DB
 }
 
 // NewConfig returns kine's defaults (kine v0.17's command-line defaults).
@@ -147,6 +153,9 @@ func Start(cfg Config) (*Kine, error) {
 		health.dataDir = filepath.Dir(cfg.Datastore.Path)
 	}
 	checked := checkedWrites{Backend: backend, health: health}
+	if cfg.DB != nil {
+		checked.rowAt = rowAt(cfg.DB, cfg.Datastore.Dialect)
+	}
 	if cfg.Datastore.Dialect == datastore.SQLite {
 		checked.oneWriter = &sync.Mutex{}
 	}

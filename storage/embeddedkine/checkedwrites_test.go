@@ -1,0 +1,41 @@
+package embeddedkine
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+// A create is confirmed by its row only when the row at the reported
+// revision is this key with these bytes; everything else goes to the
+// confirmation through kine.
+func TestConfirmedByRow(t *testing.T) {
+	rows := map[int64][2]string{7: {"/registry/a", "mine"}, 8: {"/registry/b", "other"}}
+	b := checkedWrites{rowAt: func(_ context.Context, rev int64) (string, []byte, bool, error) {
+		if rev == 9 {
+			return "", nil, false, errors.New("connection refused")
+		}
+		r, ok := rows[rev]
+		return r[0], []byte(r[1]), ok, nil
+	}}
+	ctx := context.Background()
+	for _, c := range []struct {
+		key, value string
+		rev        int64
+		want       bool
+	}{
+		{"/registry/a", "mine", 7, true},
+		{"/registry/a", "mine!", 7, false}, // same key, other bytes: not this create
+		{"/registry/a", "mine", 8, false},  // kine reported someone else's revision
+		{"/registry/a", "mine", 6, false},  // no row there
+		{"/registry/a", "mine", 9, false},  // the read failed
+		{"/registry/a", "mine", 0, false},
+	} {
+		if got := b.confirmedByRow(ctx, c.key, []byte(c.value), c.rev); got != c.want {
+			t.Errorf("%s %q at %d: %v, want %v", c.key, c.value, c.rev, got, c.want)
+		}
+	}
+	if (checkedWrites{}).confirmedByRow(ctx, "/registry/a", []byte("mine"), 7) {
+		t.Error("confirmed without a row reader")
+	}
+}
