@@ -127,7 +127,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 			return c.r.deleteOrphan(ctx, cluster, name)
 		}
 		if ready, ok := obj.(*readyWorkspace); ok {
-			child, err := logicalcluster.Parse(string(cluster.Join(name)))
+			child, err := ready.child()
 			if err != nil {
 				return 0, nil
 			}
@@ -146,6 +146,11 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 type readyWorkspace struct {
 	clusterinformer.Ref
 	limits tenancy.Limits
+}
+
+// child is the Workspace's logical cluster.
+func (w *readyWorkspace) child() (logicalcluster.Name, error) {
+	return logicalcluster.Parse(string(w.Cluster.Join(w.Name)))
 }
 
 func trimReady(obj interface{}) (interface{}, error) {
@@ -169,7 +174,7 @@ func (c *Controller) sweep(context.Context) {
 			if !ok {
 				continue
 			}
-			child, err := logicalcluster.Parse(string(ws.Cluster.Join(ws.Name)))
+			child, err := ws.child()
 			if err == nil && c.r.limits(child) != ws.limits {
 				c.queue.Add(clusterinformer.Key(ws.Cluster, "", ws.Name))
 			}
