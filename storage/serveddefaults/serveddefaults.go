@@ -21,7 +21,8 @@
 //     checked against the served object's revision); a delete of one
 //     stores a tombstone (a row whose value no client can write), so the
 //     default stays deleted while the namespace lives; a create over a
-//     tombstone updates that row. The namespacedefaults controller re-creates
+//     tombstone updates that row. A create of a default whose parent is
+//     gone or terminating is refused (409), so no row outlives its namespace. The namespacedefaults controller re-creates
 //     a deleted default, as upstream's controllers do.
 //   - Watch: a served default appears (ADDED) at the revision that created
 //     its parent, and disappears (DELETED) at the revision that made a
@@ -389,6 +390,16 @@ func (b *Backend) Create(ctx context.Context, key string, value []byte, lease in
 	case err != nil:
 		return s.rev, err
 	case s.virtual != nil:
+		return s.rev, kineserver.ErrKeyExists
+	case s.parent == nil || !s.parent.active:
+		// A create that admission let through on a stale view of a
+		// namespace that is gone or terminating (the namespacedefaults
+		// controller re-creating a deleted default as the namespace
+		// deletion begins): stored now, it would outlive the namespace,
+		// whose deletion may have swept its content already and clears
+		// only tombstones. Upstream's lifecycle admission refuses such a
+		// create; this is the same refusal where its view was late,
+		// answered as the conflict the API server can express.
 		return s.rev, kineserver.ErrKeyExists
 	case s.stored != nil: // a tombstone
 		rev, _, ok, err := b.Backend.Update(ctx, key, value, s.stored.ModRevision, lease)

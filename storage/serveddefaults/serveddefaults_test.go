@@ -321,6 +321,11 @@ func TestServedDefaults(t *testing.T) {
 
 	t.Run("namespace terminates and goes", func(t *testing.T) {
 		n := nsKey("root:x-y", "a")
+		// A deleted kube-root-ca.crt (a tombstone) in the namespace.
+		cm := cmKey("root:x-y", "a")
+		if !del(t, cli, cm, get(t, cli, cm).ModRevision) {
+			t.Fatal("deleting kube-root-ca.crt")
+		}
 		cur := get(t, cli, n)
 		rev, ok := update(t, cli, n, nsValue("a", "uid-4", true), cur.ModRevision)
 		if !ok {
@@ -332,6 +337,18 @@ func TestServedDefaults(t *testing.T) {
 		}
 		if get(t, cli, saKey("root:x-y", "a")) != nil {
 			t.Error("a terminating namespace still serves its default")
+		}
+		// A default re-created once the namespace terminates (admission
+		// let it through on a late view) would outlive the namespace: it is
+		// refused, with no row at the key and over a tombstone.
+		for _, key := range []string{saKey("root:x-y", "a"), cm} {
+			r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", 0)).Then(clientv3.OpPut(key, `{"kind":"again"}`)).Commit()
+			if err != nil || r.Succeeded {
+				t.Errorf("created %s in a terminating namespace: %v %v", key, r, err)
+			}
+			if kv := get(t, cli, key); kv != nil {
+				t.Errorf("%s after a refused create: %s", key, kv.Value)
+			}
 		}
 		// A namespace deleted at once (as deleting a workspace does).
 		n2 := nsKey("root:x-y", "default")
