@@ -137,6 +137,9 @@ func newer(a, b *corev1.ResourceQuota) bool {
 // everything else as metadata, which is all an object count needs.
 type listers struct {
 	clients *clusterinformer.Clients
+	// consistent lists see every write stored before them (the default
+	// resourceVersion); others read the watch cache as it is.
+	consistent bool
 }
 
 func (l *listers) forResource(gvr schema.GroupVersionResource) (cache.GenericLister, error) {
@@ -182,6 +185,9 @@ func (n namespaceLister) List(sel labels.Selector) ([]runtime.Object, error) {
 	// quotas being counted are such writes. Every recount that must see a
 	// change (after a deletion or a charge) runs a second or more later.
 	opts := metav1.ListOptions{LabelSelector: sel.String(), ResourceVersion: "0"}
+	if n.l.consistent {
+		opts.ResourceVersion = ""
+	}
 	if n.gvr.Group == "" && n.gvr.Version == "v1" {
 		core, err := n.l.clients.Core(cluster)
 		if err != nil {

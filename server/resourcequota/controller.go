@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,10 +29,14 @@ const name = "kcp-resource-quota"
 // replica, an object whose finalizers held its deletion).
 const Resync = 5 * time.Minute
 
-// RecountAfterCharge is how soon after admission charged a quota its
-// usage is counted again: a create charged and then not stored (refused by
-// a later admission step, failed in the datastore) is refunded then, not
-// only at the next Resync. Charges in the meantime share the one recount.
+// RecountAfterCharge is how long after the last charge admission made to a
+// quota its usage is counted again: a create charged and then not stored
+// (refused by a later admission step, failed in the datastore) is refunded
+// then, not only at the next Resync. A quota being charged is not counted
+// until its charges have stopped for this long: a count taken while creates
+// are charged but not yet stored would refund them, and once they are
+// stored nothing would charge the quota again before the Resync (for that
+// long the quota would allow more than its hard limit).
 const RecountAfterCharge = 10 * time.Second
 
 // evaluators are upstream's evaluators of pods, services, persistent
@@ -48,7 +53,14 @@ func evaluators(l *listers) ([]quota.Evaluator, error) {
 type Controller struct {
 	state *state
 	queue workqueue.TypedRateLimitingInterface[string]
-	base  []quota.Evaluator
+	// base lists from the watch cache as it is; consistent from a cache
+	// that has caught up with every write stored before the list.
+	base, consistent []quota.Evaluator
+
+	mu sync.Mutex
+	// lastCharge is when admission last charged a quota, by key, until
+	// the quota has been counted after it.
+	lastCharge map[string]time.Time
 }
 
 func newController(st *state) (*Controller, error) {
@@ -56,10 +68,16 @@ func newController(st *state) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
+	consistent, err := evaluators(&listers{clients: st.clients, consistent: true})
+	if err != nil {
+		return nil, err
+	}
 	return &Controller{
-		state: st,
-		queue: worker.NewQueue[string](name),
-		base:  base,
+		state:      st,
+		queue:      worker.NewQueue[string](name),
+		base:       base,
+		consistent: consistent,
+		lastCharge: map[string]time.Time{},
 	}, nil
 }
 
@@ -76,7 +94,26 @@ func (c *Controller) enqueueNamespace(k string, delay time.Duration) {
 
 // charged schedules the recount of a quota admission charged.
 func (c *Controller) charged(key string) {
+	c.mu.Lock()
+	c.lastCharge[key] = time.Now()
+	c.mu.Unlock()
 	c.queue.AddAfter(key, RecountAfterCharge)
+}
+
+// untilQuiet is how long the quota of key must still wait before it is
+// counted: until RecountAfterCharge has passed since its last charge.
+func (c *Controller) untilQuiet(key string) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	last, ok := c.lastCharge[key]
+	if !ok {
+		return 0
+	}
+	if wait := RecountAfterCharge - time.Since(last); wait > 0 {
+		return wait
+	}
+	delete(c.lastCharge, key)
+	return 0
 }
 
 func (c *Controller) handler() cache.ResourceEventHandler {
@@ -100,59 +137,100 @@ func (c *Controller) handler() cache.ResourceEventHandler {
 
 // Run runs the quota informer and workers until ctx ends.
 func (c *Controller) Run(ctx context.Context, informer cache.Controller, workers int) {
-	worker.Run(ctx, name, c.queue, workers, []cache.Controller{informer}, func(ctx context.Context, k string) (time.Duration, error) {
-		found, err := c.sync(ctx, k)
-		if err != nil || !found {
-			return 0, err
-		}
-		return Resync, nil
-	})
+	worker.Run(ctx, name, c.queue, workers, []cache.Controller{informer}, c.process)
+}
+
+func (c *Controller) process(ctx context.Context, k string) (time.Duration, error) {
+	if wait := c.untilQuiet(k); wait > 0 {
+		return wait, nil
+	}
+	found, lowered, err := c.sync(ctx, k)
+	switch {
+	case err != nil || !found:
+		return 0, err
+	case lowered:
+		// A create charged before the count and stored after it was
+		// refunded: count once more when it has surely landed.
+		return RecountAfterCharge, nil
+	}
+	return Resync, nil
 }
 
 // sync counts one quota's usage in its cluster and namespace and writes
-// status.hard (= spec.hard) and status.used when they differ.
-func (c *Controller) sync(ctx context.Context, k string) (found bool, err error) {
+// status.hard (= spec.hard) and status.used when they differ. A count
+// that would lower a usage is taken again from a cache that has every
+// stored write (the watch cache as it is may lag behind the datastore);
+// lowered says such a count was written.
+func (c *Controller) sync(ctx context.Context, k string) (found, lowered bool, err error) {
 	obj, ok, err := c.state.indexer.GetByKey(k)
 	if err != nil || !ok {
-		return false, err
+		return false, false, err
 	}
 	q := obj.(*corev1.ResourceQuota)
-	cluster := clusterinformer.ClusterOf(q)
-	evals, err := c.countEvaluators(ctx, q)
+	used, err := c.count(ctx, q, false)
 	if err != nil {
-		return true, err
-	}
-	used, err := quota.CalculateUsage(key(cluster, q.Namespace), q.Spec.Scopes, q.Spec.Hard, generic.NewRegistry(evals), q.Spec.ScopeSelector)
-	if err != nil {
-		return true, err
+		return true, false, err
 	}
 	if quota.Equals(q.Status.Hard, q.Spec.Hard) && quota.Equals(q.Status.Used, used) {
-		return true, nil
+		return true, false, nil
 	}
+	if lowers(q.Status.Used, used) {
+		if used, err = c.count(ctx, q, true); err != nil {
+			return true, false, err
+		}
+		lowered = lowers(q.Status.Used, used)
+	}
+	cluster := clusterinformer.ClusterOf(q)
 	next := q.DeepCopy()
 	next.Status.Hard, next.Status.Used = q.Spec.Hard, used
 	core, err := c.state.clients.Core(cluster)
 	if err != nil {
-		return true, err
+		return true, false, err
 	}
 	// With the resourceVersion read before the count: an admission that
 	// charged the quota since makes this a conflict, and the count runs
 	// again.
-	_, err = core.ResourceQuotas(q.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{})
-	return true, err
+	if _, err = core.ResourceQuotas(q.Namespace).UpdateStatus(ctx, next, metav1.UpdateOptions{}); err != nil {
+		return true, false, err
+	}
+	return true, lowered, nil
+}
+
+// count is the usage of q in its cluster and namespace, listed from the
+// watch cache as it is or, consistent, once it has every stored write.
+func (c *Controller) count(ctx context.Context, q *corev1.ResourceQuota, consistent bool) (corev1.ResourceList, error) {
+	evals, err := c.countEvaluators(ctx, q, consistent)
+	if err != nil {
+		return nil, err
+	}
+	return quota.CalculateUsage(key(clusterinformer.ClusterOf(q), q.Namespace), q.Spec.Scopes, q.Spec.Hard, generic.NewRegistry(evals), q.Spec.ScopeSelector)
+}
+
+// lowers: next has less of some resource than was.
+func lowers(was, next corev1.ResourceList) bool {
+	for name, v := range was {
+		if n, ok := next[name]; ok && n.Cmp(v) < 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // countEvaluators are the base evaluators and an object count evaluator
 // for every count/<resource>.<group> of the quota that none of them
 // covers, listing the version its cluster prefers.
-func (c *Controller) countEvaluators(ctx context.Context, q *corev1.ResourceQuota) ([]quota.Evaluator, error) {
-	out := append([]quota.Evaluator{}, c.base...)
+func (c *Controller) countEvaluators(ctx context.Context, q *corev1.ResourceQuota, consistent bool) ([]quota.Evaluator, error) {
+	base := c.base
+	if consistent {
+		base = c.consistent
+	}
+	out := append([]quota.Evaluator{}, base...)
 	covered := map[schema.GroupResource]bool{}
-	for _, e := range c.base {
+	for _, e := range base {
 		covered[e.GroupResource()] = true
 	}
 	var versions map[string]string
-	l := &listers{clients: c.state.clients}
+	l := &listers{clients: c.state.clients, consistent: consistent}
 	for name := range q.Spec.Hard {
 		rest, ok := strings.CutPrefix(string(name), "count/")
 		if !ok {
