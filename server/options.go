@@ -51,6 +51,8 @@ type Options struct {
 	Datastore string
 	// DatastoreNotify wakes kine on PostgreSQL notifications.
 	DatastoreNotify bool
+	// DatastoreMaxConnections bounds the connections to PostgreSQL.
+	DatastoreMaxConnections int
 	// StoreDefaults stores the defaults storage/serveddefaults serves.
 	StoreDefaults bool
 	// ChangeHistory records every object change in kcp_changes.
@@ -146,7 +148,7 @@ func NewOptions() *Options {
 	up.Authentication.TokenFailureCacheTTL = 0
 	tg := satokens.New()
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
-	return &Options{RootDir: ".kcp", DatastoreNotify: true, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
+	return &Options{RootDir: ".kcp", DatastoreNotify: true, DatastoreMaxConnections: datastore.DefaultMaxConnections, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
 		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, TenantMaxInflight: max(4, 2*runtime.GOMAXPROCS(0)), Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy,
 		SyncTargetHeartbeatTimeout: 20 * time.Second, PlacementEvictionDelay: 5 * time.Second}
 }
@@ -164,6 +166,8 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"Where objects are stored. Empty: <root-dir>/kcp.db. sqlite:///path/to/file.db for another SQLite file, or postgres://user:password@host:5432/dbname (the database is created if missing).")
 	fs.BoolVar(&o.DatastoreNotify, "datastore-notify", o.DatastoreNotify,
 		"PostgreSQL only: wake up on LISTEN/NOTIFY when another replica writes, instead of polling every second. Turn off only to measure the difference.")
+	fs.IntVar(&o.DatastoreMaxConnections, "datastore-max-connections", o.DatastoreMaxConnections,
+		"PostgreSQL only: the most connections this server opens to the database (three quarters for kine's reads and writes, the rest for its own queries; one more listens for other replicas' writes). They stay open while idle for up to 2 minutes, so that a busy server does not connect per request. Keep the sum over all replicas, plus other clients, below the database's max_connections (PostgreSQL's default is 100). Requests beyond it wait for a connection. 0: no bound.")
 	fs.BoolVar(&o.StoreDefaults, "store-defaults", o.StoreDefaults,
 		"Store every namespace's service account \"default\" and config map \"kube-root-ca.crt\" and every workspace's ClusterRoleBinding \"workspace-owner\" as rows (as kcp did before: two writes per namespace, one per workspace) instead of serving them until they are changed. Clients see the same objects either way; rows already stored stay. Every replica must use the same setting. See docs/architecture.md.")
 	fs.BoolVar(&o.ChangeHistory, "change-history", o.ChangeHistory,
@@ -221,6 +225,7 @@ type CompletedOptions struct {
 	RootDir                    string
 	Datastore                  *datastore.Datastore
 	DatastoreNotify            bool
+	DatastoreMaxConnections    int
 	StoreDefaults              bool
 	ChangeHistory              bool
 	Retention                  time.Duration
@@ -303,7 +308,7 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, StoreDefaults: o.StoreDefaults, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, TenantMaxInflight: o.TenantMaxInflight, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
+	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, DatastoreMaxConnections: o.DatastoreMaxConnections, StoreDefaults: o.StoreDefaults, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, TenantMaxInflight: o.TenantMaxInflight, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
 		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout, PushMode: o.PushMode, PlacementEvictionDelay: o.PlacementEvictionDelay,
 		WorkspaceLimits: o.WorkspaceLimits}, nil
 }
@@ -316,6 +321,9 @@ func (c *CompletedOptions) Validate() []error {
 	}
 	if c.WorkspaceLimits.Objects < 0 || c.WorkspaceLimits.Bytes < 0 {
 		errs = append(errs, fmt.Errorf("--workspace-max-objects and --workspace-max-bytes must be 0 (no limit) or positive"))
+	}
+	if n := c.DatastoreMaxConnections; n < 0 || (n > 0 && n < 4) {
+		errs = append(errs, fmt.Errorf("--datastore-max-connections must be 0 (no bound) or at least 4 (kine's poller, a write and the server's own queries each need one), got %d", n))
 	}
 	if c.SyncTargetHeartbeatTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--synctarget-heartbeat-timeout must be positive, got %s", c.SyncTargetHeartbeatTimeout))

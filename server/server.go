@@ -60,7 +60,8 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	if err != nil {
 		return err
 	}
-	db, err := o.Datastore.Open()
+	kinePool, serverPool := o.Datastore.Pools(o.DatastoreMaxConnections)
+	db, err := o.Datastore.OpenPool(serverPool)
 	if err != nil {
 		return err
 	}
@@ -75,6 +76,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 
 	kcfg := embeddedkine.NewConfig(o.Datastore, o.RootDir)
 	kcfg.Notify = o.DatastoreNotify
+	kcfg.Pool = embeddedkine.PoolConfig(kinePool)
 	if !o.StoreDefaults {
 		ca, err := os.ReadFile(o.PKI.CACert())
 		if err != nil {

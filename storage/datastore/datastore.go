@@ -180,10 +180,57 @@ func unwrapPg(err error) error {
 }
 
 // Open returns a database/sql handle on the datastore for read queries
-// (auditing, finding a cluster's keys). Writes go through kine only.
+// (auditing, finding a cluster's keys, confirming a create by its row), with
+// the pool of a command-line tool (DefaultPool). Writes go through kine only.
 func (d *Datastore) Open() (*sql.DB, error) {
-	if d.Dialect == SQLite {
-		return sql.Open("sqlite3", d.SQLiteDSN())
+	return d.OpenPool(DefaultPool)
+}
+
+// OpenPool is Open with the pool p.
+func (d *Datastore) OpenPool(p Pool) (*sql.DB, error) {
+	driver, dsn := "sqlite3", d.SQLiteDSN()
+	if d.Dialect != SQLite {
+		driver, dsn = "pgx", d.URL.String()
 	}
-	return sql.Open("pgx", d.URL.String())
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(p.MaxOpen)
+	db.SetMaxIdleConns(p.MaxIdle)
+	db.SetConnMaxIdleTime(p.IdleTime)
+	return db, nil
+}
+
+// Pool bounds one pool of connections to the datastore: at most MaxOpen
+// open (0: no bound), up to MaxIdle of them kept while idle for IdleTime.
+type Pool struct {
+	MaxOpen, MaxIdle int
+	IdleTime         time.Duration
+}
+
+// DefaultPool is kine's default pool (database/sql keeps only 2 idle
+// connections: every query that runs while more than two others do would
+// open a connection and close it after, on PostgreSQL a new server process
+// each time).
+var DefaultPool = Pool{MaxIdle: 20, IdleTime: 2 * time.Minute}
+
+// DefaultMaxConnections is the default of --datastore-max-connections.
+const DefaultMaxConnections = 20
+
+// Pools divides the connections one server may open to the datastore
+// between kine's pool (writes, reads, its poller: three quarters) and the
+// server's own (the rest: confirming creates, usage counts, auditing,
+// change history). On PostgreSQL both keep every connection they opened
+// while it is idle for up to two minutes: opening one per request under
+// load cost more than half of what a create costs (a new server process
+// each time). SQLite files are opened, not connected to: no bound there,
+// DefaultPool's idle connections.
+func (d *Datastore) Pools(maxConnections int) (kine, server Pool) {
+	if d.Dialect == SQLite || maxConnections <= 0 {
+		return DefaultPool, DefaultPool
+	}
+	k := max(1, maxConnections*3/4)
+	s := max(1, maxConnections-k)
+	return Pool{MaxOpen: k, MaxIdle: k, IdleTime: 2 * time.Minute}, Pool{MaxOpen: s, MaxIdle: s, IdleTime: 2 * time.Minute}
 }

@@ -37,3 +37,41 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+// Pools: PostgreSQL connections are bounded and kept while idle; SQLite
+// files get kine's default pool.
+func TestPools(t *testing.T) {
+	pg, err := Parse("postgres://u@h:5432/db", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, s := pg.Pools(20)
+	if k.MaxOpen+s.MaxOpen != 20 || k.MaxOpen != 15 || k.MaxIdle != k.MaxOpen || s.MaxIdle != s.MaxOpen || k.IdleTime <= 0 {
+		t.Errorf("20 connections split as kine %+v, server %+v", k, s)
+	}
+	k, s = pg.Pools(4)
+	if k.MaxOpen < 1 || s.MaxOpen < 1 || k.MaxOpen+s.MaxOpen != 4 {
+		t.Errorf("4 connections split as kine %+v, server %+v", k, s)
+	}
+	if k, s := pg.Pools(0); k != DefaultPool || s != DefaultPool {
+		t.Errorf("no bound: kine %+v, server %+v", k, s)
+	}
+	lite, err := Parse("", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, s := lite.Pools(20); k != DefaultPool || s != DefaultPool || k.MaxIdle <= 2 {
+		t.Errorf("SQLite: kine %+v, server %+v", k, s)
+	}
+	db, err := lite.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Ping(); err != nil {
+		t.Errorf("SQLite pool: %v", err)
+	}
+	if got := db.Stats().MaxOpenConnections; got != 0 {
+		t.Errorf("SQLite pool bounded to %d connections", got)
+	}
+}

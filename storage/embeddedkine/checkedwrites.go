@@ -51,6 +51,13 @@ type checkedWrites struct {
 	kineserver.Backend
 	health    *Health
 	oneWriter *sync.Mutex // nil: no limit (PostgreSQL)
+	// writers bounds the writes in flight on PostgreSQL when kine's pool
+	// is bounded (nil: no bound). kine v0.17.5's Append holds two of the
+	// pool's connections at once: its transaction's, idle, and the one the
+	// INSERT runs on. With as many writes as connections, each held one and
+	// waited for another for ever (every create of 64 clients timed out on
+	// a pool of 30).
+	writers chan struct{}
 	// rowAt reads the row a revision created (nil: confirm through kine).
 	rowAt func(ctx context.Context, rev int64) (key string, value []byte, found bool, err error)
 }
@@ -96,7 +103,22 @@ func (b checkedWrites) write(f func()) {
 		b.oneWriter.Lock()
 		defer b.oneWriter.Unlock()
 	}
+	if b.writers != nil {
+		b.writers <- struct{}{}
+		defer func() { <-b.writers }()
+	}
 	f()
+}
+
+// maxWriters is how many writes may be in flight on a pool of maxOpen
+// connections (0: no bound): fewer than half, so that writes, holding two
+// each, always leave one connection for a write to finish with, and reads
+// and kine's poller find connections too.
+func maxWriters(maxOpen int) int {
+	if maxOpen <= 0 {
+		return 0
+	}
+	return max(1, (maxOpen-1)/2)
 }
 
 func (b checkedWrites) Create(ctx context.Context, key string, value []byte, lease int64) (int64, error) {

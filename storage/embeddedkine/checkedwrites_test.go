@@ -39,3 +39,17 @@ func TestConfirmedByRow(t *testing.T) {
 		t.Error("confirmed without a row reader")
 	}
 }
+
+// Writes, holding two of kine's connections each, never take all of a
+// bounded pool.
+func TestMaxWriters(t *testing.T) {
+	for maxOpen, want := range map[int]int{0: 0, -1: 0, 1: 1, 2: 1, 3: 1, 4: 1, 15: 7, 30: 14} {
+		got := maxWriters(maxOpen)
+		if got != want {
+			t.Errorf("maxWriters(%d) = %d, want %d", maxOpen, got, want)
+		}
+		if maxOpen >= 3 && 2*got >= maxOpen {
+			t.Errorf("maxWriters(%d) = %d: writes could hold every connection", maxOpen, got)
+		}
+	}
+}

@@ -72,9 +72,18 @@ func NewConfig(ds *datastore.Datastore, socketDir string) Config {
 		CompactTimeout:   5 * time.Second,
 		NotifyInterval:   5 * time.Second,
 		EmulatedVersion:  "3.6.11",
-		Pool:             generic.ConnectionPoolConfig{MaxIdle: 20, MaxIdleTime: 2 * time.Minute},
+		Pool:             PoolConfig(datastore.DefaultPool),
 		Notify:           true,
 	}
+}
+
+// PoolConfig is kine's pool configuration for p.
+func PoolConfig(p datastore.Pool) generic.ConnectionPoolConfig {
+	idle := p.MaxIdle
+	if idle == 0 {
+		idle = -1 // kine: negative keeps none, zero its default
+	}
+	return generic.ConnectionPoolConfig{MaxOpen: p.MaxOpen, MaxIdle: idle, MaxIdleTime: p.IdleTime}
 }
 
 // MaxRequestBytes is the largest write kine takes in one message: an object
@@ -158,6 +167,8 @@ func Start(cfg Config) (*Kine, error) {
 	}
 	if cfg.Datastore.Dialect == datastore.SQLite {
 		checked.oneWriter = &sync.Mutex{}
+	} else if n := maxWriters(cfg.Pool.MaxOpen); n > 0 {
+		checked.writers = make(chan struct{}, n)
 	}
 	backend = checked
 	if cfg.ServedDefaultsCA != "" {

@@ -230,17 +230,22 @@ func TestCrossClusterAttempts(t *testing.T) {
 // with a message naming the datastore and the fix.
 func TestBadDatastore(t *testing.T) {
 	kcp, _ := framework.Binaries(t)
-	cases := []struct{ datastore, want string }{
-		{"mysql://root@127.0.0.1/kcp", "is not understood"},
-		{"postgres://kcp:hunter2@127.0.0.1:1/kcp", "unreachable"},
-		{"postgres://127.0.0.1:5432/", "names no database"},
-		{"sqlite:///proc/forbidden/kcp.db", "sqlite:///proc/forbidden/kcp.db"},
+	cases := []struct {
+		datastore, want string
+		args            []string
+	}{
+		{"mysql://root@127.0.0.1/kcp", "is not understood", nil},
+		{"postgres://kcp:hunter2@127.0.0.1:1/kcp", "unreachable", nil},
+		{"postgres://127.0.0.1:5432/", "names no database", nil},
+		{"sqlite:///proc/forbidden/kcp.db", "sqlite:///proc/forbidden/kcp.db", nil},
+		{framework.PostgresDSN(), "--datastore-max-connections must be 0 (no bound) or at least 4", []string{"--datastore-max-connections=2"}},
 	}
 	for _, tc := range cases {
-		t.Run(tc.datastore, func(t *testing.T) {
+		t.Run(tc.datastore+strings.Join(tc.args, ","), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			cmd := execCommand(ctx, kcp, "start", "--root-dir", t.TempDir(), "--secure-port", fmt.Sprint(framework.FreePort(t)), "--datastore", tc.datastore)
+			args := append([]string{"start", "--root-dir", t.TempDir(), "--secure-port", fmt.Sprint(framework.FreePort(t)), "--datastore", tc.datastore}, tc.args...)
+			cmd := execCommand(ctx, kcp, args...)
 			out, err := cmd.CombinedOutput()
 			if err == nil {
 				t.Fatalf("kcp started on %s", tc.datastore)
