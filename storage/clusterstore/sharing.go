@@ -30,10 +30,8 @@ import (
 // shared; objects read from the datastore for a request are not.
 
 // shareMaps replaces the small maps of obj (labels, annotations, a config
-// map's data) by shared maps of equal content, and its repeated strings by
-// shared ones (internStrings).
+// map's data) by shared maps of equal content.
 func shareMaps(obj runtime.Object) {
-	internStrings(obj)
 	if m, err := meta.Accessor(obj); err == nil {
 		if l := m.GetLabels(); len(l) > 0 {
 			m.SetLabels(sharedmaps.Of(l))

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -89,56 +88,6 @@ func TestSharedMaps(t *testing.T) {
 	}
 	if len(got) != 1 || got[0] != watch.Added || !same(d.Annotations, a.Annotations) || !same(d.Data, a.Data) {
 		t.Errorf("watch: events %v, annotations shared %v", got, same(d.Annotations, a.Annotations))
-	}
-}
-
-// TestSharedStrings: strings that repeat across cache objects share one
-// copy; names and free text stay the object's own; the objects read the same.
-func TestSharedStrings(t *testing.T) {
-	sameData := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
-	ns := func(cluster string) *api.Namespace {
-		return &api.Namespace{
-			ObjectMeta: metav1.ObjectMeta{Name: strings.Clone("team-" + cluster), Finalizers: []string{strings.Clone("kcp.io/x")},
-				ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: strings.Clone("kubectl-create"), Operation: metav1.ManagedFieldsOperationType(strings.Clone("Update")), APIVersion: "v1", FieldsType: strings.Clone("FieldsV1")}},
-				OwnerReferences: []metav1.OwnerReference{{APIVersion: strings.Clone("v1"), Kind: strings.Clone("ConfigMap"), Name: strings.Clone("owner-" + cluster)}}},
-			Spec:   api.NamespaceSpec{Finalizers: []api.FinalizerName{api.FinalizerName(strings.Clone("kubernetes"))}},
-			Status: api.NamespaceStatus{Phase: api.NamespacePhase(strings.Clone("Active"))},
-		}
-	}
-	a, b := ns("root:a"), ns("root:b")
-	want := a.DeepCopy()
-	shareMaps(a)
-	shareMaps(b)
-	if !reflect.DeepEqual(a, want) {
-		t.Fatalf("sharing changed the object:\n%#v\n%#v", a, want)
-	}
-	for what, pair := range map[string][2]string{
-		"finalizer":           {a.Finalizers[0], b.Finalizers[0]},
-		"manager":             {a.ManagedFields[0].Manager, b.ManagedFields[0].Manager},
-		"operation":           {string(a.ManagedFields[0].Operation), string(b.ManagedFields[0].Operation)},
-		"fields type":         {a.ManagedFields[0].FieldsType, b.ManagedFields[0].FieldsType},
-		"owner kind":          {a.OwnerReferences[0].Kind, b.OwnerReferences[0].Kind},
-		"phase":               {string(a.Status.Phase), string(b.Status.Phase)},
-		"namespace finalizer": {string(a.Spec.Finalizers[0]), string(b.Spec.Finalizers[0])},
-	} {
-		if !sameData(pair[0], pair[1]) {
-			t.Errorf("%s: not shared", what)
-		}
-	}
-	if sameData(a.OwnerReferences[0].Name[:5], b.OwnerReferences[0].Name[:5]) {
-		t.Error("an owner's name was interned")
-	}
-	cm := func(ns string) *api.ConfigMap {
-		return &api.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: strings.Clone(ns), Name: strings.Clone("c")}}
-	}
-	x, y := cm("default"), cm("default")
-	shareMaps(x)
-	shareMaps(y)
-	if !sameData(x.Namespace, y.Namespace) {
-		t.Error("namespace names are not shared")
-	}
-	if sameData(x.Name, y.Name) {
-		t.Error("object names were interned")
 	}
 }
 
