@@ -59,8 +59,9 @@ type Controller struct {
 
 	mu sync.Mutex
 	// lastCharge is when admission last charged a quota, by key, until
-	// the quota has been counted after it.
-	lastCharge map[string]time.Time
+	// the quota has been counted after it; waitingSince, when its count
+	// was first put off for a charge.
+	lastCharge, waitingSince map[string]time.Time
 }
 
 func newController(st *state) (*Controller, error) {
@@ -73,11 +74,12 @@ func newController(st *state) (*Controller, error) {
 		return nil, err
 	}
 	return &Controller{
-		state:      st,
-		queue:      worker.NewQueue[string](name),
-		base:       base,
-		consistent: consistent,
-		lastCharge: map[string]time.Time{},
+		state:        st,
+		queue:        worker.NewQueue[string](name),
+		base:         base,
+		consistent:   consistent,
+		lastCharge:   map[string]time.Time{},
+		waitingSince: map[string]time.Time{},
 	}, nil
 }
 
@@ -100,8 +102,16 @@ func (c *Controller) charged(key string) {
 	c.queue.AddAfter(key, RecountAfterCharge)
 }
 
+// MaxCountDelay bounds how long charges that do not stop put a count
+// off: a namespace that is created into steadily (a CronJob's pods) must
+// still get its deletions refunded. A count then may refund creates in
+// flight at that moment; the count after it, RecountAfterCharge later,
+// charges them again.
+const MaxCountDelay = time.Minute
+
 // untilQuiet is how long the quota of key must still wait before it is
-// counted: until RecountAfterCharge has passed since its last charge.
+// counted: until RecountAfterCharge has passed since its last charge, or
+// MaxCountDelay since the count was first put off.
 func (c *Controller) untilQuiet(key string) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -109,10 +119,19 @@ func (c *Controller) untilQuiet(key string) time.Duration {
 	if !ok {
 		return 0
 	}
-	if wait := RecountAfterCharge - time.Since(last); wait > 0 {
-		return wait
+	now := time.Now()
+	if wait := RecountAfterCharge - now.Sub(last); wait > 0 {
+		since, waiting := c.waitingSince[key]
+		if !waiting {
+			since = now
+			c.waitingSince[key] = now
+		}
+		if left := MaxCountDelay - now.Sub(since); left > 0 {
+			return min(wait, left)
+		}
 	}
 	delete(c.lastCharge, key)
+	delete(c.waitingSince, key)
 	return 0
 }
 

@@ -14,7 +14,7 @@ import (
 // taken between a charge and the create it paid for would refund the
 // create.
 func TestCountWaitsForChargesToStop(t *testing.T) {
-	c := &Controller{queue: worker.NewQueue[string]("test"), lastCharge: map[string]time.Time{}}
+	c := &Controller{queue: worker.NewQueue[string]("test"), lastCharge: map[string]time.Time{}, waitingSince: map[string]time.Time{}}
 	defer c.queue.ShutDown()
 	const k = "root:a/ns/q"
 	if d := c.untilQuiet(k); d != 0 {
@@ -41,8 +41,29 @@ func TestCountWaitsForChargesToStop(t *testing.T) {
 	if d := c.untilQuiet(k); d != 0 {
 		t.Fatalf("after the quiet period the count still waits %v", d)
 	}
-	if len(c.lastCharge) != 0 {
-		t.Errorf("the charge time is kept after the count: %v", c.lastCharge)
+	if len(c.lastCharge) != 0 || len(c.waitingSince) != 0 {
+		t.Errorf("the charge time is kept after the count: %v %v", c.lastCharge, c.waitingSince)
+	}
+
+	// Charges that never stop put the count off for MaxCountDelay at most:
+	// deletions in a namespace created into steadily are still refunded.
+	c.charged(k)
+	if d := c.untilQuiet(k); d <= 0 {
+		t.Fatal("a charge did not put the count off")
+	}
+	c.mu.Lock()
+	c.waitingSince[k] = time.Now().Add(-MaxCountDelay + 2*time.Second)
+	c.mu.Unlock()
+	c.charged(k)
+	if d := c.untilQuiet(k); d <= 0 || d > 2*time.Second {
+		t.Fatalf("two seconds before the bound the count waits %v", d)
+	}
+	c.mu.Lock()
+	c.waitingSince[k] = time.Now().Add(-MaxCountDelay - time.Second)
+	c.mu.Unlock()
+	c.charged(k)
+	if d := c.untilQuiet(k); d != 0 {
+		t.Fatalf("charges every moment put the count off past MaxCountDelay: waits %v", d)
 	}
 }
 
