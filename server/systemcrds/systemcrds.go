@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kcpsql/kcp/schema/apiresource"
@@ -34,6 +35,34 @@ func Install(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
+	return install(ctx, client)
+}
+
+// startBackoff is how the start-up writes are retried: another replica
+// starting at the same time updates the same CRDs (a conflict), the
+// datastore may answer 503 and priority and fairness 429 while the server
+// warms up. A post-start hook that fails stops the server, so each write is
+// tried for about half a minute before the error is final.
+var startBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 12, Cap: 5 * time.Second}
+
+// retried runs f until it succeeds, retrying every error with startBackoff;
+// it returns the last error, naming what.
+func retried(ctx context.Context, what string, f func(context.Context) error) error {
+	var last error
+	err := wait.ExponentialBackoffWithContext(ctx, startBackoff, func(ctx context.Context) (bool, error) {
+		if last = f(ctx); last != nil {
+			klog.InfoS("start-up write failed; retrying", "what", what, "err", last)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil && last != nil {
+		return fmt.Errorf("%s: %w", what, last)
+	}
+	return err
+}
+
+func install(ctx context.Context, client apiextensionsclient.Interface) error {
 	for _, defs := range []fs.FS{tenancy.CRDs, workload.CRDs, apiresource.CRDs, apis.CRDs} {
 		files, err := fs.Glob(defs, "crds/*.yaml")
 		if err != nil {
@@ -48,8 +77,8 @@ func Install(ctx context.Context, cfg *rest.Config) error {
 			if err := yaml.UnmarshalStrict(raw, &crd); err != nil {
 				return fmt.Errorf("%s: %v", f, err)
 			}
-			if err := apply(ctx, client, &crd); err != nil {
-				return fmt.Errorf("installing %s: %v", crd.Name, err)
+			if err := retried(ctx, "installing "+crd.Name, func(ctx context.Context) error { return apply(ctx, client, &crd) }); err != nil {
+				return err
 			}
 		}
 	}
@@ -95,6 +124,10 @@ func InstallBuiltInTypes(ctx context.Context, loopback *rest.Config) error {
 	if err != nil {
 		return err
 	}
+	return installBuiltInTypes(ctx, d)
+}
+
+func installBuiltInTypes(ctx context.Context, d dynamic.Interface) error {
 	for name, description := range tenancy.BuiltInTypes {
 		wt := &unstructured.Unstructured{Object: map[string]interface{}{
 			"apiVersion": tenancy.Group + "/" + tenancy.Version,
@@ -102,8 +135,14 @@ func InstallBuiltInTypes(ctx context.Context, loopback *rest.Config) error {
 			"metadata":   map[string]interface{}{"name": name},
 			"spec":       map[string]interface{}{"description": description},
 		}}
-		if _, err := d.Resource(tenancy.WorkspaceTypesResource).Create(ctx, wt, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("WorkspaceType %s: %v", name, err)
+		if err := retried(ctx, "WorkspaceType "+name, func(ctx context.Context) error {
+			_, err := d.Resource(tenancy.WorkspaceTypesResource).Create(ctx, wt, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return nil
+			}
+			return err
+		}); err != nil {
+			return err
 		}
 	}
 	return nil
