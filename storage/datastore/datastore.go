@@ -232,5 +232,5 @@ func (d *Datastore) Pools(maxConnections int) (kine, server Pool) {
 	}
 	k := max(1, maxConnections*3/4)
 	s := max(1, maxConnections-k)
-	return Pool{MaxOpen: k, MaxIdle: k, IdleTime: 2 * time.Minute}, Pool{MaxOpen: s, MaxIdle: s, IdleTime: 2 * time.Minute}
+	return Pool{MaxOpen: k, MaxIdle: k, IdleTime: DefaultPool.IdleTime}, Pool{MaxOpen: s, MaxIdle: s, IdleTime: DefaultPool.IdleTime}
 }

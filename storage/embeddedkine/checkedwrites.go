@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 
 	kineserver "github.com/k3s-io/kine/pkg/server"
 	"google.golang.org/grpc/codes"
@@ -46,17 +45,16 @@ var ErrWriteUnknown = status.Error(codes.Unavailable, "kcp: the datastore could 
 // reads, watches and compaction are kine's own.
 //
 // On SQLite the decorator also lets one write through to the database at a
-// time (oneWriter); the reads that check a write run outside that lock.
+// time (writers); the reads that check a write run outside that bound.
 type checkedWrites struct {
 	kineserver.Backend
 	health    *Health
-	oneWriter *sync.Mutex // nil: no limit (PostgreSQL)
-	// writers bounds the writes in flight on PostgreSQL when kine's pool
-	// is bounded (nil: no bound). kine v0.17.5's Append holds two of the
-	// pool's connections at once: its transaction's, idle, and the one the
-	// INSERT runs on. With as many writes as connections, each held one and
-	// waited for another for ever (every create of 64 clients timed out on
-	// a pool of 30).
+	// writers bounds the writes in flight (nil: no bound). SQLite: one
+	// (see write). PostgreSQL with a bounded kine pool: fewer than half of
+	// its connections, because kine v0.17.5's Append holds two of them at
+	// once (its transaction's, idle, and the one the INSERT runs on); with
+	// as many writes as connections, each held one and waited for another
+	// for ever (every create of 64 clients timed out on a pool of 30).
 	writers chan struct{}
 	// rowAt reads the row a revision created (nil: confirm through kine).
 	rowAt func(ctx context.Context, rev int64) (key string, value []byte, found bool, err error)
@@ -92,17 +90,13 @@ func (b checkedWrites) confirmedByRow(ctx context.Context, key string, value []b
 	return err == nil && found && k == key && bytes.Equal(v, value)
 }
 
-// write runs one write to the database, alone if oneWriter is set. SQLite
-// has one writer anyway, but writers on kine's other connections waited in
+// write runs one write to the database once writers has room. SQLite has
+// one writer anyway, but writers on kine's other connections waited in
 // SQLite's busy handler, which sleeps in growing steps (up to 100 ms each)
 // rather than waking when the lock is free, and gave writes under 16
-// concurrent clients a p99 of about half a second. Waiting on a Go mutex
-// hands the lock over at once.
+// concurrent clients a p99 of about half a second. Waiting here hands the
+// turn over at once.
 func (b checkedWrites) write(f func()) {
-	if b.oneWriter != nil {
-		b.oneWriter.Lock()
-		defer b.oneWriter.Unlock()
-	}
 	if b.writers != nil {
 		b.writers <- struct{}{}
 		defer func() { <-b.writers }()

@@ -166,7 +166,7 @@ func Start(cfg Config) (*Kine, error) {
 		checked.rowAt = rowAt(cfg.DB, cfg.Datastore.Dialect)
 	}
 	if cfg.Datastore.Dialect == datastore.SQLite {
-		checked.oneWriter = &sync.Mutex{}
+		checked.writers = make(chan struct{}, 1)
 	} else if n := maxWriters(cfg.Pool.MaxOpen); n > 0 {
 		checked.writers = make(chan struct{}, n)
 	}
