@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 
+	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
 	"github.com/kcpsql/kcp/server/admission/workspacetype"
@@ -187,7 +188,14 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 	} else {
 		klog.ErrorS(err, "namespace deletion controller")
 	}
-	if c, err := workspace.NewController(loopback, serverURL, deleteClusterData, clusters.Names, clusters.Limits); err == nil {
+	// The collector hears of Workspaces through the workspace controller's
+	// informer: one list of every Workspace at start, not two.
+	gc, gcErr := garbagecollector.NewController(loopback, crds.ServedVersion)
+	var gcFeeds []clusterinformer.Consumer
+	if gcErr == nil {
+		gcFeeds = append(gcFeeds, gc.Feed(tenancy.WorkspacesResource, tenancy.WorkspacesResource.GroupVersion().WithKind("Workspace"), false))
+	}
+	if c, err := workspace.NewController(loopback, serverURL, deleteClusterData, clusters.Names, clusters.Limits, gcFeeds...); err == nil {
 		if servedDefaults {
 			c.OwnerBindingServed()
 		}
@@ -206,10 +214,10 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 	} else {
 		klog.ErrorS(err, "CRD lifecycle controller")
 	}
-	if c, err := garbagecollector.NewController(loopback, crds.ServedVersion); err == nil {
-		go c.Run(ctx, 4)
+	if gcErr == nil {
+		go gc.Run(ctx, 4)
 	} else {
-		klog.ErrorS(err, "garbage collector")
+		klog.ErrorS(gcErr, "garbage collector")
 	}
 	// Fills admin, edit and view (and other aggregated ClusterRoles) in
 	// root; every logical cluster shares them through clusterrbac.

@@ -437,6 +437,81 @@ func TestKeepingController(t *testing.T) {
 	}
 }
 
+// TestSharedController feeds two caches from one list and one watch: each
+// trims and keeps as its own, both hear every change in order, a deletion
+// reaches the consumer that kept nothing of the object, and the source is
+// listed and watched once.
+func TestSharedController(t *testing.T) {
+	src := &countingSource{source: newSource()}
+	src.Add(cm("root:a", "default", "kept", map[string]string{"keep": "yes"}))
+	src.Add(cm("root:b", "default", "kept", nil))
+	all, some := &recorder{}, &recorder{}
+	trimmed := func(obj interface{}) (interface{}, error) {
+		c := obj.(*corev1.ConfigMap)
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, Labels: c.Labels,
+			Annotations: map[string]string{logicalcluster.Annotation: c.Annotations[logicalcluster.Annotation]}}}, nil
+	}
+	keep := func(obj interface{}) bool { return obj.(*corev1.ConfigMap).Labels["keep"] == "yes" }
+	ixs, ctrl := NewSharedController(src, &corev1.ConfigMap{},
+		Consumer{Handler: all.handler()},
+		Consumer{Handler: some.handler(), Trim: trimmed, Keep: keep})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go ctrl.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
+		t.Fatal("not synced")
+	}
+	if keys := ixs[0].ListKeys(); len(keys) != 2 {
+		t.Errorf("first cache holds %v, want both objects", keys)
+	}
+	if keys := ixs[1].ListKeys(); len(keys) != 1 || keys[0] != "root:a|default/kept" {
+		t.Errorf("second cache holds %v, want root:a|default/kept alone", keys)
+	}
+	src.Modify(cm("root:b", "default", "kept", map[string]string{"keep": "yes", "big": "value"}))
+	src.Delete(cm("root:a", "default", "kept", nil))
+	wantAll := []string{"add root:a|default/kept", "add root:b|default/kept", "update root:b|default/kept", "delete root:a|default/kept"}
+	if got := all.wait(t, 4); !equal(sorted(got[:2]), wantAll[:2]) || !equal(got[2:], wantAll[2:]) {
+		t.Errorf("first consumer saw %v, want %v", got, wantAll)
+	}
+	wantSome := []string{"add root:a|default/kept", "add root:b|default/kept", "delete root:a|default/kept"}
+	if got := some.wait(t, 3); !equal(got, wantSome) {
+		t.Errorf("second consumer saw %v, want %v", got, wantSome)
+	}
+	obj, ok, _ := ixs[1].GetByKey("root:b|default/kept")
+	if !ok || obj.(*corev1.ConfigMap).Labels["big"] != "value" || obj.(*corev1.ConfigMap).Data != nil {
+		t.Errorf("second cache has %v, want the trimmed object with its new labels", obj)
+	}
+	if obj, _, _ := ixs[0].GetByKey("root:b|default/kept"); obj.(*corev1.ConfigMap).ResourceVersion == "" {
+		t.Errorf("first cache has a trimmed object: %v", obj)
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	if src.lists != 1 || src.watches != 1 {
+		t.Errorf("the source was listed %d and watched %d times, want once each", src.lists, src.watches)
+	}
+}
+
+type countingSource struct {
+	*source
+	lists, watches int
+}
+
+func (s *countingSource) List(o metav1.ListOptions) (runtime.Object, error) {
+	s.mu.Lock()
+	s.lists++
+	s.mu.Unlock()
+	return s.source.List(o)
+}
+
+func (s *countingSource) Watch(o metav1.ListOptions) (watch.Interface, error) {
+	s.mu.Lock()
+	s.watches++
+	s.mu.Unlock()
+	return s.source.Watch(o)
+}
+
+func sorted(s []string) []string { s = append([]string(nil), s...); sort.Strings(s); return s }
+
 // ByNamespace finds namespaced objects through ByClusterNamespace and a
 // cluster's cluster-scoped objects through ByCluster (they are not in
 // ByClusterNamespace), never another cluster's.

@@ -64,22 +64,138 @@ func newTrimmedController(lw cache.ListerWatcher, objType runtime.Object, indexe
 
 func newKeepingController(lw cache.ListerWatcher, objType runtime.Object, indexers cache.Indexers, handler cache.ResourceEventHandler,
 	lock sync.Locker, onError cache.WatchErrorHandlerWithContext, trim cache.TransformFunc, keep func(obj interface{}) bool) (cache.Indexer, cache.Controller) {
-	transform := dropManagedFields
-	if trim != nil {
-		transform = func(obj interface{}) (interface{}, error) {
-			if _, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				return obj, nil
-			}
-			return trim(obj)
-		}
+	s := newSink(Consumer{Indexers: indexers, Handler: handler, Keep: keep})
+	return s.indexer, newFedController(lw, objType, queued(trim), []*sink{s}, lock, onError)
+}
+
+// queued is what the queue of an informer with one cache does to objects:
+// trims them as they are queued (so the first list's objects are not kept
+// whole until the list is applied), or drops their managed fields.
+func queued(trim cache.TransformFunc) cache.TransformFunc {
+	if trim == nil {
+		return dropManagedFields
 	}
+	return func(obj interface{}) (interface{}, error) {
+		if _, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			return obj, nil
+		}
+		return trim(obj)
+	}
+}
+
+// Consumer is one cache fed by a shared list and watch (NewSharedController):
+// its cache (Indexer, one the consumer made with KeyFunc; nil: a new one
+// with Indexers), its handler (may be nil), what it keeps of each object
+// (Trim; nil keeps the object as listed, without managed fields) and which
+// objects it keeps at all (Keep, given the trimmed object; nil keeps all),
+// with the same meaning as in NewKeepingController.
+type Consumer struct {
+	Indexer  cache.Indexer
+	Indexers cache.Indexers
+	Handler  cache.ResourceEventHandler
+	Trim     cache.TransformFunc
+	Keep     func(obj interface{}) bool
+}
+
+// NewSharedController is NewKeepingController for several caches at once:
+// one list and one watch feed every consumer, each of which trims, keeps,
+// indexes and hears of the objects as its own informer would. Two
+// controllers that read the same resource across all clusters pay for one
+// list (served, sent and decoded once) instead of two: at 100,000
+// workspaces, each list of a custom resource is seconds of a restart. The
+// caches are returned in the consumers' order; the first one's keys decide
+// which objects a relist finds deleted, so it should keep every object.
+// Objects reach the consumers one change at a time, in order, with the
+// first consumer's handler called first.
+// With one consumer it is NewKeepingController with a cache of one's own.
+func NewSharedController(lw cache.ListerWatcher, objType runtime.Object, consumers ...Consumer) ([]cache.Indexer, cache.Controller) {
+	if len(consumers) == 1 {
+		s := newSink(consumers[0])
+		return []cache.Indexer{s.indexer}, newFedController(lw, objType, queued(consumers[0].Trim), []*sink{s}, nil, nil)
+	}
+	sinks := make([]*sink, len(consumers))
+	indexers := make([]cache.Indexer, len(consumers))
+	for i, c := range consumers {
+		sinks[i] = newSink(c)
+		sinks[i].trim = c.Trim
+		indexers[i] = sinks[i].indexer
+	}
+	return indexers, newFedController(lw, objType, dropManagedFields, sinks, nil, nil)
+}
+
+// sink is one consumer's cache, handler and filters.
+type sink struct {
+	indexer cache.Indexer
+	handler cache.ResourceEventHandler
+	trim    cache.TransformFunc // applied here (NewSharedController) rather than by the queue
+	keep    func(obj interface{}) bool
+}
+
+func newSink(c Consumer) *sink {
+	indexers, handler := c.Indexers, c.Handler
 	if indexers == nil {
 		indexers = cache.Indexers{}
 	}
 	if handler == nil {
 		handler = cache.ResourceEventHandlerFuncs{}
 	}
-	indexer := cache.NewIndexer(KeyFunc, indexers)
+	indexer := c.Indexer
+	if indexer == nil {
+		indexer = cache.NewIndexer(KeyFunc, indexers)
+	}
+	return &sink{indexer: indexer, handler: handler, keep: c.Keep}
+}
+
+// apply puts one change into the sink's cache and tells its handler.
+func (s *sink) apply(d cache.Delta, isInInitialList bool) error {
+	obj := d.Object
+	if s.trim != nil {
+		if _, unknown := obj.(cache.DeletedFinalStateUnknown); !unknown {
+			var err error
+			if obj, err = s.trim(obj); err != nil {
+				return err
+			}
+		}
+	}
+	if d.Type == cache.Deleted {
+		if err := s.indexer.Delete(obj); err != nil {
+			return err
+		}
+		s.handler.OnDelete(obj)
+		return nil
+	}
+	old, exists, err := s.indexer.Get(obj)
+	if err != nil {
+		return err
+	}
+	if s.keep != nil && !s.keep(obj) {
+		if exists {
+			if err := s.indexer.Delete(old); err != nil {
+				return err
+			}
+			s.handler.OnUpdate(old, obj)
+		}
+		return nil
+	}
+	if exists {
+		if err := s.indexer.Update(obj); err != nil {
+			return err
+		}
+		s.handler.OnUpdate(old, obj)
+		return nil
+	}
+	if err := s.indexer.Add(obj); err != nil {
+		return err
+	}
+	s.handler.OnAdd(obj, isInInitialList)
+	return nil
+}
+
+// newFedController is the list and watch loop that feeds sinks: transform
+// runs as objects are queued, and the first sink's cache is what a relist
+// compares with.
+func newFedController(lw cache.ListerWatcher, objType runtime.Object, transform cache.TransformFunc, sinks []*sink,
+	lock sync.Locker, onError cache.WatchErrorHandlerWithContext) cache.Controller {
 	// A RealFIFO (changes in the order they happened) rather than a
 	// DeltaFIFO: a DeltaFIFO keeps a map from key to pending changes,
 	// which grows to one entry per object during the first list and, as Go
@@ -88,51 +204,19 @@ func newKeepingController(lw cache.ListerWatcher, objType runtime.Object, indexe
 	// is a slice that is released as it drains.
 	fifo := cache.NewRealFIFOWithOptions(cache.RealFIFOOptions{
 		KeyFunction:  KeyFunc,
-		KnownObjects: indexer,
+		KnownObjects: sinks[0].indexer,
 		Transformer:  transform,
 	})
-	apply := func(d cache.Delta, isInInitialList bool) error {
+	process := func(obj interface{}, isInInitialList bool) error {
 		if lock != nil {
 			lock.Lock()
 			defer lock.Unlock()
 		}
-		if d.Type == cache.Deleted {
-			if err := indexer.Delete(d.Object); err != nil {
-				return err
-			}
-			handler.OnDelete(d.Object)
-			return nil
-		}
-		old, exists, err := indexer.Get(d.Object)
-		if err != nil {
-			return err
-		}
-		if keep != nil && !keep(d.Object) {
-			if exists {
-				if err := indexer.Delete(old); err != nil {
+		for _, d := range obj.(cache.Deltas) {
+			for _, s := range sinks {
+				if err := s.apply(d, isInInitialList); err != nil {
 					return err
 				}
-				handler.OnUpdate(old, d.Object)
-			}
-			return nil
-		}
-		if exists {
-			if err := indexer.Update(d.Object); err != nil {
-				return err
-			}
-			handler.OnUpdate(old, d.Object)
-			return nil
-		}
-		if err := indexer.Add(d.Object); err != nil {
-			return err
-		}
-		handler.OnAdd(d.Object, isInInitialList)
-		return nil
-	}
-	process := func(obj interface{}, isInInitialList bool) error {
-		for _, d := range obj.(cache.Deltas) {
-			if err := apply(d, isInInitialList); err != nil {
-				return err
 			}
 		}
 		return nil
@@ -146,7 +230,7 @@ func newKeepingController(lw cache.ListerWatcher, objType runtime.Object, indexe
 	if onError != nil {
 		cfg.WatchErrorHandlerWithContext = onError
 	}
-	return indexer, cache.New(cfg)
+	return cache.New(cfg)
 }
 
 // dropManagedFields keeps shared caches small: with objects of every

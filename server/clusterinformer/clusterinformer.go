@@ -79,6 +79,15 @@ func NewKeeping(lw cache.ListerWatcher, objType runtime.Object, indexers cache.I
 	return clusterinformer.NewKeepingController(lw, objType, indexers, handler, trim, keep)
 }
 
+// Consumer is one cache of a shared informer (see clusterinformer.Consumer).
+type Consumer = clusterinformer.Consumer
+
+// NewShared feeds several caches from one list and watch (see
+// clusterinformer.NewSharedController).
+func NewShared(lw cache.ListerWatcher, objType runtime.Object, consumers ...Consumer) ([]cache.Indexer, cache.Controller) {
+	return clusterinformer.NewSharedController(lw, objType, consumers...)
+}
+
 // ClustersOf returns the distinct clusters of objects from a cache, in the
 // order first seen.
 func ClustersOf(objs []interface{}) []logicalcluster.Name {

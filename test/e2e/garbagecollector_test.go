@@ -3,14 +3,18 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/test/e2e/framework"
 )
 
@@ -107,5 +111,97 @@ func TestGarbageCollectionPerCluster(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	if ok, _ := gone(a, "dep-orphan"); ok {
 		t.Error("orphaned dependent was deleted")
+	}
+}
+
+// TestGarbageCollectionOfWorkspaces: Workspaces are collected as dependents
+// and wait for theirs in foreground deletion (the collector hears of them
+// through the workspace controller's informer), and a workspace's
+// LogicalCluster counts as an existing owner (the collector knows the kind
+// without watching it) while a reference to it with another UID dangles.
+func TestGarbageCollectionOfWorkspaces(t *testing.T) {
+	s := framework.StartServer(t, "")
+	s.CreateWorkspaces("root:gcw", "root:gcw:inner")
+	c := s.Client("root:gcw")
+	dyn, err := dynamic.NewForConfig(s.Config("root:gcw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	workspaces := dyn.Resource(tenancy.WorkspacesResource)
+	newWorkspace := func(name string, owners ...metav1.OwnerReference) *unstructured.Unstructured {
+		t.Helper()
+		ws := &unstructured.Unstructured{Object: map[string]interface{}{
+			"apiVersion": tenancy.Group + "/" + tenancy.Version, "kind": "Workspace",
+			"metadata": map[string]interface{}{"name": name}, "spec": map[string]interface{}{},
+		}}
+		ws.SetOwnerReferences(owners)
+		got, err := workspaces.Create(ctx, ws, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	workspaceGone := func(name string) func() (bool, string) {
+		return func() (bool, string) {
+			_, err := workspaces.Get(ctx, name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		}
+	}
+	wsRef := func(ws *unstructured.Unstructured) metav1.OwnerReference {
+		return metav1.OwnerReference{APIVersion: tenancy.Group + "/" + tenancy.Version, Kind: "Workspace", Name: ws.GetName(), UID: ws.GetUID()}
+	}
+
+	// A Workspace owned by a config map goes with it.
+	owner := mustConfigMap(t, c, "ws-owner")
+	newWorkspace("owned", ownerRef(owner))
+	if err := c.CoreV1().ConfigMaps("default").Delete(ctx, owner.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 60*time.Second, "the owned workspace to be collected", workspaceGone("owned"))
+
+	// A config map owned by a Workspace goes with it; in foreground, the
+	// Workspace waits for it.
+	for _, policy := range []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationForeground} {
+		name := "owner-" + strings.ToLower(string(policy))
+		ws := newWorkspace(name)
+		mustConfigMap(t, c, "dep-of-"+name, wsRef(ws))
+		framework.Eventually(t, 60*time.Second, "workspace "+name+" to be ready", func() (bool, string) {
+			got, err := workspaces.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			phase, _, _ := unstructured.NestedString(got.Object, "status", "phase")
+			return phase == tenancy.PhaseReady, phase
+		})
+		if err := workspaces.Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &policy}); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, 60*time.Second, "the dependent of workspace "+name+" to be collected", func() (bool, string) {
+			return gone(c, "dep-of-"+name)
+		})
+		framework.Eventually(t, 60*time.Second, "workspace "+name+" to go", workspaceGone(name))
+	}
+
+	// Owned by the LogicalCluster of its own workspace: kept; by an object
+	// of that name with another UID: collected.
+	inner := s.Client("root:gcw:inner")
+	innerDyn, err := dynamic.NewForConfig(s.Config("root:gcw:inner"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := innerDyn.Resource(tenancy.LogicalClustersResource).Get(ctx, tenancy.LogicalClusterName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lcRef := metav1.OwnerReference{APIVersion: tenancy.Group + "/" + tenancy.Version, Kind: "LogicalCluster", Name: lc.GetName(), UID: lc.GetUID()}
+	mustConfigMap(t, inner, "owned-by-cluster", lcRef)
+	lcRef.UID = "00000000-0000-0000-0000-000000000000"
+	mustConfigMap(t, inner, "owned-by-another", lcRef)
+	framework.Eventually(t, 60*time.Second, "the dependent of a LogicalCluster that is not there to be collected", func() (bool, string) {
+		return gone(inner, "owned-by-another")
+	})
+	if ok, msg := gone(inner, "owned-by-cluster"); ok {
+		t.Errorf("a config map owned by its workspace's LogicalCluster was collected: %s", msg)
 	}
 }

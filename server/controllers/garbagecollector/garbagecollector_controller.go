@@ -9,6 +9,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
@@ -41,7 +43,6 @@ type resourceInfo struct {
 	gvr        schema.GroupVersionResource
 	namespaced bool
 	indexer    cache.Indexer
-	synced     cache.InformerSynced
 }
 
 // Controller is the informer and queue plumbing; the work is in reconciler.
@@ -131,16 +132,48 @@ func (c *Controller) discover(ctx context.Context) {
 	}
 }
 
+// unwatched are resources the collector knows, and reads objects of as
+// owners, without watching them. LogicalClusters are written by kcp alone
+// (admission plugin logicalclusterprotection), never with owner references
+// and never deleted through the API: a workspace's deletion removes its
+// whole cluster, the LogicalCluster and every dependent with it. A watch of
+// them could never tell the collector anything, and its first list would
+// read every workspace's LogicalCluster at each start.
+var unwatched = sets.New(tenancy.LogicalClustersResource.GroupResource())
+
 func (c *Controller) watch(ctx context.Context, gvr schema.GroupVersionResource, gvk schema.GroupVersionKind, namespaced bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.resources[gvr]; ok {
 		return
 	}
+	info := &resourceInfo{gvr: gvr, namespaced: namespaced, indexer: cache.NewIndexer(clusterinformer.KeyFunc, c.indexers())}
+	c.resources[gvr] = info
+	c.kinds[gvk] = info
+	if unwatched.Has(gvr.GroupResource()) {
+		return
+	}
 	res := c.wildcard.Resource(gvr)
 	lw := clusterinformer.ListWatch(res.List, res.Watch)
-	info := &resourceInfo{gvr: gvr, namespaced: namespaced}
-	indexers := cache.Indexers{byOwner: func(obj interface{}) ([]string, error) {
+	_, ctrl := clusterinformer.NewShared(lw, &metav1.PartialObjectMetadata{}, c.consumer(info))
+	go ctrl.RunWithContext(ctx)
+}
+
+// Feed makes another informer's list and watch of a resource feed the
+// collector too (through clusterinformer.NewShared, with the returned
+// consumer), so that the resource is listed and watched once rather than
+// twice. The collector then does not watch it itself. Call before Run.
+func (c *Controller) Feed(gvr schema.GroupVersionResource, gvk schema.GroupVersionKind, namespaced bool) clusterinformer.Consumer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	info := &resourceInfo{gvr: gvr, namespaced: namespaced, indexer: cache.NewIndexer(clusterinformer.KeyFunc, c.indexers())}
+	c.resources[gvr] = info
+	c.kinds[gvk] = info
+	return c.consumer(info)
+}
+
+func (c *Controller) indexers() cache.Indexers {
+	return cache.Indexers{byOwner: func(obj interface{}) ([]string, error) {
 		m := obj.(*metav1.PartialObjectMetadata)
 		cl := clusterinformer.ClusterOf(m)
 		keys := make([]string, 0, len(m.OwnerReferences))
@@ -149,16 +182,21 @@ func (c *Controller) watch(ctx context.Context, gvr schema.GroupVersionResource,
 		}
 		return keys, nil
 	}}
-	var ctrl cache.Controller
-	info.indexer, ctrl = clusterinformer.NewKeeping(lw, &metav1.PartialObjectMetadata{}, indexers, cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj interface{}) { c.changed(info, nil, obj) },
-		UpdateFunc: func(old, obj interface{}) { c.changed(info, old, obj) },
-		DeleteFunc: func(obj interface{}) { c.deleted(info, obj) },
-	}, c.trim, tracked)
-	info.synced = ctrl.HasSynced
-	c.resources[gvr] = info
-	c.kinds[gvk] = info
-	go ctrl.RunWithContext(ctx)
+}
+
+// consumer is how the collector's cache of a resource is fed: trimmed to
+// metadata, keeping only tracked objects, hearing of every deletion.
+func (c *Controller) consumer(info *resourceInfo) clusterinformer.Consumer {
+	return clusterinformer.Consumer{
+		Indexer: info.indexer,
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj interface{}) { c.changed(info, nil, obj) },
+			UpdateFunc: func(old, obj interface{}) { c.changed(info, old, obj) },
+			DeleteFunc: func(obj interface{}) { c.deleted(info, obj) },
+		},
+		Trim: c.trim,
+		Keep: tracked,
+	}
 }
 
 // tracked says whether the collector keeps an object in its cache: one
@@ -180,7 +218,15 @@ func tracked(obj interface{}) bool {
 // alone) are one map per cluster, shared by its objects (package
 // sharedmaps): a map costs about 300 bytes, more than the rest of a
 // trimmed object.
+// Objects of a fed resource (Feed) come whole, as unstructured objects.
 func (c *Controller) trim(obj interface{}) (interface{}, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		obj = &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+			Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(),
+			Annotations: u.GetAnnotations(), DeletionTimestamp: u.GetDeletionTimestamp(),
+			Finalizers: u.GetFinalizers(), OwnerReferences: u.GetOwnerReferences(),
+		}}
+	}
 	m, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
 		return obj, nil

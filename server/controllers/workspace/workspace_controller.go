@@ -41,9 +41,11 @@ const orphanSweep = 10 * time.Minute
 
 // NewController builds the controller. serverURL goes into status.URL;
 // deleteClusterData removes every object of a logical cluster; clusters
-// lists the existing logical clusters.
+// lists the existing logical clusters. The controller's list and watch of
+// Workspaces also feed the caches of also (the garbage collector's), so
+// that a start lists every Workspace once.
 func NewController(loopback *rest.Config, serverURL string, deleteClusterData func(context.Context, logicalcluster.Name) (int, error), clusters func() []logicalcluster.Name,
-	limits func(logicalcluster.Name) tenancy.Limits) (*Controller, error) {
+	limits func(logicalcluster.Name) tenancy.Limits, also ...clusterinformer.Consumer) (*Controller, error) {
 	wildcard, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
@@ -59,7 +61,7 @@ func NewController(loopback *rest.Config, serverURL string, deleteClusterData fu
 			c.queue.Add(key)
 		}
 	}
-	c.indexer, c.informer = clusterinformer.NewTrimmed(lw, &unstructured.Unstructured{}, nil, cache.ResourceEventHandlerDetailedFuncs{
+	own := clusterinformer.Consumer{Trim: trimReady, Handler: cache.ResourceEventHandlerDetailedFuncs{
 		// A Workspace that is Ready when the controller starts needs a
 		// look only if its limits differ from its LogicalCluster's, which
 		// the sweep after the first list checks (sweep): at 100,000
@@ -80,7 +82,10 @@ func NewController(loopback *rest.Config, serverURL string, deleteClusterData fu
 			}
 			enqueue(obj)
 		},
-	}, trimReady)
+	}}
+	var caches []cache.Indexer
+	caches, c.informer = clusterinformer.NewShared(lw, &unstructured.Unstructured{}, append([]clusterinformer.Consumer{own}, also...)...)
+	c.indexer = caches[0]
 	clients, err := clientsFor(loopback)
 	if err != nil {
 		return nil, err
