@@ -92,6 +92,11 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 		if err := systemcrds.Install(hc.Context, clusterinformer.ForCluster(hc.LoopbackClientConfig, crdserving.SystemCluster)); err != nil {
 			return fmt.Errorf("installing the tenancy.kcp.io, workload.kcp.io, apiresource.kcp.io and apis.kcp.io CRDs: %v", err)
 		}
+		// The registry's first list of every LogicalCluster is the longest
+		// step of a start with many workspaces: it runs while the steps
+		// below wait on their own lists and writes.
+		registered := make(chan error, 1)
+		go func() { registered <- clusters.Start(hc.Context, hc.LoopbackClientConfig) }()
 		// Watches of kcp's own resources start once their CRDs exist (before,
 		// their first lists fail and back off for seconds).
 		if err := placementadmission.Start(hc.Context, hc.LoopbackClientConfig); err != nil {
@@ -109,7 +114,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 		if err := boundAPIs.Start(hc.Context, hc.LoopbackClientConfig); err != nil {
 			return err
 		}
-		if err := clusters.Start(hc.Context, hc.LoopbackClientConfig); err != nil {
+		if err := <-registered; err != nil {
 			return err
 		}
 		ca, err := os.ReadFile(o.PKI.CACert())

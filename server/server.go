@@ -94,6 +94,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	clusterstore.LatestRevision = kine.HandedRevision
 
 	rbac, clusters := clusterrbac.New(), logicalclusters.New()
+	clusters.ReadStored(kine.Range)
 	config, err := newConfig(o.Upstream, rbac, clusters)
 	if err != nil {
 		return err

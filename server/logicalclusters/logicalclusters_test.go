@@ -1,6 +1,10 @@
 package logicalclusters
 
 import (
+	"context"
+	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -53,5 +57,63 @@ func TestRegistryEntries(t *testing.T) {
 	}
 	if got := len(r.Names()); got != 3 {
 		t.Errorf("Names: %d, want root and two", got)
+	}
+}
+
+// A LogicalCluster read straight from the datastore (listStored) gives the
+// registry the same entry as the object the API server serves, stored
+// fields and all; the list carries the revision it was read at; a row
+// that is not a LogicalCluster fails the list, naming its key.
+func TestListStored(t *testing.T) {
+	rows := map[string]string{
+		"/registry/tenancy.kcp.io/logicalclusters/root:a/cluster": `{"apiVersion":"tenancy.kcp.io/v1alpha1","kind":"LogicalCluster",
+			"metadata":{"name":"cluster","uid":"u-a","creationTimestamp":"2026-11-26T10:00:00Z",
+			"annotations":{"kcp.io/cluster":"root:a","` + tenancy.OwnerAnnotation + `":"{\"username\":\"alice\"}","other":"x"},
+			"managedFields":[{"manager":"kcp","operation":"Update","fieldsV1":{"f:spec":{"f:owner":{}}}}]},
+			"spec":{"owner":{"cluster":"root","name":"a","uid":"w-a"},"limits":{"objects":100,"bytes":2048}},
+			"status":{"phase":"Ready","URL":"https://kcp/clusters/root:a"}}`,
+		"/registry/tenancy.kcp.io/logicalclusters/root:b/cluster": `{"apiVersion":"tenancy.kcp.io/v1alpha1","kind":"LogicalCluster",
+			"metadata":{"name":"cluster","uid":"u-b","annotations":{"kcp.io/cluster":"root:b"}},
+			"spec":{"owner":{"cluster":"root","name":"b","uid":"w-b"}},"status":{"phase":"Terminating"}}`,
+	}
+	order := []string{"/registry/tenancy.kcp.io/logicalclusters/root:a/cluster", "/registry/tenancy.kcp.io/logicalclusters/root:b/cluster"}
+	revs := map[string]int64{order[0]: 41, order[1]: 57}
+	ranged := func(_ context.Context, prefix string, fn func(string, []byte, int64) error) (int64, error) {
+		if prefix != "/registry/tenancy.kcp.io/logicalclusters/" {
+			t.Errorf("read prefix %q", prefix)
+		}
+		for _, k := range order {
+			if err := fn(k, []byte(rows[k]), revs[k]); err != nil {
+				return 0, err
+			}
+		}
+		return 60, nil
+	}
+	list, err := listStored(context.Background(), ranged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list.GetResourceVersion() != "60" || len(list.Items) != 2 {
+		t.Fatalf("list at %q with %d items, want 60 and 2", list.GetResourceVersion(), len(list.Items))
+	}
+	for i, k := range order {
+		served := &unstructured.Unstructured{}
+		if err := served.UnmarshalJSON([]byte(rows[k])); err != nil {
+			t.Fatal(err)
+		}
+		served.SetResourceVersion(strconv.FormatInt(revs[k], 10))
+		want, _ := trim(served)
+		got, _ := trim(&list.Items[i])
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: entry %+v from the datastore, %+v from the served object", k, got, want)
+		}
+		if list.Items[i].GetResourceVersion() != served.GetResourceVersion() || list.Items[i].GetUID() != served.GetUID() {
+			t.Errorf("%s: resourceVersion %q uid %q, want %q %q", k, list.Items[i].GetResourceVersion(), list.Items[i].GetUID(),
+				served.GetResourceVersion(), served.GetUID())
+		}
+	}
+	rows[order[1]] = `{"kcp.io/deleted-default":`
+	if _, err := listStored(context.Background(), ranged); err == nil || !strings.Contains(err.Error(), order[1]) {
+		t.Errorf("a row that does not decode: %v, want an error naming its key", err)
 	}
 }

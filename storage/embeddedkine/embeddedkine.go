@@ -110,6 +110,36 @@ func (k *Kine) DeleteKey(ctx context.Context, key string, revision int64) (bool,
 	return deleted, err
 }
 
+// Range calls fn with every live key below prefix, its value and its
+// revision, in key order, as of one revision of the datastore, which it
+// returns. It reads with kine's streaming list, as the API server's
+// unpaged lists do: no message or slice holds the whole range. It is for
+// the server's own caches of its own resources, which need a few fields of
+// every object and can skip the API server's decoding of whole objects.
+func (k *Kine) Range(ctx context.Context, prefix string, fn func(key string, value []byte, revision int64) error) (int64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	end := []byte(prefix)
+	end[len(end)-1]++ // a prefix ends in "/": the range ends before "0"
+	lr := k.backend.ListStream(ctx, prefix, string(end), 0, 0, false)
+	var failed error
+	for kv := range lr.KVc {
+		if failed == nil {
+			failed = fn(kv.Key, kv.Value, kv.ModRevision)
+			if failed != nil {
+				cancel() // the stream ends; drain what it already queued
+			}
+		}
+	}
+	if err := <-lr.Errorc; err != nil && failed == nil {
+		return 0, err
+	}
+	if failed != nil {
+		return 0, failed
+	}
+	return lr.CurrentRevision, nil
+}
+
 // HandedRevision is the newest revision kine has handed its watches (kine
 // keeps it in memory), or 0 if it cannot tell.
 func (k *Kine) HandedRevision() uint64 {
