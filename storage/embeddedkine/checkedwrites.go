@@ -48,7 +48,7 @@ var ErrWriteUnknown = status.Error(codes.Unavailable, "kcp: the datastore could 
 // time (writers); the reads that check a write run outside that bound.
 type checkedWrites struct {
 	kineserver.Backend
-	health    *Health
+	health *Health
 	// writers bounds the writes in flight (nil: no bound). SQLite: one
 	// (see write). PostgreSQL with a bounded kine pool: fewer than half of
 	// its connections, because kine v0.17.5's Append holds two of them at
