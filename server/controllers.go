@@ -56,7 +56,8 @@ import (
 const workspaceWorkers = 32
 
 func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, rbac *clusterrbac.Authorizer,
-	clusters *logicalclusters.Registry, crds *crdserving.Server, negotiatedAPIs *negotiated.Index, boundAPIs *boundapis.Index, apf *clusterapf.FlowControl, deleteClusterData func(context.Context, logicalcluster.Name) (int, error)) {
+	clusters *logicalclusters.Registry, crds *crdserving.Server, negotiatedAPIs *negotiated.Index, boundAPIs *boundapis.Index, apf *clusterapf.FlowControl, deleteClusterData func(context.Context, logicalcluster.Name) (int, error),
+	stored clusterinformer.RangeFunc) {
 	shared := &clusterinformer.Shared{}
 	var campaign atomic.Pointer[leaderelection.Campaign]
 	s.AddPostStartHookOrDie("kcp-service-account-tokens", func(hc genericapiserver.PostStartHookContext) error {
@@ -126,7 +127,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			return err
 		}
 		writers := func(ctx context.Context) {
-			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), !o.StoreDefaults, clusters, crds, deleteClusterData, namespaces)
+			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), !o.StoreDefaults, clusters, crds, deleteClusterData, namespaces, stored)
 			if c, err := synctarget.NewController(hc.LoopbackClientConfig, o.SyncTargetHeartbeatTimeout); err == nil {
 				go c.Run(ctx, 2)
 			} else {
@@ -187,7 +188,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 // this replica loses the lease).
 func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM string, servedDefaults bool,
 	clusters *logicalclusters.Registry, crds *crdserving.Server, deleteClusterData func(context.Context, logicalcluster.Name) (int, error),
-	namespaces *clusterinformer.Namespaces) {
+	namespaces *clusterinformer.Namespaces, stored clusterinformer.RangeFunc) {
 	if c, err := namespacedeletion.NewController(loopback, namespaces); err == nil {
 		go c.Run(ctx, 2)
 	} else {
@@ -204,6 +205,7 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 		if servedDefaults {
 			c.OwnerBindingServed()
 		}
+		c.ReadStored(stored)
 		c.LimitsSynced(clusters.Synced)
 		go c.Run(ctx, workspaceWorkers)
 	} else {

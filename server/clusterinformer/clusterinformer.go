@@ -79,6 +79,13 @@ func NewKeeping(lw cache.ListerWatcher, objType runtime.Object, indexers cache.I
 	return clusterinformer.NewKeepingController(lw, objType, indexers, handler, trim, keep)
 }
 
+// RangeFunc reads every stored object below a key prefix as of one revision
+// of the datastore, which it returns (embeddedkine.Kine.Range). The
+// server's caches of its own resources list with it where a list through
+// the API server would decode, complete and encode every object for the
+// cache to decode it again (custom resources have no watch cache).
+type RangeFunc func(ctx context.Context, prefix string, fn func(key string, value []byte, revision int64) error) (int64, error)
+
 // Consumer is one cache of a shared informer (see clusterinformer.Consumer).
 type Consumer = clusterinformer.Consumer
 

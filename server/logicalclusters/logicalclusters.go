@@ -29,12 +29,8 @@ import (
 // it knows only root.
 type Registry struct {
 	indexer atomic.Pointer[cache.Indexer]
-	stored  RangeFunc
+	stored  clusterinformer.RangeFunc
 }
-
-// RangeFunc reads every stored object below a key prefix as of one revision
-// of the datastore, which it returns (embeddedkine.Kine.Range).
-type RangeFunc func(ctx context.Context, prefix string, fn func(key string, value []byte, revision int64) error) (int64, error)
 
 // ReadStored makes the registry read LogicalClusters straight from the
 // datastore when it lists them (watches still go through the API server).
@@ -42,7 +38,7 @@ type RangeFunc func(ctx context.Context, prefix string, fn func(key string, valu
 // completes and encodes every LogicalCluster and the registry decodes it
 // again, which at 100,000 workspaces was seconds of every start, on the
 // way to /readyz. The registry needs five fields of each. Call before Start.
-func (r *Registry) ReadStored(rangeFn RangeFunc) { r.stored = rangeFn }
+func (r *Registry) ReadStored(rangeFn clusterinformer.RangeFunc) { r.stored = rangeFn }
 
 // New returns an empty registry.
 func New() *Registry { return &Registry{} }
@@ -96,7 +92,7 @@ type storedLC struct {
 // owner annotations, spec.limits and status.phase. The list's
 // resourceVersion is the revision it was read at, which the watch then
 // starts from.
-func listStored(ctx context.Context, rangeFn RangeFunc) (*unstructured.UnstructuredList, error) {
+func listStored(ctx context.Context, rangeFn clusterinformer.RangeFunc) (*unstructured.UnstructuredList, error) {
 	out := &unstructured.UnstructuredList{Object: map[string]interface{}{
 		"apiVersion": tenancy.Group + "/" + tenancy.Version, "kind": "LogicalClusterList",
 	}}

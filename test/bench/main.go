@@ -35,15 +35,16 @@ import (
 )
 
 var (
-	kcpBin      = flag.String("kcp", "bin/kcp", "path to the kcp binary")
-	kcpArgs     = flag.String("kcp-args", "", "extra arguments for every kcp server the benchmark starts, e.g. --watch-cache=false")
-	creates     = flag.Int("creates", 4000, "configmaps to create per datastore")
-	clients     = flag.Int("clients", 16, "concurrent clients")
-	clusters    = flag.Int("clusters", 16, "logical clusters the creates are spread over")
-	pgDSN       = flag.String("postgres", envOr("KCP_TEST_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL server for the postgres runs ('' to skip)")
-	write       = flag.String("write", "", "Markdown file whose generated section is replaced with the results")
-	wsCount     = flag.Int("workspaces", 1000, "empty workspaces to create (flat, then as a tree) per datastore; 0 skips")
-	featureCost = flag.Bool("feature-cost", true, "also measure creates with --change-history and --audit-to-datastore on, and with a ResourceQuota per namespace and workspace limits")
+	kcpBin       = flag.String("kcp", "bin/kcp", "path to the kcp binary")
+	startTimeout = flag.Duration("start-timeout", 10*time.Minute, "how long a kcp server the benchmark starts may take to be ready (restarts at 100,000 workspaces take minutes on a slow machine)")
+	kcpArgs      = flag.String("kcp-args", "", "extra arguments for every kcp server the benchmark starts, e.g. --watch-cache=false")
+	creates      = flag.Int("creates", 4000, "configmaps to create per datastore")
+	clients      = flag.Int("clients", 16, "concurrent clients")
+	clusters     = flag.Int("clusters", 16, "logical clusters the creates are spread over")
+	pgDSN        = flag.String("postgres", envOr("KCP_TEST_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL server for the postgres runs ('' to skip)")
+	write        = flag.String("write", "", "Markdown file whose generated section is replaced with the results")
+	wsCount      = flag.Int("workspaces", 1000, "empty workspaces to create (flat, then as a tree) per datastore; 0 skips")
+	featureCost  = flag.Bool("feature-cost", true, "also measure creates with --change-history and --audit-to-datastore on, and with a ResourceQuota per namespace and workspace limits")
 	// benchQuota: run puts a ResourceQuota in every bench namespace.
 	benchQuota     bool
 	latencySamples = flag.Int("latency-samples", 200, "writes per watch-latency measurement (PostgreSQL, one and two replicas); 0 skips")
@@ -257,7 +258,7 @@ func (s *server) start() (time.Duration, error) {
 	}
 	s.done = make(chan struct{})
 	go func() { s.cmd.Wait(); logf.Close(); close(s.done) }()
-	for time.Since(t0) < 2*time.Minute {
+	for time.Since(t0) < *startTimeout {
 		select {
 		case <-s.done:
 			return 0, fmt.Errorf("kcp exited; see %s.log", s.dir)
@@ -273,7 +274,7 @@ func (s *server) start() (time.Duration, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return 0, fmt.Errorf("not ready after 2 minutes")
+	return 0, fmt.Errorf("not ready after %s (-start-timeout); see %s.log", *startTimeout, s.dir)
 }
 
 // startInTemp starts a kcp (bin; "" is -kcp) on SQLite in a new temporary

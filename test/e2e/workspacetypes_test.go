@@ -145,6 +145,14 @@ spec:
 		t.Fatalf("a workspace whose type binds a missing export: want the waiting reason, got %v\n%s", err, out)
 	}
 	mustContain(t, "the stuck workspace", s.Kubectl("root:org", "get", "workspace", "stuck", "-o", "jsonpath={.status.phase}"), "Initializing")
+	// Across a restart (the controller's first list reads the datastore
+	// and gives it this workspace whole), it still waits and still goes.
+	s.Stop()
+	s.Start()
+	framework.Eventually(t, 30*time.Second, "the stuck workspace to be looked at again after the restart", func() (bool, string) {
+		out := s.Kubectl("root:org", "get", "workspace", "stuck", "-o", "jsonpath={.status.phase} {.status.conditions[0].message}")
+		return strings.HasPrefix(out, "Initializing ") && strings.Contains(out, "waiting for APIBinding nothing"), out
+	})
 	s.Kubectl("root:org", "delete", "workspace", "stuck", "--timeout=60s")
 
 	// Editing the type changes what later workspaces get, not earlier ones.
