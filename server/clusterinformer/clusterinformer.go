@@ -7,14 +7,17 @@ package clusterinformer
 
 import (
 	"context"
+	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kcpsql/kcp/client/clusterinformer"
+	"github.com/kcpsql/kcp/storage/keys"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 	"github.com/kcpsql/kcp/storage/sharedmaps"
 )
@@ -85,6 +88,39 @@ func NewKeeping(lw cache.ListerWatcher, objType runtime.Object, indexers cache.I
 // the API server would decode, complete and encode every object for the
 // cache to decode it again (custom resources have no watch cache).
 type RangeFunc func(ctx context.Context, prefix string, fn func(key string, value []byte, revision int64) error) (int64, error)
+
+// ListStored lists the rows rangeFn reads below prefix as an
+// UnstructuredList of listKind (apiVersion as given), as the API server
+// would list them for the fields a cache reads: object builds each item
+// from its row (only what the cache needs, or the whole object); ListStored
+// sets the item's resourceVersion (the row's revision) and its cluster
+// annotation (from the key, as the API server does), and the list's
+// resourceVersion: the revision it was read at, which a watch then starts
+// from.
+func ListStored(ctx context.Context, rangeFn RangeFunc, prefix, apiVersion, listKind string,
+	object func(key string, value []byte) (*unstructured.Unstructured, error)) (*unstructured.UnstructuredList, error) {
+	out := &unstructured.UnstructuredList{Object: map[string]interface{}{"apiVersion": apiVersion, "kind": listKind}}
+	rev, err := rangeFn(ctx, prefix, func(key string, value []byte, revision int64) error {
+		u, err := object(key, value)
+		if err != nil {
+			return err
+		}
+		u.SetResourceVersion(strconv.FormatInt(revision, 10))
+		annotations := u.GetAnnotations()
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[logicalcluster.Annotation] = keys.ClusterOf(key)
+		u.SetAnnotations(annotations)
+		out.Items = append(out.Items, *u)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.SetResourceVersion(strconv.FormatInt(rev, 10))
+	return out, nil
+}
 
 // Consumer is one cache of a shared informer (see clusterinformer.Consumer).
 type Consumer = clusterinformer.Consumer

@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"unique"
 
@@ -93,40 +92,28 @@ type storedLC struct {
 // resourceVersion is the revision it was read at, which the watch then
 // starts from.
 func listStored(ctx context.Context, rangeFn clusterinformer.RangeFunc) (*unstructured.UnstructuredList, error) {
-	out := &unstructured.UnstructuredList{Object: map[string]interface{}{
-		"apiVersion": tenancy.Group + "/" + tenancy.Version, "kind": "LogicalClusterList",
-	}}
-	rev, err := rangeFn(ctx, storedPrefix, func(key string, value []byte, revision int64) error {
-		var lc storedLC
-		if err := json.Unmarshal(value, &lc); err != nil {
-			return fmt.Errorf("reading the LogicalCluster stored at %s: %w", key, err)
-		}
-		cluster := keys.ClusterOf(key)
-		u := unstructured.Unstructured{Object: map[string]interface{}{
-			"apiVersion": tenancy.Group + "/" + tenancy.Version, "kind": "LogicalCluster",
-		}}
-		u.SetName(lc.Metadata.Name)
-		u.SetUID(lc.Metadata.UID)
-		u.SetResourceVersion(strconv.FormatInt(revision, 10))
-		annotations := map[string]string{logicalcluster.Annotation: cluster}
-		if owner, ok := lc.Metadata.Annotations[tenancy.OwnerAnnotation]; ok {
-			annotations[tenancy.OwnerAnnotation] = owner
-		}
-		u.SetAnnotations(annotations)
-		if l := lc.Spec.Limits; l != (tenancy.Limits{}) {
-			u.Object["spec"] = map[string]interface{}{"limits": map[string]interface{}{"objects": l.Objects, "bytes": l.Bytes}}
-		}
-		if lc.Status.Phase != "" {
-			u.Object["status"] = map[string]interface{}{"phase": lc.Status.Phase}
-		}
-		out.Items = append(out.Items, u)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	out.SetResourceVersion(strconv.FormatInt(rev, 10))
-	return out, nil
+	return clusterinformer.ListStored(ctx, rangeFn, storedPrefix, tenancy.Group+"/"+tenancy.Version, "LogicalClusterList",
+		func(key string, value []byte) (*unstructured.Unstructured, error) {
+			var lc storedLC
+			if err := json.Unmarshal(value, &lc); err != nil {
+				return nil, fmt.Errorf("reading the LogicalCluster stored at %s: %w", key, err)
+			}
+			u := &unstructured.Unstructured{Object: map[string]interface{}{
+				"apiVersion": tenancy.Group + "/" + tenancy.Version, "kind": "LogicalCluster",
+			}}
+			u.SetName(lc.Metadata.Name)
+			u.SetUID(lc.Metadata.UID)
+			if owner, ok := lc.Metadata.Annotations[tenancy.OwnerAnnotation]; ok {
+				u.SetAnnotations(map[string]string{tenancy.OwnerAnnotation: owner})
+			}
+			if l := lc.Spec.Limits; l != (tenancy.Limits{}) {
+				u.Object["spec"] = map[string]interface{}{"limits": map[string]interface{}{"objects": l.Objects, "bytes": l.Bytes}}
+			}
+			if lc.Status.Phase != "" {
+				u.Object["status"] = map[string]interface{}{"phase": lc.Status.Phase}
+			}
+			return u, nil
+		})
 }
 
 // entry is what the registry keeps of a LogicalCluster: its identity, the

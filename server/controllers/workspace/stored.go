@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -14,7 +13,6 @@ import (
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/storage/keys"
-	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
 // storedPrefix is where Workspaces are stored, in every cluster.
@@ -48,18 +46,20 @@ type storedWorkspace struct {
 // apply on read), because the controller works on it. The list's
 // resourceVersion is the revision it was read at; the watch starts there.
 func listStored(ctx context.Context, rangeFn clusterinformer.RangeFunc) (*unstructured.UnstructuredList, error) {
-	out := &unstructured.UnstructuredList{Object: map[string]interface{}{
-		"apiVersion": tenancy.Group + "/" + tenancy.Version, "kind": "WorkspaceList",
-	}}
-	rev, err := rangeFn(ctx, storedPrefix, func(key string, value []byte, revision int64) error {
-		var ws storedWorkspace
-		if err := json.Unmarshal(value, &ws); err != nil {
-			return fmt.Errorf("reading the Workspace stored at %s: %w", key, err)
-		}
-		cluster := keys.ClusterOf(key)
-		var u unstructured.Unstructured
-		if ws.Metadata.DeletionTimestamp == nil && ws.Status.Phase == tenancy.PhaseReady &&
-			slices.Contains(ws.Metadata.Finalizers, tenancy.WorkspaceFinalizer) {
+	return clusterinformer.ListStored(ctx, rangeFn, storedPrefix, tenancy.Group+"/"+tenancy.Version, "WorkspaceList",
+		func(key string, value []byte) (*unstructured.Unstructured, error) {
+			var ws storedWorkspace
+			if err := json.Unmarshal(value, &ws); err != nil {
+				return nil, fmt.Errorf("reading the Workspace stored at %s: %w", key, err)
+			}
+			u := &unstructured.Unstructured{}
+			if ws.Metadata.DeletionTimestamp != nil || ws.Status.Phase != tenancy.PhaseReady ||
+				!slices.Contains(ws.Metadata.Finalizers, tenancy.WorkspaceFinalizer) {
+				if err := u.UnmarshalJSON(value); err != nil {
+					return nil, fmt.Errorf("reading the Workspace stored at %s: %w", key, err)
+				}
+				return u, nil
+			}
 			u.Object = map[string]interface{}{"apiVersion": tenancy.Group + "/" + tenancy.Version, "kind": "Workspace"}
 			u.SetName(ws.Metadata.Name)
 			u.SetUID(ws.Metadata.UID)
@@ -69,22 +69,6 @@ func listStored(ctx context.Context, rangeFn clusterinformer.RangeFunc) (*unstru
 				u.Object["spec"] = map[string]interface{}{"limits": map[string]interface{}{"objects": l.Objects, "bytes": l.Bytes}}
 			}
 			u.Object["status"] = map[string]interface{}{"phase": ws.Status.Phase}
-		} else if err := u.UnmarshalJSON(value); err != nil {
-			return fmt.Errorf("reading the Workspace stored at %s: %w", key, err)
-		}
-		u.SetResourceVersion(strconv.FormatInt(revision, 10))
-		annotations := u.GetAnnotations()
-		if annotations == nil {
-			annotations = map[string]string{}
-		}
-		annotations[logicalcluster.Annotation] = cluster
-		u.SetAnnotations(annotations)
-		out.Items = append(out.Items, u)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	out.SetResourceVersion(strconv.FormatInt(rev, 10))
-	return out, nil
+			return u, nil
+		})
 }
