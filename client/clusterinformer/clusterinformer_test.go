@@ -491,6 +491,53 @@ func TestSharedController(t *testing.T) {
 	}
 }
 
+// A deletion that only a relist finds reaches each consumer of a shared
+// informer with the object as that consumer kept it.
+func TestSharedControllerRelistDeletion(t *testing.T) {
+	src := newSource()
+	src.Add(cm("root:a", "default", "x", map[string]string{"keep": "yes"}))
+	trimmed := func(obj interface{}) (interface{}, error) {
+		c := obj.(*corev1.ConfigMap).DeepCopy()
+		c.Labels = map[string]string{"trimmed": "yes"}
+		return c, nil
+	}
+	seen := make(chan interface{}, 2)
+	deleted := func(obj interface{}) { seen <- obj }
+	_, ctrl := NewSharedController(src, &corev1.ConfigMap{},
+		Consumer{Handler: cache.ResourceEventHandlerFuncs{DeleteFunc: deleted}},
+		Consumer{Handler: cache.ResourceEventHandlerFuncs{DeleteFunc: deleted}, Trim: trimmed})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go ctrl.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
+		t.Fatal("not synced")
+	}
+	// The object goes without an event, and the watch expires: the relist
+	// finds it gone.
+	src.mu.Lock()
+	delete(src.items, "root:a|default/x")
+	for _, w := range src.watchers {
+		w.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old"})
+	}
+	src.mu.Unlock()
+	var got []string
+	for len(got) < 2 {
+		select {
+		case obj := <-seen:
+			d, ok := obj.(cache.DeletedFinalStateUnknown)
+			if !ok {
+				t.Fatalf("deletion of %T, want DeletedFinalStateUnknown", obj)
+			}
+			got = append(got, d.Obj.(*corev1.ConfigMap).Labels["keep"]+"/"+d.Obj.(*corev1.ConfigMap).Labels["trimmed"])
+		case <-time.After(10 * time.Second):
+			t.Fatalf("saw %v, want two deletions", got)
+		}
+	}
+	if want := []string{"yes/", "/yes"}; !equal(got, want) {
+		t.Errorf("consumers heard of the deletion with %v (keep/trimmed labels), want %v: each its own object", got, want)
+	}
+}
+
 type countingSource struct {
 	*source
 	lists, watches int

@@ -149,12 +149,16 @@ func newSink(c Consumer) *sink {
 // apply puts one change into the sink's cache and tells its handler.
 func (s *sink) apply(d cache.Delta, isInInitialList bool) error {
 	obj := d.Object
-	if s.trim != nil {
-		if _, unknown := obj.(cache.DeletedFinalStateUnknown); !unknown {
-			var err error
-			if obj, err = s.trim(obj); err != nil {
-				return err
-			}
+	if unknown, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		// A deletion a relist found: the queue took the object from the
+		// first cache; each cache hears of it as it kept it.
+		if own, exists, err := s.indexer.GetByKey(unknown.Key); err == nil && exists {
+			obj = cache.DeletedFinalStateUnknown{Key: unknown.Key, Obj: own}
+		}
+	} else if s.trim != nil {
+		var err error
+		if obj, err = s.trim(obj); err != nil {
+			return err
 		}
 	}
 	if d.Type == cache.Deleted {

@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"net"
 	"os"
 	"path/filepath"
@@ -117,6 +118,9 @@ func (k *Kine) DeleteKey(ctx context.Context, key string, revision int64) (bool,
 // the server's own caches of its own resources, which need a few fields of
 // every object and can skip the API server's decoding of whole objects.
 func (k *Kine) Range(ctx context.Context, prefix string, fn func(key string, value []byte, revision int64) error) (int64, error) {
+	if !strings.HasSuffix(prefix, "/") {
+		return 0, fmt.Errorf("range %q: a prefix ends in /", prefix)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	end := []byte(prefix)
