@@ -6,14 +6,12 @@ package logicalclusters
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"sync/atomic"
 	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -69,22 +67,6 @@ func (r *Registry) Start(ctx context.Context, loopback *rest.Config) error {
 // storedPrefix is where LogicalClusters are stored, in every cluster.
 var storedPrefix = keys.Prefix + keys.ResourcePrefix(tenancy.LogicalClustersResource.GroupResource()) + "/"
 
-// storedLC is what the registry reads of a stored LogicalCluster; the
-// decoder skips the rest (managed fields are most of the bytes).
-type storedLC struct {
-	Metadata struct {
-		Name        string            `json:"name"`
-		UID         types.UID         `json:"uid"`
-		Annotations map[string]string `json:"annotations"`
-	} `json:"metadata"`
-	Spec struct {
-		Limits tenancy.Limits `json:"limits"`
-	} `json:"spec"`
-	Status struct {
-		Phase string `json:"phase"`
-	} `json:"status"`
-}
-
 // listStored lists the stored LogicalClusters as the API server would,
 // with the fields trim reads: name, UID, resourceVersion (the row's
 // revision), the cluster (from the key, as the API server sets it) and
@@ -94,9 +76,9 @@ type storedLC struct {
 func listStored(ctx context.Context, rangeFn clusterinformer.RangeFunc) (*unstructured.UnstructuredList, error) {
 	return clusterinformer.ListStored(ctx, rangeFn, storedPrefix, tenancy.Group+"/"+tenancy.Version, "LogicalClusterList",
 		func(key string, value []byte) (*unstructured.Unstructured, error) {
-			var lc storedLC
-			if err := json.Unmarshal(value, &lc); err != nil {
-				return nil, fmt.Errorf("reading the LogicalCluster stored at %s: %w", key, err)
+			lc, err := tenancy.DecodeStored("LogicalCluster", key, value)
+			if err != nil {
+				return nil, err
 			}
 			u := &unstructured.Unstructured{Object: map[string]interface{}{
 				"apiVersion": tenancy.Group + "/" + tenancy.Version, "kind": "LogicalCluster",

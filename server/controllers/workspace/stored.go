@@ -2,13 +2,10 @@ package workspace
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/clusterinformer"
@@ -17,24 +14,6 @@ import (
 
 // storedPrefix is where Workspaces are stored, in every cluster.
 var storedPrefix = keys.Prefix + keys.ResourcePrefix(tenancy.WorkspacesResource.GroupResource()) + "/"
-
-// storedWorkspace is what the first look at a stored Workspace reads; the
-// decoder skips the rest (managed fields are most of the bytes).
-type storedWorkspace struct {
-	Metadata struct {
-		Name              string                  `json:"name"`
-		UID               types.UID               `json:"uid"`
-		DeletionTimestamp *metav1.Time            `json:"deletionTimestamp"`
-		Finalizers        []string                `json:"finalizers"`
-		OwnerReferences   []metav1.OwnerReference `json:"ownerReferences"`
-	} `json:"metadata"`
-	Spec struct {
-		Limits tenancy.Limits `json:"limits"`
-	} `json:"spec"`
-	Status struct {
-		Phase string `json:"phase"`
-	} `json:"status"`
-}
 
 // listStored lists the stored Workspaces of every cluster for the
 // controller's informer (and the garbage collector's cache it feeds). A
@@ -48,9 +27,9 @@ type storedWorkspace struct {
 func listStored(ctx context.Context, rangeFn clusterinformer.RangeFunc) (*unstructured.UnstructuredList, error) {
 	return clusterinformer.ListStored(ctx, rangeFn, storedPrefix, tenancy.Group+"/"+tenancy.Version, "WorkspaceList",
 		func(key string, value []byte) (*unstructured.Unstructured, error) {
-			var ws storedWorkspace
-			if err := json.Unmarshal(value, &ws); err != nil {
-				return nil, fmt.Errorf("reading the Workspace stored at %s: %w", key, err)
+			ws, err := tenancy.DecodeStored("Workspace", key, value)
+			if err != nil {
+				return nil, err
 			}
 			u := &unstructured.Unstructured{}
 			if ws.Metadata.DeletionTimestamp != nil || ws.Status.Phase != tenancy.PhaseReady ||
