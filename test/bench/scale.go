@@ -31,7 +31,7 @@ var (
 	scaleDatastores = flag.String("scale-datastores", "sqlite,postgres", "datastores of the scale benchmark")
 	scaleCreates    = flag.Int("scale-creates", 200, "workspaces created through the API at each size of the scale benchmark (the creation rate at that size)")
 	scaleBefore     = flag.String("scale-before", "", "another kcp binary (a build of an earlier commit) to run the scale benchmark with too, side by side")
-	scaleRSSLater   = flag.Duration("scale-rss-later", 90*time.Second, "how long after the server is idle the scale benchmark reads its RSS a second time (what it keeps once the start-up fill's garbage is returned; 0: not read)")
+	scaleRSSLater   = flag.Duration("scale-rss-later", 90*time.Second, "how long after the server is idle the scale benchmark reads its RSS a second time (what it keeps once the start-up fill's garbage is returned; 0: not read), and the CPU the idle server uses meanwhile")
 )
 
 type scaleResult struct {
@@ -47,6 +47,10 @@ type scaleResult struct {
 	rssPerWS, heapPerWS float64
 	// rssLater is RSS -scale-rss-later after settling.
 	rssLaterMiB, rssLaterPerWS float64
+	// idleCPU is the server's CPU use while it waited for the second RSS
+	// reading, in percent of one core: what an idle server with this many
+	// workspaces costs (watch cache consistency checks, resyncs, sweeps).
+	idleCPU float64
 	goroutines                 int
 	createsPerSec              float64
 	seedSecs                   float64
@@ -235,7 +239,9 @@ func benchScale(bin, kind string, steps []int, log func(string, ...any)) ([]scal
 		r.heapMiB, r.rssMiB, r.goroutines = s.liveHeapMiB(), rssMiB(s.cmd.Process.Pid), s.goroutines()
 		total := have + created
 		if *scaleRSSLater > 0 {
+			cpu0 := cpuSeconds(s.cmd.Process.Pid)
 			time.Sleep(*scaleRSSLater)
+			r.idleCPU = 100 * (cpuSeconds(s.cmd.Process.Pid) - cpu0) / scaleRSSLater.Seconds()
 			r.rssLaterMiB = rssMiB(s.cmd.Process.Pid)
 			r.rssLaterPerWS = (r.rssLaterMiB - baseRSS) * 1024 / float64(total)
 		}
@@ -354,11 +360,11 @@ func profileName(bin string) string {
 func renderScale(rs []scaleResult) string {
 	var b strings.Builder
 	later := fmt.Sprintf("RSS per workspace %s later", *scaleRSSLater)
-	b.WriteString("| binary | datastore | workspaces | rows per workspace | ready after start | then idle after | RSS | RSS per workspace | " + later + " | live heap | live heap per workspace | goroutines | workspaces/s created at this size |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| binary | datastore | workspaces | rows per workspace | ready after start | then idle after | RSS | RSS per workspace | " + later + " | CPU meanwhile (% of a core) | live heap | live heap per workspace | goroutines | workspaces/s created at this size |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %.0f MiB | %.1f KiB | %.1f KiB | %.0f MiB | %.1f KiB | %d | %.0f |\n",
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s | %s | %.0f MiB | %.1f KiB | %.1f KiB | %.1f | %.0f MiB | %.1f KiB | %d | %.0f |\n",
 			binName(r.binary), r.datastore, r.workspaces, r.rowsPerWorkspace, r.ready.Round(10*time.Millisecond), r.settled.Round(time.Second),
-			r.rssMiB, r.rssPerWS, r.rssLaterPerWS, r.heapMiB, r.heapPerWS, r.goroutines, r.createsPerSec)
+			r.rssMiB, r.rssPerWS, r.rssLaterPerWS, r.idleCPU, r.heapMiB, r.heapPerWS, r.goroutines, r.createsPerSec)
 	}
 	return b.String()
 }
