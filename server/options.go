@@ -153,6 +153,11 @@ func NewOptions() *Options {
 		SyncTargetHeartbeatTimeout: 20 * time.Second, PlacementEvictionDelay: 5 * time.Second}
 }
 
+// maxObjectCountPeriod is the longest --object-count-period: upstream's
+// priority and fairness takes a resource's count as stale after 3 minutes,
+// and the counts are taken at up to 20% past the period (jitter).
+const maxObjectCountPeriod = 2 * time.Minute
+
 // hiddenUpstreamGroups are flag groups kcp owns itself: storage is the
 // embedded kine, selected with --datastore.
 var hiddenUpstreamGroups = sets.New("etcd")
@@ -201,6 +206,8 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"Run the syncer of every SyncTarget whose spec.push names a Secret with its physical cluster's kubeconfig inside kcp (push mode). Off by default: a tenant's kubeconfig makes the server dial an address of the tenant's choosing; connections obey --webhook-allowed-networks, and only inline credentials are accepted (docs/multicluster.md).")
 	fs.BoolVar(&o.Upstream.Etcd.EnableWatchCache, "watch-cache", o.Upstream.Etcd.EnableWatchCache,
 		"Serve lists, watches and reads at a resource version from one in-memory cache per built-in resource across all logical clusters (upstream's watch cache, keyed by cluster). Costs memory for every stored object; false reads everything from the datastore. Custom resources are never cached.")
+	fs.DurationVar(&o.Upstream.Etcd.StorageConfig.CountMetricPollPeriod, "object-count-period", o.Upstream.Etcd.StorageConfig.CountMetricPollPeriod,
+		"How often each resource's number of objects is taken again, for the apiserver_storage_objects and apiserver_resource_objects metrics and for priority and fairness, which charges a list of all clusters by it. Built-in resources are counted in the watch cache (no datastore query); others (and all with --watch-cache=false) with a COUNT over every cluster's keys. At most "+maxObjectCountPeriod.String()+" (older counts make priority and fairness charge every such list the most); 0 stops counting, and such lists are then charged the least. kube-apiserver's --etcd-count-metric-poll-period.")
 	fs.IPNetSliceVar(&o.WebhookAllowedNetworks, "webhook-allowed-networks", o.WebhookAllowedNetworks,
 		"Networks (CIDRs, comma-separated) that webhook URLs of tenants' CRDs may reach although they are refused by default: loopback, link-local (cloud metadata), private and other special-purpose ranges. Public addresses are always allowed. Example: 10.20.0.0/16.")
 	var up cliflag.NamedFlagSets
@@ -251,6 +258,9 @@ type CompletedOptions struct {
 func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 	if o.TenantMaxInflight < 0 {
 		return nil, fmt.Errorf("--tenant-max-inflight must be 0 (no bound) or more, not %d", o.TenantMaxInflight)
+	}
+	if p := o.Upstream.Etcd.StorageConfig.CountMetricPollPeriod; p < 0 || p > maxObjectCountPeriod {
+		return nil, fmt.Errorf("--object-count-period must be between 0 (no counts) and %s, not %s: priority and fairness takes a count older than 3 minutes as stale and charges every list of all clusters the most", maxObjectCountPeriod, p)
 	}
 	root, err := filepath.Abs(o.RootDir)
 	if err != nil {

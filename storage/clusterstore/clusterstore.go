@@ -144,9 +144,9 @@ func withCacher(config *storagebackend.ConfigForResource, resourcePrefix string,
 	if err != nil {
 		return nil, nil, err
 	}
-	fed := &atomic.Uint64{}
+	fed, count := &atomic.Uint64{}, &objectCount{}
 	c, err := cacherstorage.NewCacherFromConfig(cacherstorage.Config{
-		Storage:             cacheSource{Interface: raw, fed: fed},
+		Storage:             cacheSource{Interface: raw, fed: fed, count: count},
 		Versioner:           storage.APIObjectVersioner{},
 		GroupResource:       config.GroupResource,
 		EventsHistoryWindow: config.EventsHistoryWindow,
@@ -165,7 +165,7 @@ func withCacher(config *storagebackend.ConfigForResource, resourcePrefix string,
 	}
 	delegator := cacherstorage.NewCacheDelegator(c, raw)
 	var once sync.Once
-	return &cachedStore{Interface: delegator, raw: raw, fed: fed}, func() {
+	return &cachedStore{Interface: delegator, raw: raw, fed: fed, count: count}, func() {
 		once.Do(func() {
 			delegator.Stop()
 			c.Stop()
@@ -179,8 +179,60 @@ func withCacher(config *storagebackend.ConfigForResource, resourcePrefix string,
 // resourceVersion handed to the cache.
 type cachedStore struct {
 	storage.Interface
-	raw storage.Interface
-	fed *atomic.Uint64
+	raw   storage.Interface
+	fed   *atomic.Uint64
+	count *objectCount
+}
+
+// Stats counts the objects in the watch cache instead of in the datastore.
+// Upstream polls every resource's count once a minute (the
+// apiserver_storage_objects metric and priority and fairness's estimate of
+// a list's cost); from the datastore that is a COUNT over every key of the
+// resource, in every cluster, on every replica: at 100,000 workspaces a
+// quarter of an idle server's CPU. Until the cache has been filled, the
+// datastore counts.
+func (c *cachedStore) Stats(ctx context.Context) (storage.Stats, error) {
+	if n, ok := c.count.get(); ok {
+		return storage.Stats{ObjectCount: n}, nil
+	}
+	return c.Interface.Stats(ctx)
+}
+
+// objectCount is the number of objects the watch cache holds, as its
+// source handed them: the length of the last list it filled itself from,
+// plus the creations and minus the deletions its watch delivered since.
+type objectCount struct {
+	mu    sync.Mutex
+	n     int64
+	known bool
+}
+
+func (o *objectCount) reset(n int) {
+	o.mu.Lock()
+	o.n, o.known = int64(n), true
+	o.mu.Unlock()
+}
+
+// delivered counts an event the cache received.
+func (o *objectCount) delivered(t watch.EventType) {
+	var d int64
+	switch t {
+	case watch.Added:
+		d = 1
+	case watch.Deleted:
+		d = -1
+	default:
+		return
+	}
+	o.mu.Lock()
+	o.n += d
+	o.mu.Unlock()
+}
+
+func (o *objectCount) get() (int64, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return max(o.n, 0), o.known
 }
 
 // LatestRevision, when set (by the server, from its embedded kine), returns
@@ -258,10 +310,12 @@ func init() { legacyregistry.MustRegister(consistentListsFromDatastore) }
 // The objects it gives the cache share their small maps (sharing.go).
 //
 // It also notes the newest resourceVersion it has handed the cache (fed):
-// see Store.GetList.
+// see Store.GetList; and counts the objects it has handed (count): see
+// cachedStore.Stats.
 type cacheSource struct {
 	storage.Interface
-	fed *atomic.Uint64
+	fed   *atomic.Uint64
+	count *objectCount
 }
 
 func (cacheSource) IsWatchListSemanticsUnSupported() bool { return true }
@@ -274,6 +328,9 @@ func (s cacheSource) GetList(ctx context.Context, key string, opts storage.ListO
 	sharedList(out)
 	if m, err := meta.ListAccessor(out); err == nil {
 		s.note(m.GetResourceVersion())
+	}
+	if s.count != nil && opts.Recursive {
+		s.count.reset(meta.LenList(out))
 	}
 	return nil
 }

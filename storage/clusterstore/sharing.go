@@ -57,8 +57,8 @@ func sharedList(list runtime.Object) {
 // sharedWatch shares the maps of the objects of every event the cache
 // applies (deletions are left alone: the cache drops their object), and
 // notes the resourceVersion of every event, bookmarks included.
-func sharedWatch(in watch.Interface, note func(rv string)) watch.Interface {
-	w := &sharingWatch{in: in, note: note, out: make(chan watch.Event), stopped: make(chan struct{}), done: make(chan struct{})}
+func sharedWatch(in watch.Interface, note func(rv string), delivered func(watch.EventType)) watch.Interface {
+	w := &sharingWatch{in: in, note: note, delivered: delivered, out: make(chan watch.Event), stopped: make(chan struct{}), done: make(chan struct{})}
 	go w.loop()
 	return w
 }
@@ -67,12 +67,13 @@ func sharedWatch(in watch.Interface, note func(rv string)) watch.Interface {
 // waits to be read (the cache's reflector stops a watch without draining
 // it, which would leave watch.Filter's goroutine blocked for good).
 type sharingWatch struct {
-	in      watch.Interface
-	note    func(rv string)
-	out     chan watch.Event
-	stopped chan struct{}
-	done    chan struct{} // closed when loop has returned
-	once    sync.Once
+	in        watch.Interface
+	note      func(rv string)
+	delivered func(watch.EventType) // after the cache has received an event
+	out       chan watch.Event
+	stopped   chan struct{}
+	done      chan struct{} // closed when loop has returned
+	once      sync.Once
 }
 
 func (w *sharingWatch) ResultChan() <-chan watch.Event { return w.out }
@@ -98,6 +99,7 @@ func (w *sharingWatch) loop() {
 		}
 		select {
 		case w.out <- e:
+			w.delivered(e.Type)
 		case <-w.stopped:
 			return
 		}
@@ -109,7 +111,11 @@ func (s cacheSource) Watch(ctx context.Context, key string, opts storage.ListOpt
 	if err != nil {
 		return nil, err
 	}
-	return sharedWatch(w, s.note), nil
+	count := func(watch.EventType) {}
+	if s.count != nil {
+		count = s.count.delivered
+	}
+	return sharedWatch(w, s.note, count), nil
 }
 
 // sharedAttrs gives the watch cache shared field sets: it keeps one per

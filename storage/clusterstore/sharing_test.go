@@ -76,7 +76,7 @@ func TestSharedMaps(t *testing.T) {
 	// The watch the cache fills from shares maps of added and modified
 	// objects, and leaves the event order alone.
 	fake := watch.NewFake()
-	w := sharedWatch(fake, func(string) {})
+	w := sharedWatch(fake, func(string) {}, func(watch.EventType) {})
 	d := cm("root:a", "team")
 	go func() {
 		fake.Add(d)
@@ -96,7 +96,7 @@ func TestSharedMaps(t *testing.T) {
 // goroutine does not stay blocked on the send.
 func TestSharedWatchStops(t *testing.T) {
 	fake := watch.NewFakeWithChanSize(1, false)
-	w := sharedWatch(fake, func(string) {}).(*sharingWatch)
+	w := sharedWatch(fake, func(string) {}, func(watch.EventType) {}).(*sharingWatch)
 	fake.Add(&api.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "pending"}})
 	w.Stop()
 	select {

@@ -13,7 +13,7 @@ import (
 )
 
 var (
-	profileDir = flag.String("profile-dir", "", "write profiles here: a 30-second CPU profile of the server's start-up work at each per-tenant list step, heap profiles before and after the flat workspaces, and -cpu-profile long CPU profiles of the flat workspace creation and of each server's create and update steps side by side")
+	profileDir = flag.String("profile-dir", "", "write profiles here: a 30-second CPU profile of the server's start-up work at each per-tenant list step, the scale benchmark's start, idle minute (the last of -scale-rss-later) and creates, heap profiles before and after the flat workspaces, and -cpu-profile long CPU profiles of the flat workspace creation and of each server's create and update steps side by side")
 	cpuProf    = flag.Duration("cpu-profile", 10*time.Second, "with -profile-dir: length of the CPU profiles taken from the start of a measured step (give the step enough work to last that long)")
 )
 
