@@ -50,12 +50,12 @@ type scaleResult struct {
 	// idleCPU is the server's CPU use while it waited for the second RSS
 	// reading, in percent of one core: what an idle server with this many
 	// workspaces costs (watch cache consistency checks, resyncs, sweeps).
-	idleCPU float64
-	goroutines                 int
-	createsPerSec              float64
-	seedSecs                   float64
-	baseRSSMiB, baseHeapMiB    float64
-	rowsPerWorkspace, rowsAll  int
+	idleCPU                   float64
+	goroutines                int
+	createsPerSec             float64
+	seedSecs                  float64
+	baseRSSMiB, baseHeapMiB   float64
+	rowsPerWorkspace, rowsAll int
 }
 
 const scaleTemplate = "scale-template"
