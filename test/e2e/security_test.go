@@ -226,8 +226,9 @@ func TestCrossClusterAttempts(t *testing.T) {
 	}
 }
 
-// TestBadDatastore starts kcp on datastores that cannot work; each fails fast
-// with a message naming the datastore and the fix.
+// TestBadDatastore starts kcp on datastores that cannot work (and with
+// settings that cannot work); each fails fast with a message naming the
+// datastore or setting and the fix.
 func TestBadDatastore(t *testing.T) {
 	kcp, _ := framework.Binaries(t)
 	cases := []struct {
@@ -239,6 +240,7 @@ func TestBadDatastore(t *testing.T) {
 		{"postgres://127.0.0.1:5432/", "names no database", nil},
 		{"sqlite:///proc/forbidden/kcp.db", "sqlite:///proc/forbidden/kcp.db", nil},
 		{framework.PostgresDSN(), "--datastore-max-connections must be 0 (no bound) or at least 4", []string{"--datastore-max-connections=2"}},
+		{"", "--object-count-period must be between 0 (no counts) and 2m0s, not 10m0s", []string{"--object-count-period=10m"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.datastore+strings.Join(tc.args, ","), func(t *testing.T) {
