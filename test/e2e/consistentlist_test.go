@@ -111,11 +111,7 @@ func watchFromList(t *testing.T, cms interface {
 // metricValue reads one sample (name with labels, as /metrics prints it).
 func metricValue(t *testing.T, s *framework.Server, sample string) float64 {
 	t.Helper()
-	body, err := s.Client("root").CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range metricLines(t, s) {
 		if strings.HasPrefix(line, sample+" ") {
 			var n float64
 			fmt.Sscan(strings.Fields(line)[1], &n)
@@ -123,4 +119,14 @@ func metricValue(t *testing.T, s *framework.Server, sample string) float64 {
 		}
 	}
 	return 0
+}
+
+// metricLines reads the server's /metrics, one line each.
+func metricLines(t *testing.T, s *framework.Server) []string {
+	t.Helper()
+	body, err := s.Client("root").CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(string(body), "\n")
 }

@@ -95,12 +95,8 @@ func TestObjectCountsFromTheWatchCache(t *testing.T) {
 // every one of labels (each `name="value"`, in any order).
 func metricWith(t *testing.T, s *framework.Server, name string, labels ...string) float64 {
 	t.Helper()
-	body, err := s.Client("root").CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
 next:
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range metricLines(t, s) {
 		if !strings.HasPrefix(line, name+"{") {
 			continue
 		}
