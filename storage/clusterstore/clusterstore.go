@@ -186,7 +186,7 @@ type cachedStore struct {
 
 // Stats counts the objects in the watch cache instead of in the datastore.
 // Upstream polls every resource's count once a minute (the
-// apiserver_storage_objects metric and priority and fairness's estimate of
+// apiserver_resource_objects metric and priority and fairness's estimate of
 // a list's cost); from the datastore that is a COUNT over every key of the
 // resource, in every cluster, on every replica: at 100,000 workspaces a
 // quarter of an idle server's CPU. Until the cache has been filled, the

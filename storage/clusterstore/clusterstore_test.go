@@ -93,7 +93,7 @@ func (l *listingStore) Stats(context.Context) (storage.Stats, error) {
 	return storage.Stats{ObjectCount: l.datastore}, nil
 }
 
-// The object count the server reports (apiserver_storage_objects, and the
+// The object count the server reports (apiserver_resource_objects, and the
 // cost priority and fairness gives a list) is the watch cache's: what the
 // cache was filled with, plus what its watch created, minus what it
 // deleted; the datastore counts only until the first fill.
