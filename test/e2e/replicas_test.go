@@ -43,12 +43,15 @@ func TestTwoReplicasOnPostgres(t *testing.T) {
 	seen := map[string]bool{}
 	for len(seen) < 5 {
 		select {
-		case ev := <-w.ResultChan():
+		case ev, open := <-w.ResultChan():
+			if !open {
+				t.Fatalf("watch through B ended after %v; B's log:\n%s", seen, b.LogTail(60))
+			}
 			if cm, ok := ev.Object.(*corev1.ConfigMap); ok && len(cm.Name) > 7 && cm.Name[:7] == "from-a-" {
 				seen[cm.Name] = true
 			}
 		case <-ctx.Done():
-			t.Fatalf("watch through B saw %v", seen)
+			t.Fatalf("watch through B saw %v; B's log:\n%s", seen, b.LogTail(60))
 		}
 	}
 
