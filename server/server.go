@@ -50,13 +50,12 @@ import (
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
-// Run migrates the datastore, starts kine and serves until ctx ends; then it
-// drains requests and closes the database.
-
 // CacheConsistencyCheckPeriod is how often each watch cache is compared
 // with the datastore (upstream: 5 minutes; see Run).
 const CacheConsistencyCheckPeriod = time.Hour
 
+// Run migrates the datastore, starts kine and serves until ctx ends; then it
+// drains requests and closes the database.
 func Run(ctx context.Context, o *CompletedOptions) error {
 	start := time.Now()
 	if err := o.Datastore.Prepare(ctx); err != nil {

@@ -201,6 +201,7 @@ func (c *cachedStore) Stats(ctx context.Context) (storage.Stats, error) {
 // objectCount is the number of objects the watch cache holds, as its
 // source handed them: the length of the last list it filled itself from,
 // plus the creations and minus the deletions its watch delivered since.
+// A nil objectCount counts nothing.
 type objectCount struct {
 	mu    sync.Mutex
 	n     int64
@@ -208,6 +209,9 @@ type objectCount struct {
 }
 
 func (o *objectCount) reset(n int) {
+	if o == nil {
+		return
+	}
 	o.mu.Lock()
 	o.n, o.known = int64(n), true
 	o.mu.Unlock()
@@ -222,6 +226,9 @@ func (o *objectCount) delivered(t watch.EventType) {
 	case watch.Deleted:
 		d = -1
 	default:
+		return
+	}
+	if o == nil {
 		return
 	}
 	o.mu.Lock()
@@ -329,7 +336,7 @@ func (s cacheSource) GetList(ctx context.Context, key string, opts storage.ListO
 	if m, err := meta.ListAccessor(out); err == nil {
 		s.note(m.GetResourceVersion())
 	}
-	if s.count != nil && opts.Recursive {
+	if opts.Recursive {
 		s.count.reset(meta.LenList(out))
 	}
 	return nil

@@ -111,11 +111,7 @@ func (s cacheSource) Watch(ctx context.Context, key string, opts storage.ListOpt
 	if err != nil {
 		return nil, err
 	}
-	count := func(watch.EventType) {}
-	if s.count != nil {
-		count = s.count.delivered
-	}
-	return sharedWatch(w, s.note, count), nil
+	return sharedWatch(w, s.note, s.count.delivered), nil
 }
 
 // sharedAttrs gives the watch cache shared field sets: it keeps one per

@@ -241,15 +241,13 @@ func benchScale(bin, kind string, steps []int, log func(string, ...any)) ([]scal
 		total := have + created
 		if *scaleRSSLater > 0 {
 			log("  ready %s after start and idle %s later; reading RSS again in %s", r.ready.Round(time.Millisecond), settled.Round(time.Second), *scaleRSSLater)
-			cpu0 := cpuSeconds(s.cmd.Process.Pid)
+			cpu0, until := cpuSeconds(s.cmd.Process.Pid), time.Now().Add(*scaleRSSLater)
 			// With -profile-dir, a CPU profile of the idle server: the
 			// last minute of the wait (or all of a shorter one).
 			idleProfile := min(*scaleRSSLater, time.Minute)
-			time.Sleep(*scaleRSSLater - idleProfile)
+			time.Sleep(time.Until(until) - idleProfile)
 			s.writeProfile(fmt.Sprintf("scale-%s-%s-%d-idle-cpu.pprof", kind, profileName(bin), n), log, "profile", "seconds", fmt.Sprint(int(idleProfile.Seconds())))
-			if *profileDir == "" {
-				time.Sleep(idleProfile)
-			}
+			time.Sleep(time.Until(until))
 			r.idleCPU = 100 * (cpuSeconds(s.cmd.Process.Pid) - cpu0) / scaleRSSLater.Seconds()
 			r.rssLaterMiB = rssMiB(s.cmd.Process.Pid)
 			r.rssLaterPerWS = (r.rssLaterMiB - baseRSS) * 1024 / float64(total)
