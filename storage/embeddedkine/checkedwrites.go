@@ -58,6 +58,9 @@ type checkedWrites struct {
 	writers chan struct{}
 	// rowAt reads the row a revision created (nil: confirm through kine).
 	rowAt func(ctx context.Context, rev int64) (key string, value []byte, found bool, err error)
+	// createdRow finds the revision of the row that created key with
+	// exactly these bytes and lease (nil: look through kine).
+	createdRow func(ctx context.Context, key string, value []byte, lease int64) (rev int64, found bool, err error)
 }
 
 // rowAt reads a row of the kine table by its id (its revision): the
@@ -75,6 +78,26 @@ func rowAt(db *sql.DB, dialect datastore.Dialect) func(context.Context, int64) (
 			return "", nil, false, nil
 		}
 		return key, value, err == nil, err
+	}
+}
+
+// createdRow finds the create row of key holding value under lease: its id
+// is the create's revision whatever was written to the key since. The
+// value carries the object's fresh UID, so the bytes name one create. A
+// key has few rows (compaction keeps the latest of each), read through the
+// (name, id) index.
+func createdRow(db *sql.DB, dialect datastore.Dialect) func(context.Context, string, []byte, int64) (int64, bool, error) {
+	q := `SELECT id FROM kine WHERE name = $1 AND created = 1 AND value = $2 AND lease = $3 ORDER BY id DESC LIMIT 1`
+	if dialect == datastore.SQLite {
+		q = strings.NewReplacer("$1", "?", "$2", "?", "$3", "?").Replace(q)
+	}
+	return func(ctx context.Context, key string, value []byte, lease int64) (int64, bool, error) {
+		var rev int64
+		err := db.QueryRowContext(ctx, q, key, value, lease).Scan(&rev)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, false, nil
+		}
+		return rev, err == nil, err
 	}
 }
 
@@ -132,6 +155,17 @@ func (b checkedWrites) Create(ctx context.Context, key string, value []byte, lea
 			b.health.failed(fmt.Errorf("create %s: checking an AlreadyExists: %w", key, gerr))
 			return 0, ErrWriteUnknown
 		}
+		// kine answers AlreadyExists for any failed insert over a
+		// deleted key's history; it is one only if the key is there.
+		_, kv, gerr := b.Backend.Get(ctx, key, 0, true)
+		switch {
+		case gerr != nil:
+			b.health.failed(fmt.Errorf("create %s: checking an AlreadyExists: %w", key, gerr))
+			return 0, ErrWriteUnknown
+		case kv == nil:
+			b.health.failed(fmt.Errorf("create %s: kine answered AlreadyExists but the key is not stored", key))
+			return 0, ErrWriteNotStored
+		}
 		return rev, err
 	case err != nil:
 		// The INSERT may have committed before the error (a connection
@@ -148,6 +182,12 @@ func (b checkedWrites) Create(ctx context.Context, key string, value []byte, lea
 	if b.confirmedByRow(ctx, key, value, rev) {
 		b.health.succeeded()
 		return rev, nil
+	}
+	// kine v0.17.5 reports a create of a key that existed before (deleted
+	// since) at its current revision, not at the row it inserted: the
+	// row's revision is found by its bytes.
+	if own, ok, err := b.ownRow(ctx, key, value, lease); err == nil && ok {
+		return own, nil
 	}
 	_, kv, gerr := b.Backend.Get(ctx, key, rev, false)
 	if gerr != nil {
@@ -167,11 +207,20 @@ func (b checkedWrites) Create(ctx context.Context, key string, value []byte, lea
 	return 0, ErrWriteNotStored
 }
 
-// ownRow reports whether the key's current row is the one this create
-// wrote, or the error that kept it from finding out. The value carries the
+// ownRow reports whether this create's row is stored (and its revision),
+// or the error that kept it from finding out. The value carries the
 // object's fresh UID, so equal bytes mean this create's row, not someone
-// else's object.
+// else's object. Without a row reader only the key's current row is
+// compared.
 func (b checkedWrites) ownRow(ctx context.Context, key string, value []byte, lease int64) (int64, bool, error) {
+	if b.createdRow != nil {
+		own, found, err := b.createdRow(ctx, key, value, lease)
+		if err != nil || !found {
+			return 0, false, err
+		}
+		b.health.succeeded()
+		return own, true, nil
+	}
 	_, kv, err := b.Backend.Get(ctx, key, 0, false)
 	if err != nil {
 		return 0, false, err

@@ -198,6 +198,7 @@ func Start(cfg Config) (*Kine, error) {
 	checked := checkedWrites{Backend: backend, health: health}
 	if cfg.DB != nil {
 		checked.rowAt = rowAt(cfg.DB, cfg.Datastore.Dialect)
+		checked.createdRow = createdRow(cfg.DB, cfg.Datastore.Dialect)
 	}
 	if cfg.Datastore.Dialect == datastore.SQLite {
 		checked.writers = make(chan struct{}, 1)
