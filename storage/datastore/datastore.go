@@ -29,8 +29,15 @@ const (
 )
 
 // sqliteParams are kine's defaults for its SQLite driver (WAL, busy timeout,
-// immediate transactions), used for every SQLite connection we open.
-const sqliteParams = "_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&_txlock=immediate&_stmt_cache_size=20&cache=shared"
+// immediate transactions), used for every SQLite connection we open, but
+// for kine's cache=shared: the driver ignores it in kine's DSN (a plain
+// path, not a file: URI), so kine's connections each have their own cache,
+// and in ours (a URI) it made a write fail at once with "database table is
+// locked" whenever another connection had a read of that table open
+// (shared-cache locking, which the busy timeout does not cover; kine's own
+// build waits for such locks with the sqlite_unlock_notify tag, ours does
+// not). WAL without a shared cache lets reads and a write run together.
+const sqliteParams = "_journal_mode=WAL&_busy_timeout=30000&_synchronous=NORMAL&_txlock=immediate&_stmt_cache_size=20"
 
 // Datastore is a parsed --datastore value.
 type Datastore struct {

@@ -1,6 +1,7 @@
 package datastore
 
 import (
+	"context"
 	"strings"
 	"testing"
 )
@@ -73,5 +74,42 @@ func TestPools(t *testing.T) {
 	}
 	if got := db.Stats().MaxOpenConnections; got != 0 {
 		t.Errorf("SQLite pool bounded to %d connections", got)
+	}
+}
+
+// A write through the server's SQLite pool does not fail while another
+// connection of the pool has a read of the same table open (with a shared
+// cache it failed at once: "database table is locked").
+func TestSQLiteWriteWhileReading(t *testing.T) {
+	ds, err := Parse("", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ds.Prepare(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	db, err := ds.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)`); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		if _, err := db.Exec(`INSERT INTO t (v) VALUES ('x')`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := db.Query(`SELECT id, v FROM t`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	if !rows.Next() { // the read is open, holding its place in t
+		t.Fatal("no row")
+	}
+	if _, err := db.Exec(`INSERT INTO t (v) VALUES ('during the read')`); err != nil {
+		t.Errorf("a write while a read of the table is open: %v", err)
 	}
 }
