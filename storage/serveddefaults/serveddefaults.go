@@ -192,6 +192,7 @@ type Backend struct {
 	kineserver.Backend
 	caPEM string
 	memo  memo
+	scans scans
 }
 
 // New serves the defaults on top of b; caPEM is what kube-root-ca.crt holds
@@ -576,16 +577,15 @@ func (b *Backend) list(ctx context.Context, key, end string, limit, revision int
 		for _, k := range overlaps(key, end) {
 			lo, hi := max(key, k.prefix), min(end, k.end)
 			from, to := k.parentRange(lo, hi)
-			_, parents, err := b.Backend.List(ctx, from, to, window, at, false)
+			read, err := b.parents(ctx, k.src, from, to, window, at)
 			if err != nil {
 				return rev, nil, err
 			}
-			if window > 0 && int64(len(parents)) >= window {
-				cut = min(cut, k.cutAfter(strings.TrimPrefix(parents[len(parents)-1].Key, k.src.prefix)))
+			if window > 0 && int64(read.rows) >= window {
+				cut = min(cut, k.cutAfter(strings.TrimPrefix(read.lastKey, k.src.prefix)))
 			}
-			for _, pkv := range parents {
-				p := parentOf(pkv)
-				if p == nil || !p.active {
+			for _, p := range read.parents {
+				if !p.active {
 					continue
 				}
 				dk := k.key(p.rest)
