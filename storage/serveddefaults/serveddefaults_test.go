@@ -11,6 +11,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/kcpsql/kcp/migrations"
 	"github.com/kcpsql/kcp/storage/datastore"
@@ -66,6 +67,21 @@ func nsValue(name, uid string, terminating bool) string {
 		phase, del = "Terminating", `,"deletionTimestamp":"2026-01-01T00:00:01Z"`
 	}
 	return fmt.Sprintf(`{"kind":"Namespace","apiVersion":"v1","metadata":{"name":%q,"uid":%q,"creationTimestamp":"2026-01-01T00:00:00Z"%s},"status":{"phase":%q}}`, name, uid, del, phase)
+}
+
+// asJSON decodes a value as the API server's storage does (served objects
+// are protobuf, stored ones JSON) and returns the object as JSON.
+func asJSON(t *testing.T, value []byte) string {
+	t.Helper()
+	o, _, err := clientgoscheme.Codecs.UniversalDeserializer().Decode(value, nil, nil)
+	if err != nil {
+		t.Fatalf("decoding %q: %v", value, err)
+	}
+	b, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // create is the API server's create: put if the key has no revision.
@@ -205,14 +221,14 @@ func TestServedDefaults(t *testing.T) {
 				Annotations          map[string]string
 			}
 		}
-		if err := json.Unmarshal(kv.Value, &o); err != nil {
+		if err := json.Unmarshal([]byte(asJSON(t, kv.Value)), &o); err != nil {
 			t.Fatal(err)
 		}
 		if o.Kind != "ServiceAccount" || o.Metadata.Name != "default" || o.Metadata.Namespace != "a-b" || o.Metadata.UID == "" || o.Metadata.Annotations["kcp.io/cluster"] != "root:x" {
 			t.Errorf("served %s", kv.Value)
 		}
 		cm := get(t, cli, cmKey("root:z", "kube-system"))
-		if cm == nil || !strings.Contains(string(cm.Value), `"ca.crt":"-----BEGIN CERTIFICATE-----\ntest`) {
+		if cm == nil || !strings.Contains(asJSON(t, cm.Value), `"ca.crt":"-----BEGIN CERTIFICATE-----\ntest`) {
 			t.Errorf("kube-root-ca.crt served as %v", cm)
 		}
 		if get(t, cli, saKey("root:x", "nope")) != nil || get(t, cli, "/registry/core/serviceaccounts/root:x/a/other") != nil {
@@ -443,7 +459,7 @@ func TestServedOwnerBinding(t *testing.T) {
 		t.Fatalf("want the stored binding's event, got %v", e)
 	}
 	kv := get(t, cli, crbKey("root:x-y"))
-	if kv == nil || !strings.Contains(string(kv.Value), `"subjects":[{"kind":"User","apiGroup":"rbac.authorization.k8s.io","name":"alice@root:x-y"}]`) || !strings.Contains(string(kv.Value), `"name":"cluster-admin"`) {
+	if kv == nil || !strings.Contains(asJSON(t, kv.Value), `"subjects":[{"kind":"User","apiGroup":"rbac.authorization.k8s.io","name":"alice@root:x-y"}]`) || !strings.Contains(asJSON(t, kv.Value), `"name":"cluster-admin"`) {
 		t.Fatalf("served owner binding: %v", kv)
 	}
 	if get(t, cli, crbKey("root:noowner")) != nil {
