@@ -100,6 +100,8 @@ type Kine struct {
 	wg       *sync.WaitGroup
 	socket   string
 	backend  kineserver.Backend
+	// rows is backend without the served defaults: what is stored.
+	rows kineserver.Backend
 	// Health says whether the datastore stores writes (/readyz).
 	Health *Health
 }
@@ -118,6 +120,23 @@ func (k *Kine) DeleteKey(ctx context.Context, key string, revision int64) (bool,
 // the server's own caches of its own resources, which need a few fields of
 // every object and can skip the API server's decoding of whole objects.
 func (k *Kine) Range(ctx context.Context, prefix string, fn func(key string, value []byte, revision int64) error) (int64, error) {
+	return rangeOf(ctx, k.backend, prefix, fn)
+}
+
+// RangeRows is Range over what is stored: without the defaults
+// storage/serveddefaults serves and without the tombstones of deleted
+// ones. It is for caches that keep only objects a served default never is
+// (the garbage collector keeps objects with owners or finalizers).
+func (k *Kine) RangeRows(ctx context.Context, prefix string, fn func(key string, value []byte, revision int64) error) (int64, error) {
+	return rangeOf(ctx, k.rows, prefix, func(key string, value []byte, revision int64) error {
+		if serveddefaults.IsTombstone(value) {
+			return nil
+		}
+		return fn(key, value, revision)
+	})
+}
+
+func rangeOf(ctx context.Context, backend kineserver.Backend, prefix string, fn func(key string, value []byte, revision int64) error) (int64, error) {
 	if !strings.HasSuffix(prefix, "/") {
 		return 0, fmt.Errorf("range %q: a prefix ends in /", prefix)
 	}
@@ -125,7 +144,7 @@ func (k *Kine) Range(ctx context.Context, prefix string, fn func(key string, val
 	defer cancel()
 	end := []byte(prefix)
 	end[len(end)-1]++ // a prefix ends in "/": the range ends before "0"
-	lr := k.backend.ListStream(ctx, prefix, string(end), 0, 0, false)
+	lr := backend.ListStream(ctx, prefix, string(end), 0, 0, false)
 	var failed error
 	for kv := range lr.KVc {
 		if failed == nil {
@@ -206,6 +225,7 @@ func Start(cfg Config) (*Kine, error) {
 		checked.writers = make(chan struct{}, n)
 	}
 	backend = checked
+	rows := backend
 	if cfg.ServedDefaultsCA != "" {
 		backend = serveddefaults.New(backend, cfg.ServedDefaultsCA)
 	}
@@ -238,7 +258,7 @@ func Start(cfg Config) (*Kine, error) {
 			klog.ErrorS(err, "kine gRPC server stopped")
 		}
 	}()
-	k := &Kine{Endpoint: "unix://" + socket, grpc: gs, cancel: cancel, wg: wg, socket: socket, backend: backend, Health: health}
+	k := &Kine{Endpoint: "unix://" + socket, grpc: gs, cancel: cancel, wg: wg, socket: socket, backend: backend, rows: rows, Health: health}
 	if cfg.Notify && cfg.Datastore.Dialect == datastore.Postgres {
 		wg.Add(1)
 		go func() { defer wg.Done(); k.listen(ctx, cfg.Datastore.URL.String()) }()

@@ -318,8 +318,12 @@ func (b *Backend) served(k *kind, p *parent) *kineserver.KeyValue {
 var servedCodec = protobuf.NewSerializer(clientgoscheme.Scheme, clientgoscheme.Scheme)
 
 func isTombstone(kv *kineserver.KeyValue) bool {
-	return kv != nil && bytes.HasPrefix(kv.Value, tombstonePrefix)
+	return kv != nil && IsTombstone(kv.Value)
 }
+
+// IsTombstone says whether a stored value is the tombstone of a deleted
+// default (a row no client reads as an object).
+func IsTombstone(value []byte) bool { return bytes.HasPrefix(value, tombstonePrefix) }
 
 func tombstoneOf(kv *kineserver.KeyValue) string {
 	var t map[string]tombstone

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -204,4 +205,68 @@ func TestGarbageCollectionOfWorkspaces(t *testing.T) {
 	if ok, msg := gone(inner, "owned-by-cluster"); ok {
 		t.Errorf("a config map owned by its workspace's LogicalCluster was collected: %s", msg)
 	}
+}
+
+// TestGarbageCollectionAfterRestart: dependents that exist when the
+// collector starts are found by its first list, which for service
+// accounts, config maps and ClusterRoleBindings reads the stored rows
+// (their served defaults never have owners): a config map, a service
+// account and a ClusterRoleBinding with owners, stored before a restart,
+// are collected when their owners go after it, and so is a dependent of a
+// served default (the service account "default").
+func TestGarbageCollectionAfterRestart(t *testing.T) {
+	s := framework.StartServer(t, "")
+	const ws = "root:gc-restart"
+	s.CreateWorkspaces(ws)
+	c := s.Client(ws)
+	ctx := context.Background()
+	owner := mustConfigMap(t, c, "owner")
+	mustConfigMap(t, c, "dep", ownerRef(owner))
+	if _, err := c.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{
+		Name: "dep-sa", OwnerReferences: []metav1.OwnerReference{ownerRef(owner)}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role, err := c.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "owner-role"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "dep-crb",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole", Name: role.Name, UID: role.UID}}},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := c.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustConfigMap(t, c, "dep-of-default", metav1.OwnerReference{APIVersion: "v1", Kind: "ServiceAccount", Name: sa.Name, UID: sa.UID})
+
+	s.Stop()
+	s.Start()
+	c = s.Client(ws)
+	if err := c.CoreV1().ConfigMaps("default").Delete(ctx, owner.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RbacV1().ClusterRoles().Delete(ctx, role.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CoreV1().ServiceAccounts("default").Delete(ctx, "default", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 60*time.Second, "the dependents stored before the restart to be collected", func() (bool, string) {
+		var left []string
+		if ok, _ := gone(c, "dep"); !ok {
+			left = append(left, "config map dep")
+		}
+		if ok, _ := gone(c, "dep-of-default"); !ok {
+			left = append(left, "config map dep-of-default (owned by the served service account)")
+		}
+		if _, err := c.CoreV1().ServiceAccounts("default").Get(ctx, "dep-sa", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			left = append(left, "service account dep-sa")
+		}
+		if _, err := c.RbacV1().ClusterRoleBindings().Get(ctx, "dep-crb", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			left = append(left, "ClusterRoleBinding dep-crb")
+		}
+		return len(left) == 0, strings.Join(left, ", ")
+	})
 }
