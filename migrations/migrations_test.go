@@ -5,17 +5,14 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"net/url"
-	"os"
-	"path/filepath"
 	"testing"
-	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "github.com/mattn/go-sqlite3"
 
 	"github.com/kcpsql/kcp/migrations"
 	"github.com/kcpsql/kcp/storage/datastore"
+	"github.com/kcpsql/kcp/storage/datastore/datastoretest"
 	"github.com/kcpsql/kcp/storage/keys"
 )
 
@@ -33,39 +30,10 @@ var keysToCheck = []string{
 	"/a/b/c/d/e/f/g/h",
 }
 
-func postgresDSN(t *testing.T) string {
-	base := os.Getenv("KCP_TEST_POSTGRES_DSN")
-	if base == "" {
-		base = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
-	db, err := sql.Open("pgx", base)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = db.PingContext(ctx)
-		cancel()
-	}
-	if err != nil {
-		if os.Getenv("KCP_TEST_REQUIRE_POSTGRES") == "1" {
-			t.Fatalf("PostgreSQL at %s is required: %v", base, err)
-		}
-		t.Skipf("SKIPPING POSTGRES TEST: PostgreSQL at %s is not reachable: %v", base, err)
-	}
-	db.Close()
-	u, _ := url.Parse(base)
-	name := fmt.Sprintf("kcp_migrate_%d", time.Now().UnixNano())
-	u.Path = "/" + name
-	t.Cleanup(func() {
-		db, _ := sql.Open("pgx", base)
-		defer db.Close()
-		db.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
-	})
-	return u.String()
-}
-
 // dsns make a fresh datastore of each dialect.
 var dsns = map[string]func(t *testing.T) string{
-	"sqlite":   func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "kcp.db") },
-	"postgres": postgresDSN,
+	"sqlite":   func(t *testing.T) string { return datastoretest.SQLiteDSN(t) },
+	"postgres": func(t *testing.T) string { return datastoretest.PostgresDSN(t) },
 }
 
 // freshDatastore parses and prepares an empty datastore from dsn.

@@ -2,70 +2,17 @@ package embeddedkine
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"net/url"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib"
-
-	"github.com/kcpsql/kcp/migrations"
-	"github.com/kcpsql/kcp/storage/datastore"
+	"github.com/kcpsql/kcp/storage/datastore/datastoretest"
 )
-
-// testPostgres returns a fresh database on the test PostgreSQL server
-// (KCP_TEST_POSTGRES_DSN), dropped when the test ends; it skips loudly
-// without one, or fails when KCP_TEST_REQUIRE_POSTGRES=1.
-func testPostgres(t *testing.T) string {
-	base := os.Getenv("KCP_TEST_POSTGRES_DSN")
-	if base == "" {
-		base = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
-	db, err := sql.Open("pgx", base)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = db.PingContext(ctx)
-		cancel()
-		db.Close()
-	}
-	if err != nil {
-		if os.Getenv("KCP_TEST_REQUIRE_POSTGRES") == "1" {
-			t.Fatalf("PostgreSQL at %s is required: %v", base, err)
-		}
-		t.Skipf("SKIPPING POSTGRES TEST: PostgreSQL at %s is not reachable: %v", base, err)
-	}
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := fmt.Sprintf("kcp_kine_%d", time.Now().UnixNano())
-	u.Path = "/" + name
-	t.Cleanup(func() {
-		db, _ := sql.Open("pgx", base)
-		defer db.Close()
-		db.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
-	})
-	return u.String()
-}
 
 // startKine starts kine, as the server does, on a fresh datastore.
 func startKine(t *testing.T, dsn string) *Kine {
 	t.Helper()
-	ds, err := datastore.Parse(dsn, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := ds.Prepare(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrations.Up(ctx, ds); err != nil {
-		t.Fatal(err)
-	}
+	ds := datastoretest.Migrated(t, dsn)
 	db, err := ds.Open()
 	if err != nil {
 		t.Fatal(err)
@@ -90,15 +37,9 @@ func startKine(t *testing.T, dsn string) *Kine {
 // revision and the create answered 503 or AlreadyExists though it was
 // stored (a client's retry then got 409).
 func TestCreateAgainAfterDelete(t *testing.T) {
-	for _, d := range []struct {
-		name string
-		dsn  func(t *testing.T) string
-	}{
-		{"sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "kcp.db") }},
-		{"postgres", testPostgres},
-	} {
-		t.Run(d.name, func(t *testing.T) {
-			b := startKine(t, d.dsn(t)).backend
+	for _, d := range datastoretest.Dialects {
+		t.Run(d.Name, func(t *testing.T) {
+			b := startKine(t, d.DSN(t)).backend
 			ctx := context.Background()
 			var wg sync.WaitGroup
 			var mu sync.Mutex

@@ -13,8 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
-	"github.com/kcpsql/kcp/migrations"
-	"github.com/kcpsql/kcp/storage/datastore"
+	"github.com/kcpsql/kcp/storage/datastore/datastoretest"
 	"github.com/kcpsql/kcp/storage/embeddedkine"
 )
 
@@ -26,17 +25,7 @@ const ca = "-----BEGIN CERTIFICATE-----\ntest\n-----END CERTIFICATE-----\n"
 func start(t *testing.T) *clientv3.Client {
 	t.Helper()
 	dir := t.TempDir()
-	ds, err := datastore.Parse("", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := ds.Prepare(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrations.Up(ctx, ds); err != nil {
-		t.Fatal(err)
-	}
+	ds := datastoretest.Migrated(t, datastoretest.SQLiteDSN(t))
 	cfg := embeddedkine.NewConfig(ds, dir)
 	cfg.ServedDefaultsCA = ca
 	cfg.PollInterval = 50 * time.Millisecond

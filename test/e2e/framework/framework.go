@@ -6,11 +6,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,6 +26,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
+
+	"github.com/kcpsql/kcp/storage/datastore/datastoretest"
 )
 
 // RepoRoot is the repository's top directory.
@@ -77,44 +77,12 @@ const (
 var Dialects = []Dialect{SQLite, Postgres}
 
 // PostgresDSN is the server tests use (KCP_TEST_POSTGRES_DSN).
-func PostgresDSN() string {
-	if v := os.Getenv("KCP_TEST_POSTGRES_DSN"); v != "" {
-		return v
-	}
-	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-}
+func PostgresDSN() string { return datastoretest.BaseDSN() }
 
 // FreshPostgres creates an empty database for one test and drops it after.
 // Without a reachable server it skips loudly, or fails when
 // KCP_TEST_REQUIRE_POSTGRES=1 (as in CI).
-func FreshPostgres(t testing.TB) string {
-	t.Helper()
-	base := PostgresDSN()
-	db, err := sql.Open("pgx", base)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = db.PingContext(ctx)
-		cancel()
-	}
-	if err != nil {
-		msg := fmt.Sprintf("PostgreSQL at %s is not reachable (%v); set KCP_TEST_POSTGRES_DSN", base, err)
-		if os.Getenv("KCP_TEST_REQUIRE_POSTGRES") == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip("SKIPPING POSTGRES TEST: " + msg)
-	}
-	name := "kcp_e2e_" + RandomSuffix()
-	if _, err := db.Exec(`CREATE DATABASE ` + name); err != nil {
-		t.Fatalf("creating database %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		defer db.Close()
-		db.Exec(`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`)
-	})
-	u, _ := url.Parse(base)
-	u.Path = "/" + name
-	return u.String()
-}
+func FreshPostgres(t testing.TB) string { return datastoretest.PostgresDSN(t) }
 
 // RandomSuffix is a short random lower-case hex string.
 func RandomSuffix() string {
