@@ -29,8 +29,9 @@ type scanKey struct {
 	window, at int64
 }
 
-// scanned is one scan's result: the parents read, in key order (nil for
-// rows that are not parents), and the key of the last row read.
+// scanned is one scan's result: the parents read, in key order (rows that
+// are not parents are left out), how many rows were read, and the key of
+// the last one.
 type scanned struct {
 	parents []*parent
 	rows    int
@@ -76,14 +77,19 @@ func (b *Backend) parents(ctx context.Context, src *source, from, to string, win
 	b.scans.m[k] = s
 	b.scans.Unlock()
 	s.res, s.err = b.readParents(ctx, src, from, to, window, at)
-	close(s.done)
-	time.AfterFunc(scanLinger, func() {
+	forget := func() {
 		b.scans.Lock()
 		defer b.scans.Unlock()
 		if b.scans.m[k] == s {
 			delete(b.scans.m, k)
 		}
-	})
+	}
+	if s.err != nil {
+		forget() // a failure is told to those waiting, not to later callers
+	} else {
+		time.AfterFunc(scanLinger, forget)
+	}
+	close(s.done)
 	return s.res, s.err
 }
 

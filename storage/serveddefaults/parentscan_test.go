@@ -2,6 +2,7 @@ package serveddefaults
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -18,12 +19,16 @@ type rowsBackend struct {
 	kineserver.Backend
 	rows           []*kineserver.KeyValue
 	namespaceReads atomic.Int32
+	fail           atomic.Bool // the next read of the namespaces fails
 }
 
 func (r *rowsBackend) List(_ context.Context, key, end string, limit, revision int64, _ bool) (int64, []*kineserver.KeyValue, error) {
 	if strings.HasPrefix(key, namespaces.prefix) {
 		r.namespaceReads.Add(1)
 		time.Sleep(50 * time.Millisecond)
+		if r.fail.Swap(false) {
+			return 0, nil, errors.New("the datastore is unreachable")
+		}
 	}
 	var out []*kineserver.KeyValue
 	for _, kv := range r.rows {
@@ -71,5 +76,13 @@ func TestListsShareTheParentScan(t *testing.T) {
 	lists(9)
 	if n := rb.namespaceReads.Load(); n != 2 {
 		t.Errorf("after two lists at another revision the namespaces were read %d times, want 2", n)
+	}
+	// A failed read is not kept for later lists at its revision.
+	rb.fail.Store(true)
+	if _, _, err := b.List(ctx, "/registry/core/serviceaccounts/", "/registry/core/serviceaccounts0", 0, 8, false); err == nil {
+		t.Fatal("a list whose read of the namespaces failed succeeded")
+	}
+	if _, kvs, err := b.List(ctx, "/registry/core/serviceaccounts/", "/registry/core/serviceaccounts0", 0, 8, false); err != nil || len(kvs) != 3 {
+		t.Errorf("the list after a failed read at the same revision: %d objects, %v", len(kvs), err)
 	}
 }
