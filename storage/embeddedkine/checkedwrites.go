@@ -146,20 +146,19 @@ func (b checkedWrites) Create(ctx context.Context, key string, value []byte, lea
 	case errors.Is(err, kineserver.ErrKeyExists):
 		// Our own row, stored by an INSERT whose commit reported failure?
 		own, ok, gerr := b.ownRow(ctx, key, value, lease)
-		switch {
-		case ok:
+		if ok {
 			return own, nil
-		case gerr != nil:
-			// Unknown whether the key is ours: not a 409 a client
-			// would take for "someone else made it".
-			b.health.failed(fmt.Errorf("create %s: checking an AlreadyExists: %w", key, gerr))
-			return 0, ErrWriteUnknown
 		}
 		// kine answers AlreadyExists for any failed insert over a
 		// deleted key's history; it is one only if the key is there.
-		_, kv, gerr := b.Backend.Get(ctx, key, 0, true)
+		var kv *kineserver.KeyValue
+		if gerr == nil {
+			_, kv, gerr = b.Backend.Get(ctx, key, 0, true)
+		}
 		switch {
 		case gerr != nil:
+			// Unknown whether the key is ours or there: not a 409 a
+			// client would take for "someone else made it".
 			b.health.failed(fmt.Errorf("create %s: checking an AlreadyExists: %w", key, gerr))
 			return 0, ErrWriteUnknown
 		case kv == nil:

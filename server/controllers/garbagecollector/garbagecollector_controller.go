@@ -24,6 +24,7 @@ import (
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
+	"github.com/kcpsql/kcp/storage/keys"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -188,11 +189,7 @@ func (c *Controller) ReadRows(rows clusterinformer.RangeFunc) { c.rows = rows }
 // listRows lists a resource's stored objects as of one revision, as the
 // API server would list them (cluster annotation, resourceVersion).
 func (c *Controller) listRows(gvr schema.GroupVersionResource, gvk schema.GroupVersionKind) func(context.Context, metav1.ListOptions) (*unstructured.UnstructuredList, error) {
-	group := gvr.Group
-	if group == "" {
-		group = "core"
-	}
-	prefix := "/registry/" + group + "/" + gvr.Resource + "/"
+	prefix := keys.Prefix + keys.ResourcePrefix(gvr.GroupResource()) + "/"
 	return func(ctx context.Context, _ metav1.ListOptions) (*unstructured.UnstructuredList, error) {
 		return clusterinformer.ListStored(ctx, c.rows, prefix, gvr.GroupVersion().String(), gvk.Kind+"List",
 			func(_ string, value []byte) (*unstructured.Unstructured, error) {
