@@ -171,7 +171,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	deleteClusterData := func(ctx context.Context, c logicalcluster.Name) (int, error) {
 		return clusterdata.DeleteAll(ctx, db, o.Datastore.Dialect, kine, c)
 	}
-	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, negotiatedAPIs, boundAPIs, apf, deleteClusterData, kine.Range, kine.RangeRows)
+	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, negotiatedAPIs, boundAPIs, apf, deleteClusterData, kine.Range, kine.RangeRows, kine)
 	if err := chain.GenericAPIServer.AddReadyzChecks(kine.Health); err != nil {
 		return err
 	}

@@ -113,6 +113,39 @@ func (k *Kine) DeleteKey(ctx context.Context, key string, revision int64) (bool,
 	return deleted, err
 }
 
+// CreateKey creates key with value through kine's log (watchers see it, as
+// they see the API server's writes) and returns its revision; exists
+// reports a key that is already live (nothing written). The value must be
+// what the API server would store there (JSON of the object, without a
+// resourceVersion); it is for the server's own writes of objects it fully
+// decides (the workspace controller's bootstrap of a new logical cluster).
+func (k *Kine) CreateKey(ctx context.Context, key string, value []byte) (revision int64, exists bool, err error) {
+	rev, err := k.backend.Create(ctx, key, value, 0)
+	if err == kineserver.ErrKeyExists {
+		return 0, true, nil
+	}
+	return rev, false, err
+}
+
+// GetKey reads the current value and revision of key (nil and 0 when it
+// is absent), served defaults included.
+func (k *Kine) GetKey(ctx context.Context, key string) ([]byte, int64, error) {
+	_, kv, err := k.backend.Get(ctx, key, 0, false)
+	if err != nil || kv == nil {
+		return nil, 0, err
+	}
+	return kv.Value, kv.ModRevision, nil
+}
+
+// UpdateKey replaces key's value if its revision is still revision, through
+// kine's log, and returns the new revision; updated is false (nothing
+// written) when the key changed or is gone since. The same rules as
+// CreateKey apply to value.
+func (k *Kine) UpdateKey(ctx context.Context, key string, value []byte, revision int64) (int64, bool, error) {
+	rev, _, updated, err := k.backend.Update(ctx, key, value, revision, 0)
+	return rev, updated, err
+}
+
 // Range calls fn with every live key below prefix, its value and its
 // revision, in key order, as of one revision of the datastore, which it
 // returns. It reads with kine's streaming list, as the API server's

@@ -31,6 +31,10 @@ type reconciler struct {
 	limits func(logicalcluster.Name) tenancy.Limits
 	// ownerBindingServed: the storage layer serves the owner's binding.
 	ownerBindingServed bool
+	// storage, when set, takes the writes of a new workspace's own objects
+	// (WriteThrough); clusterState is the registry's view of clusters.
+	storage      Storage
+	clusterState func(logicalcluster.Name) (exists, terminating bool)
 }
 
 func clientsFor(loopback *rest.Config) (func(logicalcluster.Name) (*clients, error), error) {

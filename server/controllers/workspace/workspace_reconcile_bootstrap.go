@@ -60,29 +60,34 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 		_ = unstructured.SetNestedField(lc.Object, map[string]interface{}{"objects": l.Objects, "bytes": l.Bytes}, "spec", "limits")
 	}
 	lcs := cc.dynamic.Resource(tenancy.LogicalClustersResource)
-	created, err := lcs.Create(ctx, lc, metav1.CreateOptions{})
-	switch {
-	case apierrors.IsAlreadyExists(err):
-		if created, err = lcs.Get(ctx, tenancy.LogicalClusterName, metav1.GetOptions{}); err != nil {
-			return 0, err
-		}
-		if uid, _, _ := unstructured.NestedString(created.Object, "spec", "owner", "uid"); uid != string(ws.GetUID()) {
-			// The earlier Workspace of this name is gone (a name holds one
-			// object at a time) but its cluster is not: delete it, then
-			// come back to create this one.
-			if err := r.setStatus(ctx, parent, ws, tenancy.PhaseInitializing, "",
-				fmt.Sprintf("logical cluster %s still belongs to an earlier workspace of this name that is being deleted", child)); err != nil {
-				return 0, err
-			}
-			if _, err := r.deleteOrphan(ctx, parent, ws.GetName()); err != nil {
-				return 0, err
-			}
-			return 0, errOrphanDeleted
-		}
-	case err != nil:
+	var created *unstructured.Unstructured
+	if r.storage != nil {
+		created, err = r.storeLogicalCluster(ctx, child, lc)
+	} else if created, err = lcs.Create(ctx, lc, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		created, err = lcs.Get(ctx, tenancy.LogicalClusterName, metav1.GetOptions{})
+	}
+	if err != nil {
 		return 0, err
 	}
-	if err := createNamespaces(ctx, cc, DefaultNamespaces...); err != nil {
+	if uid, _, _ := unstructured.NestedString(created.Object, "spec", "owner", "uid"); uid != string(ws.GetUID()) {
+		// The earlier Workspace of this name is gone (a name holds one
+		// object at a time) but its cluster is not: delete it, then
+		// come back to create this one.
+		if err := r.setStatus(ctx, parent, ws, tenancy.PhaseInitializing, "",
+			fmt.Sprintf("logical cluster %s still belongs to an earlier workspace of this name that is being deleted", child)); err != nil {
+			return 0, err
+		}
+		if _, err := r.deleteOrphan(ctx, parent, ws.GetName()); err != nil {
+			return 0, err
+		}
+		return 0, errOrphanDeleted
+	}
+	if r.storage != nil {
+		err = r.storeNamespaces(ctx, child, DefaultNamespaces...)
+	} else {
+		err = createNamespaces(ctx, cc, DefaultNamespaces...)
+	}
+	if err != nil {
 		return 0, err
 	}
 	if owner, ok := ownerOf(ws); ok && !r.ownerBindingServed {
@@ -114,8 +119,19 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 			return 0, err
 		}
 	}
+	// Ready means usable: the server routes requests to the cluster once
+	// its registry has seen the LogicalCluster (soon after it is stored).
+	if r.clusterState != nil {
+		if exists, _ := r.clusterState(child); !exists {
+			return registryRetry, nil
+		}
+	}
 	return 0, r.setStatus(ctx, parent, ws, tenancy.PhaseReady, url, "")
 }
+
+// registryRetry is how soon a workspace whose LogicalCluster the registry
+// has not seen yet is looked at again.
+const registryRetry = 20 * time.Millisecond
 
 // bindRetry is how soon a workspace waiting for its default bindings is
 // looked at again (their status is written by another controller).
@@ -274,6 +290,9 @@ func (r *reconciler) setStatus(ctx context.Context, parent logicalcluster.Name, 
 	}
 	status["conditions"] = []interface{}{cond}
 	ws.Object["status"] = status
+	if r.storage != nil {
+		return r.storeStatus(ctx, parent, ws)
+	}
 	updated, err := pc.dynamic.Resource(tenancy.WorkspacesResource).UpdateStatus(ctx, ws, metav1.UpdateOptions{})
 	if err != nil {
 		return err
