@@ -62,7 +62,7 @@ func stamp(m *metav1.ObjectMeta, cluster logicalcluster.Name) {
 	m.Annotations[logicalcluster.Annotation] = string(cluster)
 }
 
-// errTerminating stops writes into a cluster whose data is being deleted:
+// writable refuses writes into a cluster whose data is being deleted:
 // they could land after the deletion swept it.
 func (r *reconciler) writable(child logicalcluster.Name) error {
 	if r.clusterState == nil {

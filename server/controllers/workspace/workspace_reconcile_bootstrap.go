@@ -123,6 +123,9 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 	// its registry has seen the LogicalCluster (soon after it is stored).
 	if r.clusterState != nil {
 		if exists, _ := r.clusterState(child); !exists {
+			if time.Since(ws.GetCreationTimestamp().Time) > 10*time.Second {
+				return time.Second, nil // not a moment's lag: look less often
+			}
 			return registryRetry, nil
 		}
 	}

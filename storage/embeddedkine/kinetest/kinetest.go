@@ -1,0 +1,30 @@
+// Package kinetest starts the server's embedded kine on a fresh datastore
+// for tests of code that writes through it.
+package kinetest
+
+import (
+	"testing"
+
+	"github.com/kcpsql/kcp/storage/datastore/datastoretest"
+	"github.com/kcpsql/kcp/storage/embeddedkine"
+)
+
+// Start starts kine as the server does (checked writes, no served
+// defaults) on a fresh, migrated datastore at dsn; it stops with the test.
+func Start(t testing.TB, dsn string) *embeddedkine.Kine {
+	t.Helper()
+	ds := datastoretest.Migrated(t, dsn)
+	db, err := ds.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	cfg := embeddedkine.NewConfig(ds, t.TempDir())
+	cfg.DB = db
+	k, err := embeddedkine.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	return k
+}
