@@ -47,16 +47,18 @@ func Binaries(t testing.TB) (kcp, kubectl string) {
 	root := RepoRoot()
 	kcp, kubectl = filepath.Join(root, "bin", "kcp"), filepath.Join(root, "bin", "kubectl")
 	buildOnce.Do(func() {
-		for bin, pkg := range map[string]string{kcp: "./cmd/kcp", kubectl: "./test/tools/kubectl", filepath.Join(root, "bin", "kubectl-kcp"): "./cmd/kubectl-kcp", filepath.Join(root, "bin", "syncer"): "./cmd/syncer"} {
+		for _, bin := range []string{kcp, kubectl, filepath.Join(root, "bin", "kubectl-kcp"), filepath.Join(root, "bin", "syncer")} {
 			if _, err := os.Stat(bin); err == nil {
 				continue
 			}
-			cmd := exec.Command("go", "build", "-o", bin, pkg)
+			// As `make test` builds them: with the version the Makefile
+			// stamps in (kubectl version and discovery tests read it).
+			cmd := exec.Command("make", "build", "bin/kubectl")
 			cmd.Dir = root
 			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("building %s: %v\n%s", pkg, err, out)
-				return
+				buildErr = fmt.Errorf("building the binaries (make build bin/kubectl): %v\n%s", err, out)
 			}
+			return
 		}
 	})
 	if buildErr != nil {
