@@ -1,4 +1,4 @@
-package embeddedkine
+package embeddedkine_test
 
 import (
 	"context"
@@ -7,26 +7,8 @@ import (
 	"testing"
 
 	"github.com/kcpsql/kcp/storage/datastore/datastoretest"
+	"github.com/kcpsql/kcp/storage/embeddedkine/kinetest"
 )
-
-// startKine starts kine, as the server does, on a fresh datastore.
-func startKine(t *testing.T, dsn string) *Kine {
-	t.Helper()
-	ds := datastoretest.Migrated(t, dsn)
-	db, err := ds.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	cfg := NewConfig(ds, t.TempDir())
-	cfg.DB = db
-	k, err := Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(k.Stop)
-	return k
-}
 
 // TestCreateAgainAfterDelete: a key created, deleted and created again,
 // over and over, while other writers write other keys. Every create
@@ -39,7 +21,7 @@ func startKine(t *testing.T, dsn string) *Kine {
 func TestCreateAgainAfterDelete(t *testing.T) {
 	for _, d := range datastoretest.Dialects {
 		t.Run(d.Name, func(t *testing.T) {
-			b := startKine(t, d.DSN(t)).backend
+			k := kinetest.Start(t, d.DSN(t))
 			ctx := context.Background()
 			var wg sync.WaitGroup
 			var mu sync.Mutex
@@ -55,17 +37,17 @@ func TestCreateAgainAfterDelete(t *testing.T) {
 					defer wg.Done()
 					key := fmt.Sprintf("/registry/core/configmaps/c/ns/again-%d", i)
 					for j := 0; j < 100; j++ {
-						rev, err := b.Create(ctx, key, []byte(fmt.Sprintf("%d %d", i, j)), 0)
-						if err != nil {
-							fail("create %d of %s: %v", j, key, err)
+						rev, exists, err := k.CreateKey(ctx, key, []byte(fmt.Sprintf("%d %d", i, j)))
+						if err != nil || exists {
+							fail("create %d of %s: exists=%v, %v", j, key, exists, err)
 							return
 						}
-						_, kv, err := b.Get(ctx, key, 0, false)
-						if err != nil || kv == nil || kv.ModRevision != rev {
-							fail("create %d of %s answered revision %d; the key reads %+v (%v)", j, key, rev, kv, err)
+						value, at, err := k.GetKey(ctx, key)
+						if err != nil || value == nil || at != rev {
+							fail("create %d of %s answered revision %d; the key reads %q at %d (%v)", j, key, rev, value, at, err)
 							return
 						}
-						if _, _, ok, err := b.Delete(ctx, key, rev); err != nil || !ok {
+						if ok, err := k.DeleteKey(ctx, key, rev); err != nil || !ok {
 							fail("delete %d of %s at %d: deleted=%v, %v", j, key, rev, ok, err)
 							return
 						}
@@ -77,8 +59,8 @@ func TestCreateAgainAfterDelete(t *testing.T) {
 				go func(i int) {
 					defer wg.Done()
 					for j := 0; j < 150; j++ {
-						if _, err := b.Create(ctx, fmt.Sprintf("/registry/core/configmaps/c/ns/other-%d-%d", i, j), []byte("x"), 0); err != nil {
-							fail("create of another key: %v", err)
+						if _, exists, err := k.CreateKey(ctx, fmt.Sprintf("/registry/core/configmaps/c/ns/other-%d-%d", i, j), []byte("x")); err != nil || exists {
+							fail("create of another key: exists=%v, %v", exists, err)
 							return
 						}
 					}
