@@ -202,14 +202,11 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 		gc.ReadRows(rows)
 		gcFeeds = append(gcFeeds, gc.Feed(tenancy.WorkspacesResource, tenancy.WorkspacesResource.GroupVersion().WithKind("Workspace"), false))
 	}
-	if c, err := workspace.NewController(loopback, serverURL, deleteClusterData, clusters.Names, clusters.Limits, gcFeeds...); err == nil {
+	if c, err := workspace.NewController(loopback, serverURL, writes, deleteClusterData, clusters.Names, clusters.State, clusters.Limits, gcFeeds...); err == nil {
 		if servedDefaults {
 			c.OwnerBindingServed()
 		}
 		c.ReadStored(stored)
-		if writes != nil {
-			c.WriteThrough(writes, clusters.State)
-		}
 		c.LimitsSynced(clusters.Synced)
 		go c.Run(ctx, workspaceWorkers)
 	} else {

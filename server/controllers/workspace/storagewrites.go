@@ -30,27 +30,20 @@ type Storage interface {
 	UpdateKey(ctx context.Context, key string, value []byte, revision int64) (int64, bool, error)
 }
 
-// WriteThrough makes the controller write a new workspace's LogicalCluster,
-// namespaces and Ready status through the storage layer instead of as
-// requests to the API server: objects it alone decides, in a cluster
-// nobody else can write to yet. exists tells whether the server routes
-// requests to a logical cluster yet (the registry of LogicalClusters); a
-// Workspace turns Ready only once it does, and nothing is written into a
-// cluster that is being deleted. Call before Run.
-//
-// Through the API server each of these writes cost the whole request path
-// (authentication, authorization, priority and fairness, admission, the
-// encoding of request and answer) for objects none of it applies to;
-// a new workspace was six requests, and it is one now (docs/architecture.md).
-func (c *Controller) WriteThrough(s Storage, state func(logicalcluster.Name) (exists, terminating bool)) {
-	c.r.storage, c.r.clusterState = s, state
-}
+// The controller writes a new workspace's LogicalCluster, namespaces and
+// Ready status through the storage layer instead of as requests to the API
+// server: objects it alone decides, in a cluster nobody else can write to
+// yet. Through the API server each of these writes cost the whole request
+// path (authentication, authorization, priority and fairness, admission,
+// the encoding of request and answer) for objects none of it applies to; a
+// new workspace was six requests, and it is one now (docs/architecture.md).
+// A Workspace turns Ready only once the server routes requests to its
+// cluster (the registry's state), and nothing is written into a cluster
+// that is being deleted.
 
 func keyOf(gr schema.GroupResource, cluster logicalcluster.Name, name string) string {
 	return keys.Prefix + keys.ResourcePrefix(gr) + "/" + string(cluster) + "/" + name
 }
-
-var namespacesResource = schema.GroupResource{Resource: "namespaces"}
 
 // stamp gives a new object what the API server gives it on create.
 func stamp(m *metav1.ObjectMeta, cluster logicalcluster.Name) {
@@ -65,9 +58,6 @@ func stamp(m *metav1.ObjectMeta, cluster logicalcluster.Name) {
 // writable refuses writes into a cluster whose data is being deleted:
 // they could land after the deletion swept it.
 func (r *reconciler) writable(child logicalcluster.Name) error {
-	if r.clusterState == nil {
-		return nil
-	}
 	if _, terminating := r.clusterState(child); terminating {
 		return fmt.Errorf("logical cluster %s is being deleted", child)
 	}
@@ -78,14 +68,9 @@ func (r *reconciler) writable(child logicalcluster.Name) error {
 // Ready, logicalclusters.StoredReady) unless the key holds one already,
 // and returns what the key then holds.
 func (r *reconciler) storeLogicalCluster(ctx context.Context, child logicalcluster.Name, lc *unstructured.Unstructured) (*unstructured.Unstructured, error) {
-	var m metav1.ObjectMeta
+	m := metav1.ObjectMeta{Annotations: lc.GetAnnotations()}
 	stamp(&m, child)
-	annotations := lc.GetAnnotations()
-	if annotations == nil {
-		annotations = map[string]string{}
-	}
-	annotations[logicalcluster.Annotation] = string(child)
-	lc.SetAnnotations(annotations)
+	lc.SetAnnotations(m.Annotations)
 	lc.SetUID(m.UID)
 	lc.SetCreationTimestamp(m.CreationTimestamp)
 	lc.SetGeneration(1)
@@ -131,7 +116,7 @@ func (r *reconciler) storeNamespaces(ctx context.Context, child logicalcluster.N
 		if err != nil {
 			return err
 		}
-		if _, _, err := r.storage.CreateKey(ctx, keyOf(namespacesResource, child, n), value); err != nil {
+		if _, _, err := r.storage.CreateKey(ctx, keyOf(corev1.Resource("namespaces"), child, n), value); err != nil {
 			return fmt.Errorf("storing namespace %s of %s: %w", n, child, err)
 		}
 	}
@@ -148,11 +133,12 @@ func (r *reconciler) storeStatus(ctx context.Context, parent logicalcluster.Name
 		return err
 	}
 	gr := tenancy.WorkspacesResource.GroupResource()
+	conflict := apierrors.NewConflict(gr, ws.GetName(), fmt.Errorf("the workspace changed since it was read"))
 	if value == nil {
 		return apierrors.NewNotFound(gr, ws.GetName())
 	}
 	if strconv.FormatInt(rev, 10) != ws.GetResourceVersion() {
-		return apierrors.NewConflict(gr, ws.GetName(), fmt.Errorf("the workspace changed since it was read"))
+		return conflict
 	}
 	stored := &unstructured.Unstructured{}
 	if err := stored.UnmarshalJSON(value); err != nil {
@@ -168,7 +154,7 @@ func (r *reconciler) storeStatus(ctx context.Context, parent logicalcluster.Name
 		return err
 	}
 	if !updated {
-		return apierrors.NewConflict(gr, ws.GetName(), fmt.Errorf("the workspace changed since it was read"))
+		return conflict
 	}
 	stored.SetResourceVersion(strconv.FormatInt(rev, 10))
 	*ws = *stored

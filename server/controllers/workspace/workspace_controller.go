@@ -50,11 +50,15 @@ func (c *Controller) ReadStored(rangeFn clusterinformer.RangeFunc) { c.stored = 
 const orphanSweep = 10 * time.Minute
 
 // NewController builds the controller. serverURL goes into status.URL;
-// deleteClusterData removes every object of a logical cluster; clusters
-// lists the existing logical clusters. The controller's list and watch of
-// Workspaces also feed the caches of also (the garbage collector's), so
-// that a start lists every Workspace once.
-func NewController(loopback *rest.Config, serverURL string, deleteClusterData func(context.Context, logicalcluster.Name) (int, error), clusters func() []logicalcluster.Name,
+// storage takes the writes of a new workspace's own objects
+// (storagewrites.go); deleteClusterData removes every object of a logical
+// cluster; clusters lists the existing logical clusters and state tells
+// whether the server routes to one and whether it is being deleted (the
+// LogicalCluster registry). The controller's list and watch of Workspaces
+// also feed the caches of also (the garbage collector's), so that a start
+// lists every Workspace once.
+func NewController(loopback *rest.Config, serverURL string, storage Storage, deleteClusterData func(context.Context, logicalcluster.Name) (int, error),
+	clusters func() []logicalcluster.Name, state func(logicalcluster.Name) (exists, terminating bool),
 	limits func(logicalcluster.Name) tenancy.Limits, also ...clusterinformer.Consumer) (*Controller, error) {
 	wildcard, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
@@ -110,6 +114,8 @@ func NewController(loopback *rest.Config, serverURL string, deleteClusterData fu
 		serverURL:         serverURL,
 		deleteClusterData: deleteClusterData,
 		limits:            limits,
+		storage:           storage,
+		clusterState:      state,
 	}
 	return c, nil
 }

@@ -31,8 +31,8 @@ type reconciler struct {
 	limits func(logicalcluster.Name) tenancy.Limits
 	// ownerBindingServed: the storage layer serves the owner's binding.
 	ownerBindingServed bool
-	// storage, when set, takes the writes of a new workspace's own objects
-	// (WriteThrough); clusterState is the registry's view of clusters.
+	// storage takes the writes of a new workspace's own objects
+	// (storagewrites.go); clusterState is the registry's view of clusters.
 	storage      Storage
 	clusterState func(logicalcluster.Name) (exists, terminating bool)
 }

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,12 +59,7 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 		_ = unstructured.SetNestedField(lc.Object, map[string]interface{}{"objects": l.Objects, "bytes": l.Bytes}, "spec", "limits")
 	}
 	lcs := cc.dynamic.Resource(tenancy.LogicalClustersResource)
-	var created *unstructured.Unstructured
-	if r.storage != nil {
-		created, err = r.storeLogicalCluster(ctx, child, lc)
-	} else if created, err = lcs.Create(ctx, lc, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-		created, err = lcs.Get(ctx, tenancy.LogicalClusterName, metav1.GetOptions{})
-	}
+	created, err := r.storeLogicalCluster(ctx, child, lc)
 	if err != nil {
 		return 0, err
 	}
@@ -82,12 +76,7 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 		}
 		return 0, errOrphanDeleted
 	}
-	if r.storage != nil {
-		err = r.storeNamespaces(ctx, child, DefaultNamespaces...)
-	} else {
-		err = createNamespaces(ctx, cc, DefaultNamespaces...)
-	}
-	if err != nil {
+	if err := r.storeNamespaces(ctx, child, DefaultNamespaces...); err != nil {
 		return 0, err
 	}
 	if owner, ok := ownerOf(ws); ok && !r.ownerBindingServed {
@@ -121,13 +110,11 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 	}
 	// Ready means usable: the server routes requests to the cluster once
 	// its registry has seen the LogicalCluster (soon after it is stored).
-	if r.clusterState != nil {
-		if exists, _ := r.clusterState(child); !exists {
-			if time.Since(ws.GetCreationTimestamp().Time) > 10*time.Second {
-				return time.Second, nil // not a moment's lag: look less often
-			}
-			return registryRetry, nil
+	if exists, _ := r.clusterState(child); !exists {
+		if time.Since(ws.GetCreationTimestamp().Time) > 10*time.Second {
+			return time.Second, nil // not a moment's lag: look less often
 		}
+		return registryRetry, nil
 	}
 	return 0, r.setStatus(ctx, parent, ws, tenancy.PhaseReady, url, "")
 }
@@ -185,28 +172,6 @@ func (r *reconciler) bindDefaults(ctx context.Context, cc *clients, ws *unstruct
 // new Kubernetes cluster does (kube-node-lease aside: logical clusters have
 // no nodes). Tools and charts expect kube-system and kube-public.
 var DefaultNamespaces = []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic}
-
-// createNamespaces creates the namespaces at once (one request each, in
-// parallel, so a new workspace waits for one round trip).
-func createNamespaces(ctx context.Context, cc *clients, names ...string) error {
-	errs := make(chan error, len(names))
-	for _, n := range names {
-		go func() {
-			_, err := cc.core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
-			if apierrors.IsAlreadyExists(err) {
-				err = nil
-			}
-			errs <- err
-		}()
-	}
-	var first error
-	for range names {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
 
 // syncLimits copies a ready Workspace's spec.limits to its LogicalCluster
 // when they differ from what the LogicalCluster has (as the shared watch of
@@ -269,10 +234,6 @@ func (r *reconciler) grantOwner(ctx context.Context, cc *clients, owner workspac
 
 // setStatus writes phase, URL and a Ready condition carrying msg.
 func (r *reconciler) setStatus(ctx context.Context, parent logicalcluster.Name, ws *unstructured.Unstructured, phase, url, msg string) error {
-	pc, err := r.clients(parent)
-	if err != nil {
-		return err
-	}
 	status := map[string]interface{}{}
 	if phase != "" {
 		status["phase"] = phase
@@ -293,13 +254,5 @@ func (r *reconciler) setStatus(ctx context.Context, parent logicalcluster.Name, 
 	}
 	status["conditions"] = []interface{}{cond}
 	ws.Object["status"] = status
-	if r.storage != nil {
-		return r.storeStatus(ctx, parent, ws)
-	}
-	updated, err := pc.dynamic.Resource(tenancy.WorkspacesResource).UpdateStatus(ctx, ws, metav1.UpdateOptions{})
-	if err != nil {
-		return err
-	}
-	*ws = *updated
-	return nil
+	return r.storeStatus(ctx, parent, ws)
 }
