@@ -129,25 +129,34 @@ func TestFaultCRDsAndWorkspacesSessionsKilled(t *testing.T) {
 		})
 	}
 	for _, name := range ackedWorkspaces {
-		cluster := "root:" + name
-		framework.Eventually(t, 90*time.Second, "workspace "+cluster+" with its default namespaces", func() (bool, string) {
-			ws, err := root.Resource(tenancy.WorkspacesResource).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			if phase, _, _ := unstructured.NestedString(ws.Object, "status", "phase"); phase != tenancy.PhaseReady {
-				return false, "phase " + phase
-			}
-			c := s.Client(cluster)
-			for _, ns := range []string{"default", "kube-system", "kube-public"} {
-				if _, err := c.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err != nil {
-					return false, ns + ": " + err.Error()
-				}
-				if _, err := c.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{}); err != nil {
-					return false, ns + ": " + err.Error()
-				}
-			}
-			return true, ""
-		})
+		waitWorkspaceWithDefaults(t, s, root, name)
 	}
+}
+
+// waitWorkspaceWithDefaults waits until root's workspace name is Ready with
+// its namespaces default, kube-system and kube-public, each with its
+// service account "default" and config map kube-root-ca.crt.
+func waitWorkspaceWithDefaults(t *testing.T, s *framework.Server, root dynamic.Interface, name string) {
+	t.Helper()
+	ctx := context.Background()
+	cluster := "root:" + name
+	framework.Eventually(t, 90*time.Second, "workspace "+cluster+" with its default namespaces", func() (bool, string) {
+		ws, err := root.Resource(tenancy.WorkspacesResource).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if phase, _, _ := unstructured.NestedString(ws.Object, "status", "phase"); phase != tenancy.PhaseReady {
+			return false, "phase " + phase
+		}
+		c := s.Client(cluster)
+		for _, ns := range []string{"default", "kube-system", "kube-public"} {
+			if _, err := c.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err != nil {
+				return false, ns + ": " + err.Error()
+			}
+			if _, err := c.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{}); err != nil {
+				return false, ns + ": " + err.Error()
+			}
+		}
+		return true, ""
+	})
 }
