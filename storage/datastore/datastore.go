@@ -107,7 +107,13 @@ func (d *Datastore) Database() string { return strings.TrimPrefix(d.URL.Path, "/
 // KineEndpoint is the endpoint kine's driver factory understands.
 func (d *Datastore) KineEndpoint() string {
 	if d.Dialect == SQLite {
-		return "sqlite://" + d.Path + "?" + sqliteParams
+		// kine runs VACUUM on its SQLite file at every start: it rewrites
+		// the whole file (seconds at 100,000 workspaces, minutes at a
+		// million, and twice the file's size on the disk meanwhile) before
+		// anything is served. Freed pages are reused by later writes; an
+		// operator reclaims space with VACUUM while kcp is stopped
+		// (docs/operations.md).
+		return "sqlite://" + d.Path + "?" + sqliteParams + "&_kine_disable_startup_vacuum=1"
 	}
 	return d.URL.String()
 }
