@@ -6,6 +6,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kcpsql/kcp/storage/storedjson"
 )
 
 // Stored is what kcp's own caches read of a stored Workspace or
@@ -28,10 +30,67 @@ type Stored struct {
 	} `json:"status"`
 }
 
-// DecodeStored reads the Stored fields of the kind stored at key.
+// DecodeStored reads the Stored fields of the kind stored at key. It steps
+// over the rest of the value without decoding it (storedjson): at start-up
+// every Workspace and LogicalCluster is read this way.
 func DecodeStored(kind, key string, value []byte) (*Stored, error) {
 	var s Stored
-	if err := json.Unmarshal(value, &s); err != nil {
+	var err error
+	// field decodes one member's value into dst, keeping the first error.
+	field := func(name string, raw []byte, dst any) {
+		if err == nil {
+			if e := json.Unmarshal(raw, dst); e != nil {
+				err = fmt.Errorf("%s: %w", name, e)
+			}
+		}
+	}
+	walk := func(name string, raw []byte, fn func(k, v []byte)) {
+		if err != nil || string(raw) == "null" {
+			return
+		}
+		if e := storedjson.Members(raw, func(k, v []byte) bool { fn(k, v); return err == nil }); e != nil && err == nil {
+			err = fmt.Errorf("%s: %w", name, e)
+		}
+	}
+	e := storedjson.Members(value, func(k, v []byte) bool {
+		switch string(k) {
+		case "metadata":
+			walk("metadata", v, func(k, v []byte) {
+				m := &s.Metadata
+				switch string(k) {
+				case "name":
+					field("metadata.name", v, &m.Name)
+				case "uid":
+					field("metadata.uid", v, &m.UID)
+				case "annotations":
+					field("metadata.annotations", v, &m.Annotations)
+				case "deletionTimestamp":
+					field("metadata.deletionTimestamp", v, &m.DeletionTimestamp)
+				case "finalizers":
+					field("metadata.finalizers", v, &m.Finalizers)
+				case "ownerReferences":
+					field("metadata.ownerReferences", v, &m.OwnerReferences)
+				}
+			})
+		case "spec":
+			walk("spec", v, func(k, v []byte) {
+				if string(k) == "limits" {
+					field("spec.limits", v, &s.Spec.Limits)
+				}
+			})
+		case "status":
+			walk("status", v, func(k, v []byte) {
+				if string(k) == "phase" {
+					field("status.phase", v, &s.Status.Phase)
+				}
+			})
+		}
+		return err == nil
+	})
+	if err == nil {
+		err = e
+	}
+	if err != nil {
 		return nil, fmt.Errorf("reading the %s stored at %s: %w", kind, key, err)
 	}
 	return &s, nil

@@ -57,6 +57,7 @@ import (
 
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
+	"github.com/kcpsql/kcp/storage/storedjson"
 )
 
 // The names of the served defaults.
@@ -208,21 +209,38 @@ func parseNamespace(rest string, value []byte) *parent {
 	if strings.Count(rest, "/") != 1 {
 		return nil
 	}
-	var o struct {
-		Metadata struct {
-			UID               string       `json:"uid"`
-			CreationTimestamp metav1.Time  `json:"creationTimestamp"`
-			DeletionTimestamp *metav1.Time `json:"deletionTimestamp"`
-		} `json:"metadata"`
-		Status struct {
-			Phase string `json:"phase"`
-		} `json:"status"`
-	}
-	if json.Unmarshal(value, &o) != nil || o.Metadata.UID == "" {
+	var uid, phase string
+	var created metav1.Time
+	deleting, bad := false, false
+	err := storedjson.Members(value, func(k, v []byte) bool {
+		switch string(k) {
+		case "metadata":
+			bad = storedjson.Members(v, func(k, v []byte) bool {
+				switch string(k) {
+				case "uid":
+					uid, _ = storedjson.String(v)
+				case "creationTimestamp":
+					bad = bad || created.UnmarshalJSON(v) != nil
+				case "deletionTimestamp":
+					deleting = !storedjson.IsNull(v)
+				}
+				return true
+			}) != nil || bad
+		case "status":
+			bad = storedjson.Members(v, func(k, v []byte) bool {
+				if string(k) == "phase" {
+					phase, _ = storedjson.String(v)
+				}
+				return true
+			}) != nil && !storedjson.IsNull(v) || bad
+		}
+		return true
+	})
+	if err != nil || bad || uid == "" {
 		return nil
 	}
-	return &parent{rest: rest, uid: o.Metadata.UID, created: o.Metadata.CreationTimestamp,
-		active: o.Metadata.DeletionTimestamp == nil && o.Status.Phase != string(corev1.NamespaceTerminating)}
+	return &parent{rest: rest, uid: uid, created: created,
+		active: !deleting && phase != string(corev1.NamespaceTerminating)}
 }
 
 // parseLogicalCluster reads the owner kcp recorded (a LogicalCluster's
@@ -231,21 +249,39 @@ func parseLogicalCluster(rest string, value []byte) *parent {
 	if c, n, ok := strings.Cut(rest, "/"); !ok || c == "" || n != tenancy.LogicalClusterName {
 		return nil
 	}
-	var o struct {
-		Metadata struct {
-			UID               string            `json:"uid"`
-			CreationTimestamp metav1.Time       `json:"creationTimestamp"`
-			Annotations       map[string]string `json:"annotations"`
-		} `json:"metadata"`
-	}
-	if json.Unmarshal(value, &o) != nil || o.Metadata.UID == "" {
+	var uid, ownerJSON string
+	var created metav1.Time
+	bad := false
+	err := storedjson.Members(value, func(k, v []byte) bool {
+		if string(k) != "metadata" {
+			return true
+		}
+		bad = storedjson.Members(v, func(k, v []byte) bool {
+			switch string(k) {
+			case "uid":
+				uid, _ = storedjson.String(v)
+			case "creationTimestamp":
+				bad = bad || created.UnmarshalJSON(v) != nil
+			case "annotations":
+				bad = storedjson.Members(v, func(k, v []byte) bool {
+					if string(k) == tenancy.OwnerAnnotation {
+						ownerJSON, _ = storedjson.String(v)
+					}
+					return true
+				}) != nil && !storedjson.IsNull(v) || bad
+			}
+			return true
+		}) != nil || bad
+		return true
+	})
+	if err != nil || bad || uid == "" {
 		return nil
 	}
-	p := &parent{rest: rest, uid: o.Metadata.UID, created: o.Metadata.CreationTimestamp, active: true}
+	p := &parent{rest: rest, uid: uid, created: created, active: true}
 	var owner struct {
 		Username string `json:"username"`
 	}
-	if raw := o.Metadata.Annotations[tenancy.OwnerAnnotation]; raw != "" && json.Unmarshal([]byte(raw), &owner) == nil {
+	if ownerJSON != "" && json.Unmarshal([]byte(ownerJSON), &owner) == nil {
 		p.owner = owner.Username
 	}
 	return p
