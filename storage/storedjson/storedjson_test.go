@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 )
@@ -133,7 +132,7 @@ func TestMembersMalformed(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{``, `[]`, `"s"`, `null`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{"a":1 "b":2}`, `{a:1}`, `{"a":[1}`, `{"a":{]}`,
-`{"a":1}x`, `{"a":1}{}`, `{"a":tru"e"}`} {
+		`{"a":1}x`, `{"a":1}{}`, `{"a":tru"e"}`} {
 		if err := Members([]byte(bad), func([]byte, []byte) bool { return true }); err == nil {
 			t.Errorf("Members(%s): no error", bad)
 		}
@@ -142,8 +141,6 @@ func TestMembersMalformed(t *testing.T) {
 		t.Errorf("stopping early: %v", err)
 	}
 }
-
-var sink runtime.Object
 
 func BenchmarkNamespaceUID(b *testing.B) {
 	doc := storedNamespace(&testing.T{})
@@ -173,4 +170,3 @@ func BenchmarkNamespaceUID(b *testing.B) {
 		}
 	})
 }
-
