@@ -44,6 +44,14 @@ func DecodeStored(kind, key string, value []byte) (*Stored, error) {
 			}
 		}
 	}
+	// str reads a string member; null leaves it empty.
+	str := func(name string, raw []byte, dst *string) {
+		if v, ok := storedjson.String(raw); ok {
+			*dst = v
+		} else if !storedjson.IsNull(raw) {
+			field(name, raw, dst) // the error encoding/json gives
+		}
+	}
 	walk := func(name string, raw []byte, fn func(k, v []byte)) {
 		if err != nil || string(raw) == "null" {
 			return
@@ -59,11 +67,20 @@ func DecodeStored(kind, key string, value []byte) (*Stored, error) {
 				m := &s.Metadata
 				switch string(k) {
 				case "name":
-					field("metadata.name", v, &m.Name)
+					str("metadata.name", v, &m.Name)
 				case "uid":
-					field("metadata.uid", v, &m.UID)
+					str("metadata.uid", v, (*string)(&m.UID))
 				case "annotations":
-					field("metadata.annotations", v, &m.Annotations)
+					if storedjson.IsNull(v) {
+						m.Annotations = nil
+						return
+					}
+					m.Annotations = map[string]string{}
+					walk("metadata.annotations", v, func(k, v []byte) {
+						var a string
+						str("metadata.annotations", v, &a)
+						m.Annotations[string(k)] = a
+					})
 				case "deletionTimestamp":
 					field("metadata.deletionTimestamp", v, &m.DeletionTimestamp)
 				case "finalizers":
@@ -81,7 +98,7 @@ func DecodeStored(kind, key string, value []byte) (*Stored, error) {
 		case "status":
 			walk("status", v, func(k, v []byte) {
 				if string(k) == "phase" {
-					field("status.phase", v, &s.Status.Phase)
+					str("status.phase", v, &s.Status.Phase)
 				}
 			})
 		}
