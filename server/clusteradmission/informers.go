@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kcpsql/kcp/client/clusterinformer"
+	serverinformer "github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -43,7 +44,7 @@ type sharedInformers struct {
 // The plugins of a cluster with policies wait for it themselves (their
 // ready function) before they admit a request.
 func startShared(ctx context.Context, loopback *rest.Config, namespaces *clusterinformer.Informer[*corev1.Namespace]) (*sharedInformers, error) {
-	cs, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
+	cs, err := kubernetes.NewForConfig(serverinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
 	}

@@ -50,12 +50,17 @@ func ClusterOf(obj interface{ GetAnnotations() map[string]string }) logicalclust
 // KeyFunc is the cache key function for objects read across clusters.
 func KeyFunc(obj interface{}) (string, error) { return clusterinformer.KeyFunc(obj) }
 
-// WildcardConfig returns a copy of a loopback config aimed at all clusters.
-func WildcardConfig(cfg *rest.Config) *rest.Config { return clusterinformer.WildcardConfig(cfg) }
+// WildcardConfig returns a copy of a loopback config aimed at all
+// clusters, whose reads wait for a watch cache that is still filling
+// (waitForCaches).
+func WildcardConfig(cfg *rest.Config) *rest.Config {
+	return waitingForCaches(clusterinformer.WildcardConfig(cfg))
+}
 
-// ForCluster returns a copy of cfg aimed at one logical cluster.
+// ForCluster returns a copy of cfg aimed at one logical cluster, whose
+// reads wait for a watch cache that is still filling (waitForCaches).
 func ForCluster(cfg *rest.Config, cluster logicalcluster.Name) *rest.Config {
-	return clusterinformer.ForCluster(cfg, cluster)
+	return waitingForCaches(clusterinformer.ForCluster(cfg, cluster))
 }
 
 // ListWatch adapts a typed, dynamic or metadata client's List and Watch of
