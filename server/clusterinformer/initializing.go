@@ -19,20 +19,30 @@ import (
 // /readyz (which waits for some of them) with them. The server's loopback
 // clients instead ask again every initializingPoll: a refused read is
 // cheap, and they read as soon as the cache is filled.
-const initializingPoll = 200 * time.Millisecond
+//
+// A cache also refuses reads while it lists again after its watch broke
+// (a datastore outage): a request waits at most initializingMaxWait, then
+// gets the refusal as the API server gave it (client-go retries it after
+// its Retry-After), so a controller's worker is not held for an outage's
+// length.
+const (
+	initializingPoll    = 200 * time.Millisecond
+	initializingMaxWait = time.Minute
+)
 
 var initializingMessage = []byte("storage is (re)initializing")
 
 // waitForCaches is a loopback transport that retries GETs (reads, lists
 // and watches) refused because a watch cache is filling, until it answers
-// otherwise or the request's context ends. Every other answer, and every
-// other method, passes through.
+// otherwise, the request's context ends or initializingMaxWait has passed.
+// Every other answer, and every other method, passes through.
 type waitForCaches struct{ next http.RoundTripper }
 
 func (w waitForCaches) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method != http.MethodGet {
 		return w.next.RoundTrip(req)
 	}
+	deadline := time.Now().Add(initializingMaxWait)
 	for {
 		resp, err := w.next.RoundTrip(req)
 		if err != nil || resp.StatusCode != http.StatusTooManyRequests {
@@ -43,7 +53,7 @@ func (w waitForCaches) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !bytes.Contains(body, initializingMessage) {
+		if !bytes.Contains(body, initializingMessage) || time.Now().After(deadline) {
 			resp.Body = io.NopCloser(bytes.NewReader(body))
 			return resp, nil
 		}
