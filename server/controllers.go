@@ -164,13 +164,24 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 				klog.ErrorS(err, "share status controller")
 			}
 		}
+		// The writers' informers list every object of their resources as
+		// soon as that resource's watch cache is filled; at start-up they
+		// would compete with the caches still filling (at 100,000
+		// workspaces the config maps' fill, the last, took 5 s longer while
+		// the service accounts and namespaces were listed), so they start
+		// once every cache is filled. Nothing /readyz waits for needs them.
+		afterFill := func(ctx context.Context) {
+			if waitStorageFilled(ctx, hc.LoopbackClientConfig) {
+				writers(ctx)
+			}
+		}
 		if o.Datastore.Dialect == datastore.SQLite {
 			// One process owns a SQLite file: no election, no wait on restart.
-			writers(hc.Context)
+			go afterFill(hc.Context)
 			return nil
 		}
 		// Controllers that write run on one replica at a time.
-		campaign.Store(leaderelection.Start(hc.Context, hc.LoopbackClientConfig, "kcp-controllers", writers))
+		campaign.Store(leaderelection.Start(hc.Context, hc.LoopbackClientConfig, "kcp-controllers", afterFill))
 		return nil
 	})
 	// On a graceful stop, give the lease up while the server still serves,

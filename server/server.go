@@ -240,6 +240,30 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *b
 	}
 }
 
+// waitStorageFilled waits until upstream's storage readiness check (every
+// built-in resource's watch cache filled) passes; false if ctx ends first.
+// A server without that check counts as filled.
+func waitStorageFilled(ctx context.Context, cfg *rest.Config) bool {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return false
+	}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		var code int
+		client.Discovery().RESTClient().Get().AbsPath("/readyz/poststarthook/storage-readiness").Do(ctx).StatusCode(&code)
+		if code == http.StatusOK || code == http.StatusNotFound {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+}
+
 func waitReady(ctx context.Context, cfg *rest.Config) bool {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
