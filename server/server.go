@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -244,41 +245,32 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *b
 // built-in resource's watch cache filled) passes; false if ctx ends first.
 // A server without that check counts as filled.
 func waitStorageFilled(ctx context.Context, cfg *rest.Config) bool {
+	return waitHealthy(ctx, cfg, "/readyz/poststarthook/storage-readiness", 100*time.Millisecond, http.StatusOK, http.StatusNotFound)
+}
+
+// waitReady waits until /readyz passes; false if ctx ends first.
+func waitReady(ctx context.Context, cfg *rest.Config) bool {
+	return waitHealthy(ctx, cfg, "/readyz", 50*time.Millisecond, http.StatusOK)
+}
+
+// waitHealthy asks path every interval until it answers one of codes.
+func waitHealthy(ctx context.Context, cfg *rest.Config, path string, interval time.Duration, codes ...int) bool {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return false
 	}
-	t := time.NewTicker(100 * time.Millisecond)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		var code int
-		client.Discovery().RESTClient().Get().AbsPath("/readyz/poststarthook/storage-readiness").Do(ctx).StatusCode(&code)
-		if code == http.StatusOK || code == http.StatusNotFound {
+		client.Discovery().RESTClient().Get().AbsPath(path).Do(ctx).StatusCode(&code)
+		if slices.Contains(codes, code) {
 			return true
 		}
 		select {
 		case <-ctx.Done():
 			return false
 		case <-t.C:
-		}
-	}
-}
-
-func waitReady(ctx context.Context, cfg *rest.Config) bool {
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return false
-	}
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			if _, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err == nil {
-				return true
-			}
 		}
 	}
 }

@@ -3,14 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -102,32 +99,14 @@ func TestFaultWorkspaceBootstrapSQLite(t *testing.T) {
 			time.Sleep(2 * time.Second)
 			switch fault {
 			case "disk full":
-				var largest int64
-				for _, f := range []string{"kcp.db", "kcp.db-wal"} {
-					if st, err := os.Stat(filepath.Join(s.RootDir, f)); err == nil && st.Size() > largest {
-						largest = st.Size()
-					}
-				}
-				limit := uint64(largest + 1<<20)
-				if st, err := os.Stat(s.LogFile); err == nil && uint64(st.Size())+(1<<20) > limit {
-					t.Fatalf("the server log (%d bytes) would hit the size limit before the database does", st.Size())
-				}
-				if err := unix.Prlimit(s.Pid(), unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: limit, Max: unix.RLIM_INFINITY}, nil); err != nil {
-					t.Fatalf("limiting kcp's file size: %v", err)
-				}
-				framework.Eventually(t, 60*time.Second, "/readyz to fail while writes fail", func() (bool, string) {
-					failing, body := readyzFailing(s, cs)
-					return failing && strings.Contains(body, "datastore-writes"), body
-				})
+				fillDisk(t, s, cs, 1<<20)
 				framework.Eventually(t, 60*time.Second, "workspace creates to be refused while the disk is full", func() (bool, string) {
 					w.mu.Lock()
 					defer w.mu.Unlock()
 					return w.codes[503] > 0, fmt.Sprintf("%d acknowledged, failures by code %v", len(w.acked), w.codes)
 				})
 				time.Sleep(3 * time.Second)
-				if err := unix.Prlimit(s.Pid(), unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}, nil); err != nil {
-					t.Fatal(err)
-				}
+				freeDisk(t, s)
 				time.Sleep(2 * time.Second)
 				w.stop()
 			case "kill -9":

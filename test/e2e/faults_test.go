@@ -174,32 +174,9 @@ func TestFaultSQLiteDiskFull(t *testing.T) {
 	w := runWriters(t, cs, ns, 16, 2048)
 	time.Sleep(2 * time.Second)
 
-	// "Fill the disk": no file of kcp may grow past its size now plus a
-	// little, so SQLite's database and WAL soon cannot grow.
-	var largest int64
-	for _, f := range []string{"kcp.db", "kcp.db-wal"} {
-		if st, err := os.Stat(filepath.Join(s.RootDir, f)); err == nil && st.Size() > largest {
-			largest = st.Size()
-		}
-	}
-	limit := uint64(largest + 2<<20)
-	if st, err := os.Stat(s.LogFile); err == nil && uint64(st.Size())+(1<<20) > limit {
-		t.Fatalf("the server log (%d bytes) would hit the size limit before the database does", st.Size())
-	}
-	if err := unix.Prlimit(s.Pid(), unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: limit, Max: unix.RLIM_INFINITY}, nil); err != nil {
-		t.Fatalf("limiting kcp's file size: %v", err)
-	}
-	t.Logf("file size limit %d MiB", limit>>20)
-	framework.Eventually(t, 60*time.Second, "/readyz to fail while writes fail", func() (bool, string) {
-		failing, body := readyzFailing(s, cs)
-		return failing && strings.Contains(body, "datastore-writes"), body
-	})
+	fillDisk(t, s, cs, 2<<20)
 	time.Sleep(3 * time.Second)
-
-	// Space is back.
-	if err := unix.Prlimit(s.Pid(), unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}, nil); err != nil {
-		t.Fatal(err)
-	}
+	freeDisk(t, s)
 	framework.Eventually(t, 60*time.Second, "/readyz to pass once writes succeed again", func() (bool, string) {
 		failing, body := readyzFailing(s, cs)
 		return !failing, body
@@ -214,6 +191,39 @@ func TestFaultSQLiteDiskFull(t *testing.T) {
 	}
 	if log, _ := os.ReadFile(s.LogFile); !strings.Contains(string(log), "the datastore did not store a write") {
 		t.Errorf("the server logged nothing about the failed writes")
+	}
+}
+
+// fillDisk "fills the disk" of SQLite server s: no file of kcp may grow
+// past its size now plus headroom bytes, so SQLite's database and WAL soon
+// cannot grow. It returns once /readyz fails on the failed writes.
+func fillDisk(t *testing.T, s *framework.Server, cs *kubernetes.Clientset, headroom int64) {
+	t.Helper()
+	var largest int64
+	for _, f := range []string{"kcp.db", "kcp.db-wal"} {
+		if st, err := os.Stat(filepath.Join(s.RootDir, f)); err == nil && st.Size() > largest {
+			largest = st.Size()
+		}
+	}
+	limit := uint64(largest + headroom)
+	if st, err := os.Stat(s.LogFile); err == nil && uint64(st.Size())+(1<<20) > limit {
+		t.Fatalf("the server log (%d bytes) would hit the size limit before the database does", st.Size())
+	}
+	if err := unix.Prlimit(s.Pid(), unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: limit, Max: unix.RLIM_INFINITY}, nil); err != nil {
+		t.Fatalf("limiting kcp's file size: %v", err)
+	}
+	t.Logf("file size limit %d MiB", limit>>20)
+	framework.Eventually(t, 60*time.Second, "/readyz to fail while writes fail", func() (bool, string) {
+		failing, body := readyzFailing(s, cs)
+		return failing && strings.Contains(body, "datastore-writes"), body
+	})
+}
+
+// freeDisk gives server s its space back (fillDisk).
+func freeDisk(t *testing.T, s *framework.Server) {
+	t.Helper()
+	if err := unix.Prlimit(s.Pid(), unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}, nil); err != nil {
+		t.Fatal(err)
 	}
 }
 
