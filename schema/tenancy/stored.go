@@ -35,80 +35,76 @@ type Stored struct {
 // every Workspace and LogicalCluster is read this way.
 func DecodeStored(kind, key string, value []byte) (*Stored, error) {
 	var s Stored
-	var err error
-	// field decodes one member's value into dst, keeping the first error.
-	field := func(name string, raw []byte, dst any) {
-		if err == nil {
-			if e := json.Unmarshal(raw, dst); e != nil {
-				err = fmt.Errorf("%s: %w", name, e)
-			}
-		}
-	}
-	// str reads a string member; null leaves it empty.
-	str := func(name string, raw []byte, dst *string) {
-		if v, ok := storedjson.String(raw); ok {
-			*dst = v
-		} else if !storedjson.IsNull(raw) {
-			field(name, raw, dst) // the error encoding/json gives
-		}
-	}
-	walk := func(name string, raw []byte, fn func(k, v []byte)) {
-		if err != nil || string(raw) == "null" {
-			return
-		}
-		if e := storedjson.Members(raw, func(k, v []byte) bool { fn(k, v); return err == nil }); e != nil && err == nil {
-			err = fmt.Errorf("%s: %w", name, e)
-		}
-	}
-	e := storedjson.Members(value, func(k, v []byte) bool {
+	m := &s.Metadata
+	err := storedjson.Object(value, func(k, v []byte) error {
 		switch string(k) {
 		case "metadata":
-			walk("metadata", v, func(k, v []byte) {
-				m := &s.Metadata
+			return storedjson.Object(v, func(k, v []byte) error {
 				switch string(k) {
 				case "name":
-					str("metadata.name", v, &m.Name)
+					return memberString("metadata.name", v, &m.Name)
 				case "uid":
-					str("metadata.uid", v, (*string)(&m.UID))
+					return memberString("metadata.uid", v, (*string)(&m.UID))
 				case "annotations":
 					if storedjson.IsNull(v) {
 						m.Annotations = nil
-						return
+						return nil
 					}
 					m.Annotations = map[string]string{}
-					walk("metadata.annotations", v, func(k, v []byte) {
+					return storedjson.Object(v, func(k, v []byte) error {
 						var a string
-						str("metadata.annotations", v, &a)
+						err := memberString("metadata.annotations", v, &a)
 						m.Annotations[string(k)] = a
+						return err
 					})
 				case "deletionTimestamp":
-					field("metadata.deletionTimestamp", v, &m.DeletionTimestamp)
+					return memberValue("metadata.deletionTimestamp", v, &m.DeletionTimestamp)
 				case "finalizers":
-					field("metadata.finalizers", v, &m.Finalizers)
+					return memberValue("metadata.finalizers", v, &m.Finalizers)
 				case "ownerReferences":
-					field("metadata.ownerReferences", v, &m.OwnerReferences)
+					return memberValue("metadata.ownerReferences", v, &m.OwnerReferences)
 				}
+				return nil
 			})
 		case "spec":
-			walk("spec", v, func(k, v []byte) {
+			return storedjson.Object(v, func(k, v []byte) error {
 				if string(k) == "limits" {
-					field("spec.limits", v, &s.Spec.Limits)
+					return memberValue("spec.limits", v, &s.Spec.Limits)
 				}
+				return nil
 			})
 		case "status":
-			walk("status", v, func(k, v []byte) {
+			return storedjson.Object(v, func(k, v []byte) error {
 				if string(k) == "phase" {
-					str("status.phase", v, &s.Status.Phase)
+					return memberString("status.phase", v, &s.Status.Phase)
 				}
+				return nil
 			})
 		}
-		return err == nil
+		return nil
 	})
-	if err == nil {
-		err = e
-	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the %s stored at %s: %w", kind, key, err)
 	}
 	return &s, nil
+}
+
+// memberValue decodes one member's value into dst.
+func memberValue(name string, raw []byte, dst any) error {
+	if err := json.Unmarshal(raw, dst); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+// memberString reads a string member; null leaves it empty.
+func memberString(name string, raw []byte, dst *string) error {
+	if v, ok := storedjson.String(raw); ok {
+		*dst = v
+		return nil
+	}
+	if storedjson.IsNull(raw) {
+		return nil
+	}
+	return memberValue(name, raw, dst) // the error encoding/json gives
 }

@@ -209,34 +209,20 @@ func parseNamespace(rest string, value []byte) *parent {
 	if strings.Count(rest, "/") != 1 {
 		return nil
 	}
-	var uid, phase string
-	var created metav1.Time
-	deleting, bad := false, false
-	err := storedjson.Members(value, func(k, v []byte) bool {
-		switch string(k) {
-		case "metadata":
-			bad = storedjson.Members(v, func(k, v []byte) bool {
-				switch string(k) {
-				case "uid":
-					uid, _ = storedjson.String(v)
-				case "creationTimestamp":
-					bad = bad || created.UnmarshalJSON(v) != nil
-				case "deletionTimestamp":
-					deleting = !storedjson.IsNull(v)
-				}
-				return true
-			}) != nil || bad
-		case "status":
-			bad = storedjson.Members(v, func(k, v []byte) bool {
-				if string(k) == "phase" {
-					phase, _ = storedjson.String(v)
-				}
-				return true
-			}) != nil && !storedjson.IsNull(v) || bad
+	var phase string
+	deleting := false
+	uid, created, ok := parseStored(value, func(k, v []byte) error {
+		if string(k) == "deletionTimestamp" {
+			deleting = !storedjson.IsNull(v)
 		}
-		return true
+		return nil
+	}, func(k, v []byte) error {
+		if string(k) == "phase" {
+			phase, _ = storedjson.String(v)
+		}
+		return nil
 	})
-	if err != nil || bad || uid == "" {
+	if !ok {
 		return nil
 	}
 	return &parent{rest: rest, uid: uid, created: created,
@@ -249,32 +235,19 @@ func parseLogicalCluster(rest string, value []byte) *parent {
 	if c, n, ok := strings.Cut(rest, "/"); !ok || c == "" || n != tenancy.LogicalClusterName {
 		return nil
 	}
-	var uid, ownerJSON string
-	var created metav1.Time
-	bad := false
-	err := storedjson.Members(value, func(k, v []byte) bool {
-		if string(k) != "metadata" {
-			return true
+	var ownerJSON string
+	uid, created, ok := parseStored(value, func(k, v []byte) error {
+		if string(k) != "annotations" {
+			return nil
 		}
-		bad = storedjson.Members(v, func(k, v []byte) bool {
-			switch string(k) {
-			case "uid":
-				uid, _ = storedjson.String(v)
-			case "creationTimestamp":
-				bad = bad || created.UnmarshalJSON(v) != nil
-			case "annotations":
-				bad = storedjson.Members(v, func(k, v []byte) bool {
-					if string(k) == tenancy.OwnerAnnotation {
-						ownerJSON, _ = storedjson.String(v)
-					}
-					return true
-				}) != nil && !storedjson.IsNull(v) || bad
+		return storedjson.Object(v, func(k, v []byte) error {
+			if string(k) == tenancy.OwnerAnnotation {
+				ownerJSON, _ = storedjson.String(v)
 			}
-			return true
-		}) != nil || bad
-		return true
-	})
-	if err != nil || bad || uid == "" {
+			return nil
+		})
+	}, nil)
+	if !ok {
 		return nil
 	}
 	p := &parent{rest: rest, uid: uid, created: created, active: true}
@@ -285,6 +258,36 @@ func parseLogicalCluster(rest string, value []byte) *parent {
 		p.owner = owner.Username
 	}
 	return p
+}
+
+// parseStored reads a stored parent's UID and creation time in one pass
+// (storage/storedjson: managed fields are most of the bytes and are
+// skipped), handing the other members of its metadata to meta and those of
+// its status to status (nil: status is not read). ok is false for a value that is
+// malformed or has no UID.
+func parseStored(value []byte, meta, status func(k, v []byte) error) (uid string, created metav1.Time, ok bool) {
+	err := storedjson.Members(value, func(k, v []byte) bool {
+		var err error
+		switch {
+		case string(k) == "metadata":
+			err = storedjson.Object(v, func(k, v []byte) error {
+				switch string(k) {
+				case "uid":
+					uid, _ = storedjson.String(v)
+				case "creationTimestamp":
+					return created.UnmarshalJSON(v)
+				default:
+					return meta(k, v)
+				}
+				return nil
+			})
+		case string(k) == "status" && status != nil:
+			err = storedjson.Object(v, status)
+		}
+		ok = err == nil
+		return ok
+	})
+	return uid, created, err == nil && ok && uid != ""
 }
 
 // parentOf reads a parent's key-value; nil if kv is not one.

@@ -75,6 +75,21 @@ func Members(data []byte, fn func(key []byte, value []byte) bool) error {
 	}
 }
 
+// Object walks the members of a member's raw value as Members does, with
+// two differences callers reading nested objects need: null has no members
+// (as encoding/json reads it), and fn's first error ends the walk and is
+// returned.
+func Object(raw []byte, fn func(key, value []byte) error) error {
+	if IsNull(raw) {
+		return nil
+	}
+	var failed error
+	if err := Members(raw, func(k, v []byte) bool { failed = fn(k, v); return failed == nil }); err != nil {
+		return err
+	}
+	return failed
+}
+
 // String returns the string a raw JSON value holds; false if it holds
 // something else (null included).
 func String(raw []byte) (string, bool) {

@@ -170,3 +170,28 @@ func BenchmarkNamespaceUID(b *testing.B) {
 		}
 	})
 }
+
+// TestObject: a nested value that is null has no members; the callback's
+// first error ends the walk and is what Object returns; malformed input
+// is still an error.
+func TestObject(t *testing.T) {
+	called := false
+	if err := Object([]byte(`null`), func([]byte, []byte) error { called = true; return nil }); err != nil || called {
+		t.Errorf("Object(null): %v, callback called %v", err, called)
+	}
+	stop := fmt.Errorf("stop")
+	var seen []string
+	err := Object([]byte(`{"a":1,"b":2,"c":3}`), func(k, _ []byte) error {
+		seen = append(seen, string(k))
+		if string(k) == "b" {
+			return stop
+		}
+		return nil
+	})
+	if err != stop || len(seen) != 2 {
+		t.Errorf("Object stopping at b: %v after %v", err, seen)
+	}
+	if err := Object([]byte(`{"a":`), func([]byte, []byte) error { return nil }); err == nil {
+		t.Errorf("Object of a cut value: no error")
+	}
+}
