@@ -80,3 +80,12 @@ func makeAuthClusterAware(g *genericapiserver.Config, rbac *clusterrbac.Authoriz
 		g.RuleResolver = clusterauthz.RuleResolver{Delegate: g.RuleResolver, Clusters: rbac}
 	}
 }
+
+// convertServed turns a served default (storage/serveddefaults: a v1
+// object) into the internal type the API server's stores hold, defaulted
+// first, as the storage codec defaults what it decodes before converting
+// (clusterstore.ConvertObject).
+func convertServed(in, out runtime.Object) error {
+	legacyscheme.Scheme.Default(in)
+	return legacyscheme.Scheme.Convert(in, out, nil)
+}

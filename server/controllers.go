@@ -166,12 +166,14 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 		}
 		// The writers' informers list every object of their resources as
 		// soon as that resource's watch cache is filled; at start-up they
-		// would compete with the caches still filling (at 100,000
-		// workspaces the config maps' fill, the last, took 5 s longer while
-		// the service accounts and namespaces were listed), so they start
-		// once every cache is filled. Nothing /readyz waits for needs them.
+		// would compete with the caches still filling and with the lists
+		// /readyz waits for (at 100,000 workspaces the config maps' fill
+		// took 5 s longer while the service accounts and namespaces were
+		// listed), so they start once /readyz passes. Nothing /readyz
+		// waits for needs them. (Upstream's storage-readiness check is not
+		// enough: it does not wait for the namespaces' cache.)
 		afterFill := func(ctx context.Context) {
-			if waitStorageFilled(ctx, hc.LoopbackClientConfig) {
+			if waitReady(ctx, hc.LoopbackClientConfig) {
 				writers(ctx)
 			}
 		}

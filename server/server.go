@@ -98,6 +98,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	}
 	defer kine.Stop()
 	clusterstore.LatestRevision = kine.HandedRevision
+	clusterstore.ListObjects, clusterstore.ConvertObject = kine.ListObjects, convertServed
 	// Upstream's watch cache consistency check lists every cached resource
 	// from the cache and again from the datastore every 5 to 7.5 minutes.
 	// Here one cache holds a resource of every logical cluster: at 10,000
@@ -239,13 +240,6 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *b
 		exports := exportview.New(view, gc.Authentication.Authenticator, gc.Authorization.Authorizer, boundAPIs)
 		return requestlimits.WithURILimit(exports)
 	}
-}
-
-// waitStorageFilled waits until upstream's storage readiness check (every
-// built-in resource's watch cache filled) passes; false if ctx ends first.
-// A server without that check counts as filled.
-func waitStorageFilled(ctx context.Context, cfg *rest.Config) bool {
-	return waitHealthy(ctx, cfg, "/readyz/poststarthook/storage-readiness", 100*time.Millisecond, http.StatusOK, http.StatusNotFound)
 }
 
 // waitReady waits until /readyz passes; false if ctx ends first.

@@ -8,6 +8,7 @@ package clusterstore
 import (
 	"context"
 	"fmt"
+	"path"
 	"reflect"
 	"strconv"
 	"strings"
@@ -32,6 +33,7 @@ import (
 
 	"github.com/kcpsql/kcp/storage/keys"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
+	"github.com/kcpsql/kcp/storage/serveddefaults"
 )
 
 // RESTOptionsGetter wraps the upstream getter of a server.
@@ -146,7 +148,8 @@ func withCacher(config *storagebackend.ConfigForResource, resourcePrefix string,
 	}
 	fed, count := &atomic.Uint64{}, &objectCount{}
 	c, err := cacherstorage.NewCacherFromConfig(cacherstorage.Config{
-		Storage:             cacheSource{Interface: raw, fed: fed, count: count},
+		Storage: cacheSource{Interface: raw, fed: fed, count: count,
+			prefix: path.Join("/", config.Prefix, resourcePrefix) + "/", codec: config.Codec},
 		Versioner:           storage.APIObjectVersioner{},
 		GroupResource:       config.GroupResource,
 		EventsHistoryWindow: config.EventsHistoryWindow,
@@ -319,18 +322,40 @@ func init() { legacyregistry.MustRegister(consistentListsFromDatastore) }
 // It also notes the newest resourceVersion it has handed the cache (fed):
 // see Store.GetList; and counts the objects it has handed (count): see
 // cachedStore.Stats.
+//
+// A resource whose range holds served defaults (storage/serveddefaults) is
+// read in this process instead (ListObjects): its defaults come as objects,
+// not encoded by kine, sent through its gRPC stream and decoded again, and
+// the items are made once at their final size rather than grown object by
+// object.
 type cacheSource struct {
 	storage.Interface
-	fed   *atomic.Uint64
-	count *objectCount
+	fed    *atomic.Uint64
+	count  *objectCount
+	prefix string // the resource's etcd key prefix, ending in "/"
+	codec  runtime.Codec
 }
+
+// ListObjects, when set (by the server, from its embedded kine), lists
+// every live key below an etcd prefix at the datastore's current revision,
+// served defaults as objects of their v1 type; ok is false when no default
+// is served there. ConvertObject turns such an object into the type the
+// store holds (defaulted, as decoding would). Both or neither are set.
+var (
+	ListObjects   func(ctx context.Context, prefix string) (rev int64, items []serveddefaults.Item, ok bool, err error)
+	ConvertObject func(in, out runtime.Object) error
+)
 
 func (cacheSource) IsWatchListSemanticsUnSupported() bool { return true }
 
 func (s cacheSource) GetList(ctx context.Context, key string, opts storage.ListOptions, out runtime.Object) error {
 	opts.Predicate.Limit, opts.Predicate.Continue = 0, ""
-	if err := s.Interface.GetList(ctx, key, opts, out); err != nil {
+	if read, err := s.listObjects(ctx, opts, out); err != nil {
 		return err
+	} else if !read {
+		if err := s.Interface.GetList(ctx, key, opts, out); err != nil {
+			return err
+		}
 	}
 	sharedList(out)
 	if m, err := meta.ListAccessor(out); err == nil {
@@ -340,6 +365,62 @@ func (s cacheSource) GetList(ctx context.Context, key string, opts storage.ListO
 		s.count.reset(meta.LenList(out))
 	}
 	return nil
+}
+
+// listObjects fills out from ListObjects, as etcd3's store would from the
+// same rows and defaults: each stored value decoded with the resource's
+// codec, each default converted, every object given its revision as its
+// resourceVersion and the list the revision read at. read is false when
+// the list is not one it takes (not the cache's unfiltered list of the
+// newest objects, or no default served in the range).
+func (s cacheSource) listObjects(ctx context.Context, opts storage.ListOptions, out runtime.Object) (read bool, err error) {
+	if ListObjects == nil || ConvertObject == nil || s.codec == nil || !opts.Recursive || !opts.Predicate.Empty() ||
+		(opts.ResourceVersion != "" && opts.ResourceVersion != "0") {
+		return false, nil
+	}
+	ptr, err := meta.GetItemsPtr(out)
+	if err != nil {
+		return false, nil
+	}
+	v := reflect.ValueOf(ptr).Elem()
+	if v.Kind() != reflect.Slice || v.Type().Elem().Kind() != reflect.Struct {
+		return false, nil
+	}
+	rev, items, ok, err := ListObjects(ctx, s.prefix)
+	if !ok {
+		return false, nil
+	}
+	if err != nil {
+		return true, storage.NewInternalError(fmt.Errorf("listing %s: %w", s.prefix, err))
+	}
+	objs := reflect.MakeSlice(v.Type(), len(items), len(items))
+	versioner := storage.APIObjectVersioner{}
+	for i, it := range items {
+		at := objs.Index(i)
+		obj := at.Addr().Interface().(runtime.Object)
+		if it.Object != nil {
+			err = ConvertObject(it.Object, obj)
+		} else {
+			var got runtime.Object
+			if got, _, err = s.codec.Decode(it.Value, nil, obj); err == nil && got != obj {
+				gv := reflect.ValueOf(got)
+				if gv.Kind() != reflect.Pointer || gv.Elem().Type() != at.Type() {
+					err = fmt.Errorf("decoded %T, not %s", got, at.Type())
+				} else {
+					at.Set(gv.Elem())
+				}
+			}
+		}
+		if err != nil {
+			return true, storage.NewInternalError(fmt.Errorf("decoding %s: %w", it.Key, err))
+		}
+		if err := versioner.UpdateObject(obj, uint64(it.Revision)); err != nil {
+			return true, err
+		}
+		items[i] = serveddefaults.Item{} // what is decoded need not wait for the rest
+	}
+	v.Set(objs)
+	return true, versioner.UpdateList(out, uint64(rev), "", nil)
 }
 
 func (s cacheSource) note(rv string) {

@@ -156,6 +156,19 @@ func (k *Kine) Range(ctx context.Context, prefix string, fn func(key string, val
 	return rangeOf(ctx, k.backend, prefix, fn)
 }
 
+// ListObjects lists every live key below prefix (which ends in "/") at
+// the current revision, served defaults as objects (serveddefaults'
+// ListObjects); ok is false when no default is served there.
+func (k *Kine) ListObjects(ctx context.Context, prefix string) (rev int64, items []serveddefaults.Item, ok bool, err error) {
+	sd, isServed := k.backend.(*serveddefaults.Backend)
+	if !isServed || !strings.HasSuffix(prefix, "/") {
+		return 0, nil, false, nil
+	}
+	end := []byte(prefix)
+	end[len(end)-1]++
+	return sd.ListObjects(ctx, prefix, string(end))
+}
+
 // RangeRows is Range over what is stored: without the defaults
 // storage/serveddefaults serves and without the tombstones of deleted
 // ones. It is for caches that keep only objects a served default never is

@@ -157,6 +157,11 @@ func init() {
 	}
 }
 
+// has tells whether p has a default of kind k (object is nil exactly when
+// it has none): a LogicalCluster without a recorded owner has no owner
+// binding.
+func (k *kind) has(p *parent) bool { return k.src != logicalClusters || p.owner != "" }
+
 // key is the default's key for a parent's key rest.
 func (k *kind) key(parentRest string) string {
 	if k.src == namespaces {
@@ -595,7 +600,36 @@ func (k *kind) parentRange(lo, hi string) (string, string) {
 	return from, to
 }
 
+// entry is one key of a merged list: a stored row (kv) or the served
+// default of kind k of parent p.
+type entry struct {
+	key string
+	kv  *kineserver.KeyValue
+	k   *kind
+	p   *parent
+}
+
 // list merges the stored rows of [key, end) with the served defaults.
+func (b *Backend) list(ctx context.Context, key, end string, limit, revision int64, only bool) (int64, []*kineserver.KeyValue, error) {
+	rev, entries, err := b.merge(ctx, key, end, limit, revision)
+	if err != nil {
+		return rev, nil, err
+	}
+	out := make([]*kineserver.KeyValue, 0, len(entries))
+	for _, e := range entries {
+		kv := e.kv
+		if kv == nil {
+			if kv = b.served(e.k, e.p); kv == nil {
+				continue
+			}
+		}
+		out = append(out, keysOnly(kv, only))
+	}
+	return rev, out, nil
+}
+
+// merge lists [key, end): the stored rows and the served defaults, in key
+// order.
 //
 // Keys may sort differently from the parents they derive from ("a-b/x" <
 // "a/x" but namespace "a" < "a-b"), so a page is built from a window of rows
@@ -604,10 +638,10 @@ func (k *kind) parentRange(lo, hi string) (string, string) {
 // could add when parents were (kind.cutAfter). kine reads a page as
 // complete when it has fewer than limit keys, so a window that proves too
 // few keys is widened until it proves limit of them or holds everything.
-func (b *Backend) list(ctx context.Context, key, end string, limit, revision int64, only bool) (int64, []*kineserver.KeyValue, error) {
+func (b *Backend) merge(ctx context.Context, key, end string, limit, revision int64) (int64, []entry, error) {
 	window := limit
 	for {
-		rev, rows, err := b.Backend.List(ctx, key, end, window, revision, only)
+		rev, rows, err := b.Backend.List(ctx, key, end, window, revision, false)
 		if err != nil {
 			return rev, nil, err
 		}
@@ -620,7 +654,7 @@ func (b *Backend) list(ctx context.Context, key, end string, limit, revision int
 			cut = rows[len(rows)-1].Key + "\x00"
 		}
 		stored := map[string]*kineserver.KeyValue{}
-		var out []*kineserver.KeyValue
+		out := make([]entry, 0, len(rows))
 		for _, kv := range rows {
 			if _, _, ok := defaultOf(kv.Key); ok {
 				stored[kv.Key] = kv
@@ -628,7 +662,7 @@ func (b *Backend) list(ctx context.Context, key, end string, limit, revision int
 					continue
 				}
 			}
-			out = append(out, kv)
+			out = append(out, entry{key: kv.Key, kv: kv})
 		}
 		for _, k := range overlaps(key, end) {
 			lo, hi := max(key, k.prefix), min(end, k.end)
@@ -647,16 +681,14 @@ func (b *Backend) list(ctx context.Context, key, end string, limit, revision int
 				dk := k.key(p.rest)
 				// Below cut, the rows read hold every row there is: the
 				// map says whether dk is stored.
-				if dk < lo || dk >= hi || hides(stored[dk], p) {
+				if dk < lo || dk >= hi || hides(stored[dk], p) || !k.has(p) {
 					continue
 				}
-				if kv := b.served(k, p); kv != nil {
-					out = append(out, keysOnly(kv, only))
-				}
+				out = append(out, entry{key: dk, k: k, p: p})
 			}
 		}
-		sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-		n := sort.Search(len(out), func(i int) bool { return out[i].Key >= cut })
+		sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+		n := sort.Search(len(out), func(i int) bool { return out[i].key >= cut })
 		out = out[:n]
 		if limit <= 0 || int64(len(out)) >= limit || cut == end {
 			if limit > 0 && int64(len(out)) > limit {
@@ -666,6 +698,42 @@ func (b *Backend) list(ctx context.Context, key, end string, limit, revision int
 		}
 		window *= 2
 	}
+}
+
+// Item is one object of ListObjects: a stored row (Value, as the API
+// server wrote it) or a served default (Object, of the resource's v1 type,
+// never shared with another Item).
+type Item struct {
+	Key      string
+	Revision int64
+	Value    []byte
+	Object   runtime.Object
+}
+
+// ListObjects lists [key, end) at the current revision as List does, with
+// the served defaults handed as objects instead of encoded: for a reader
+// in this process (the API server's watch caches fill themselves from it)
+// that would only decode them again. ok is false when no default is served
+// in the range (nothing to gain: read it as any other).
+func (b *Backend) ListObjects(ctx context.Context, key, end string) (rev int64, items []Item, ok bool, err error) {
+	if end == "" || len(overlaps(key, end)) == 0 {
+		return 0, nil, false, nil
+	}
+	rev, entries, err := b.merge(ctx, key, end, 0, 0)
+	if err != nil {
+		return rev, nil, true, err
+	}
+	items = make([]Item, 0, len(entries))
+	for _, e := range entries {
+		if e.kv != nil {
+			items = append(items, Item{Key: e.key, Revision: e.kv.ModRevision, Value: e.kv.Value})
+			continue
+		}
+		if o := e.k.object(b, e.p); o != nil {
+			items = append(items, Item{Key: e.key, Revision: e.p.createRev, Object: o})
+		}
+	}
+	return rev, items, true, nil
 }
 
 // clusterStart is where the parents whose defaults can sort at or after a

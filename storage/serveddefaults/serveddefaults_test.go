@@ -1,6 +1,7 @@
 package serveddefaults_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/kcpsql/kcp/storage/datastore/datastoretest"
@@ -23,6 +25,13 @@ const ca = "-----BEGIN CERTIFICATE-----\ntest\n-----END CERTIFICATE-----\n"
 // and returns an etcd client of it: the tests speak the etcd API, as the
 // API server does.
 func start(t *testing.T) *clientv3.Client {
+	t.Helper()
+	cli, _ := startKine(t)
+	return cli
+}
+
+// startKine is start that also returns the embedded kine.
+func startKine(t *testing.T) (*clientv3.Client, *embeddedkine.Kine) {
 	t.Helper()
 	dir := t.TempDir()
 	ds := datastoretest.Migrated(t, datastoretest.SQLiteDSN(t))
@@ -39,7 +48,7 @@ func start(t *testing.T) *clientv3.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	return cli
+	return cli, k
 }
 
 func nsKey(cluster, name string) string { return "/registry/core/namespaces/" + cluster + "/" + name }
@@ -476,5 +485,83 @@ func TestServedOwnerBinding(t *testing.T) {
 	}
 	if get(t, cli, crbKey("root:y")) != nil {
 		t.Error("the owner binding of a deleted workspace is served")
+	}
+}
+
+// TestListObjects: the in-process list a watch cache fills itself from
+// holds what a list through the etcd API holds, key for key: stored rows
+// as stored, served defaults as the objects whose encoding the etcd API
+// serves, each at the same revision; tombstones, terminating namespaces'
+// defaults and workspaces without an owner hold nothing.
+func TestListObjects(t *testing.T) {
+	cli, k := startKine(t)
+	ctx := context.Background()
+	lcKey := func(c string) string { return "/registry/tenancy.kcp.io/logicalclusters/" + c + "/cluster" }
+	for i, n := range []string{"a", "a-b", "b", "gone", "ending"} {
+		create(t, cli, nsKey("root:x", n), nsValue(n, fmt.Sprintf("uid-%d", i), n == "ending"))
+	}
+	create(t, cli, nsKey("root:x-y", "a"), nsValue("a", "uid-xy", false))
+	create(t, cli, lcKey("root:x"), lcValue("uid-lx", "alice"))
+	create(t, cli, lcKey("root:y"), lcValue("uid-ly", ""))
+	create(t, cli, "/registry/core/serviceaccounts/root:x/a-b/builder", `{"kind":"ServiceAccount","apiVersion":"v1","metadata":{"name":"builder","namespace":"a-b"}}`)
+	// A changed default is a row; a deleted one a tombstone.
+	cur := get(t, cli, saKey("root:x", "b"))
+	if _, ok := update(t, cli, saKey("root:x", "b"), `{"kind":"ServiceAccount","apiVersion":"v1","metadata":{"name":"default","namespace":"b","labels":{"changed":"yes"}}}`, cur.ModRevision); !ok {
+		t.Fatal("updating a served default failed")
+	}
+	if !del(t, cli, cmKey("root:x", "gone"), get(t, cli, cmKey("root:x", "gone")).ModRevision) {
+		t.Fatal("deleting a served default failed")
+	}
+
+	for _, prefix := range []string{"/registry/core/serviceaccounts/", "/registry/core/configmaps/", "/registry/rbac.authorization.k8s.io/clusterrolebindings/"} {
+		rev, items, ok, err := k.ListObjects(ctx, prefix)
+		if err != nil || !ok {
+			t.Fatalf("%s: ok %v, %v", prefix, ok, err)
+		}
+		resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Header.Revision != rev {
+			t.Fatalf("%s: listed at %d, the etcd API's list at %d (nothing was written in between)", prefix, rev, resp.Header.Revision)
+		}
+		var gotKeys []string
+		for _, it := range items {
+			gotKeys = append(gotKeys, it.Key)
+		}
+		if want := keysOf(resp.Kvs); strings.Join(gotKeys, " ") != strings.Join(want, " ") {
+			t.Fatalf("%s: in-process keys\n%v\nthe etcd API's\n%v", prefix, gotKeys, want)
+		}
+		served := 0
+		for i, it := range items {
+			kv := resp.Kvs[i]
+			if it.Revision != kv.ModRevision {
+				t.Errorf("%s at revision %d, through the etcd API %d", it.Key, it.Revision, kv.ModRevision)
+			}
+			value := it.Value
+			if it.Object != nil {
+				served++
+				if it.Value != nil {
+					t.Errorf("%s: both a value and an object", it.Key)
+				}
+				var buf bytes.Buffer
+				if err := protobuf.NewSerializer(clientgoscheme.Scheme, clientgoscheme.Scheme).Encode(it.Object, &buf); err != nil {
+					t.Fatal(err)
+				}
+				value = buf.Bytes()
+			}
+			if !bytes.Equal(value, kv.Value) {
+				t.Errorf("%s in-process:\n%s\nthrough the etcd API:\n%s", it.Key, asJSON(t, value), asJSON(t, kv.Value))
+			}
+		}
+		if served == 0 {
+			t.Errorf("%s: no served default among %d items", prefix, len(items))
+		}
+	}
+	// Ranges without served defaults are not taken.
+	for _, prefix := range []string{"/registry/core/namespaces/", "/registry/core/secrets/", "/registry/core/serviceaccounts"} {
+		if _, _, ok, err := k.ListObjects(ctx, prefix); ok || err != nil {
+			t.Errorf("%s: ok %v, %v; want not taken", prefix, ok, err)
+		}
 	}
 }

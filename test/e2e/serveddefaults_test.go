@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -180,9 +182,28 @@ func TestServedDefaults(t *testing.T) {
 		for _, sa := range l.Items {
 			before[sa.Namespace+"/"+sa.Name] = sa
 		}
+		// From the watch cache too (resourceVersion 0), whole objects: the
+		// cache was filled from the events of this run; after the restart
+		// it is filled by reading the datastore in-process (served
+		// defaults as objects, stored ones decoded), which must give the
+		// same objects, byte for byte once encoded.
+		cached := cachedDefaults(t, c)
 		w.Stop()
 		s.Stop()
 		s.Start()
+		c = s.Client(ws)
+		framework.Eventually(t, 30*time.Second, "the watch cache after the restart holds what it held before", func() (bool, string) {
+			after := cachedDefaults(t, c)
+			if len(after) != len(cached) {
+				return false, fmt.Sprintf("%d objects, before %d", len(after), len(cached))
+			}
+			for k, b := range cached {
+				if after[k] != b {
+					return false, fmt.Sprintf("%s after the restart:\n%s\nbefore:\n%s", k, after[k], b)
+				}
+			}
+			return true, ""
+		})
 		c2, err := kubernetes.NewForConfig(s.Config(ws))
 		if err != nil {
 			t.Fatal(err)
@@ -201,4 +222,44 @@ func TestServedDefaults(t *testing.T) {
 			}
 		}
 	})
+}
+
+// cachedDefaults reads the service accounts, config maps and
+// ClusterRoleBindings of c's workspace from the watch cache
+// (resourceVersion 0), as JSON by namespace/name.
+func cachedDefaults(t *testing.T, c kubernetes.Interface) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	rv0 := metav1.ListOptions{ResourceVersion: "0"}
+	out := map[string]string{}
+	add := func(kind string, items any) {
+		v := reflect.ValueOf(items)
+		for i := 0; i < v.Len(); i++ {
+			o := v.Index(i).Addr().Interface().(metav1.Object)
+			b, err := json.Marshal(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[kind+" "+o.GetNamespace()+"/"+o.GetName()] = string(b)
+		}
+	}
+	sas, err := c.CoreV1().ServiceAccounts("").List(ctx, rv0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add("serviceaccount", sas.Items)
+	cms, err := c.CoreV1().ConfigMaps("").List(ctx, rv0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add("configmap", cms.Items)
+	crbs, err := c.RbacV1().ClusterRoleBindings().List(ctx, rv0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add("clusterrolebinding", crbs.Items)
+	if len(sas.Items) == 0 || len(cms.Items) == 0 || len(crbs.Items) == 0 {
+		t.Fatalf("%d service accounts, %d config maps, %d ClusterRoleBindings: the defaults are missing", len(sas.Items), len(cms.Items), len(crbs.Items))
+	}
+	return out
 }
