@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	kineserver "github.com/k3s-io/kine/pkg/server"
 	"k8s.io/klog/v2"
 )
 
@@ -36,6 +37,7 @@ type scanned struct {
 	parents []*parent
 	rows    int
 	lastKey string
+	kvs     []*kineserver.KeyValue // the rows read
 }
 
 type scan struct {
@@ -98,7 +100,7 @@ func (b *Backend) readParents(ctx context.Context, src *source, from, to string,
 	if err != nil {
 		return scanned{}, err
 	}
-	res := scanned{parents: make([]*parent, 0, len(rows)), rows: len(rows)}
+	res := scanned{parents: make([]*parent, 0, len(rows)), rows: len(rows), kvs: rows}
 	for _, kv := range rows {
 		if p := parentOf(kv); p != nil && p.src == src {
 			res.parents = append(res.parents, p)

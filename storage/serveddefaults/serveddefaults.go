@@ -713,9 +713,16 @@ type Item struct {
 // ListObjects lists [key, end) at the current revision as List does, with
 // the served defaults handed as objects instead of encoded: for a reader
 // in this process (the API server's watch caches fill themselves from it)
-// that would only decode them again. ok is false when no default is served
-// in the range (nothing to gain: read it as any other).
+// that would only decode them again. The whole range of a kind of parent
+// (every namespace) is read once with the lists of the defaults derived
+// from it at the same revision (parentscan.go). ok is false for any other
+// range without a served default (nothing to gain: read it as any other).
 func (b *Backend) ListObjects(ctx context.Context, key, end string) (rev int64, items []Item, ok bool, err error) {
+	for _, src := range []*source{namespaces, logicalClusters} {
+		if key == src.prefix && end == src.end {
+			return b.listParents(ctx, src)
+		}
+	}
 	if end == "" || len(overlaps(key, end)) == 0 {
 		return 0, nil, false, nil
 	}
@@ -732,6 +739,23 @@ func (b *Backend) ListObjects(ctx context.Context, key, end string) (rev int64, 
 		if o := e.k.object(b, e.p); o != nil {
 			items = append(items, Item{Key: e.key, Revision: e.p.createRev, Object: o})
 		}
+	}
+	return rev, items, true, nil
+}
+
+// listParents is ListObjects of every parent of src.
+func (b *Backend) listParents(ctx context.Context, src *source) (int64, []Item, bool, error) {
+	rev, err := b.Backend.CurrentRevision(ctx)
+	if err != nil {
+		return 0, nil, true, err
+	}
+	read, err := b.parents(ctx, src, src.prefix, src.end, 0, rev)
+	if err != nil {
+		return 0, nil, true, err
+	}
+	items := make([]Item, len(read.kvs))
+	for i, kv := range read.kvs {
+		items[i] = Item{Key: kv.Key, Revision: kv.ModRevision, Value: kv.Value}
 	}
 	return rev, items, true, nil
 }

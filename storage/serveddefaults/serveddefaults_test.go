@@ -492,7 +492,8 @@ func TestServedOwnerBinding(t *testing.T) {
 // holds what a list through the etcd API holds, key for key: stored rows
 // as stored, served defaults as the objects whose encoding the etcd API
 // serves, each at the same revision; tombstones, terminating namespaces'
-// defaults and workspaces without an owner hold nothing.
+// defaults and workspaces without an owner hold nothing. The parents'
+// whole ranges (every namespace, every LogicalCluster) are taken too.
 func TestListObjects(t *testing.T) {
 	cli, k := startKine(t)
 	ctx := context.Background()
@@ -513,7 +514,8 @@ func TestListObjects(t *testing.T) {
 		t.Fatal("deleting a served default failed")
 	}
 
-	for _, prefix := range []string{"/registry/core/serviceaccounts/", "/registry/core/configmaps/", "/registry/rbac.authorization.k8s.io/clusterrolebindings/"} {
+	for _, prefix := range []string{"/registry/core/serviceaccounts/", "/registry/core/configmaps/", "/registry/rbac.authorization.k8s.io/clusterrolebindings/",
+		"/registry/core/namespaces/", "/registry/tenancy.kcp.io/logicalclusters/"} {
 		rev, items, ok, err := k.ListObjects(ctx, prefix)
 		if err != nil || !ok {
 			t.Fatalf("%s: ok %v, %v", prefix, ok, err)
@@ -554,12 +556,12 @@ func TestListObjects(t *testing.T) {
 				t.Errorf("%s in-process:\n%s\nthrough the etcd API:\n%s", it.Key, asJSON(t, value), asJSON(t, kv.Value))
 			}
 		}
-		if served == 0 {
-			t.Errorf("%s: no served default among %d items", prefix, len(items))
+		if isParents := strings.Contains(prefix, "namespaces") || strings.Contains(prefix, "logicalclusters"); isParents != (served == 0) {
+			t.Errorf("%s: %d served defaults among %d items", prefix, served, len(items))
 		}
 	}
 	// Ranges without served defaults are not taken.
-	for _, prefix := range []string{"/registry/core/namespaces/", "/registry/core/secrets/", "/registry/core/serviceaccounts"} {
+	for _, prefix := range []string{"/registry/core/secrets/", "/registry/core/serviceaccounts", "/registry/core/namespaces/root:x/"} {
 		if _, _, ok, err := k.ListObjects(ctx, prefix); ok || err != nil {
 			t.Errorf("%s: ok %v, %v; want not taken", prefix, ok, err)
 		}

@@ -406,18 +406,24 @@ func TestWatchCacheSharedMaps(t *testing.T) {
 	change(a, "kube-system")
 	check("after a restart", a, b, "kube-system")
 
-	// The cache filled itself with a streamed read (etcd RangeStream,
-	// which the embedded kine serves in pieces of about 1.5 MiB), not one
-	// gRPC message holding every object of the resource, which at a
-	// million workspaces would pass gRPC's 2 GiB limit.
+	// The caches filled themselves without one gRPC message holding every
+	// object of a resource, which at a million workspaces would pass
+	// gRPC's 2 GiB limit: the config maps and namespaces in-process (no
+	// etcd list at all: storage/serveddefaults' ListObjects), the rest
+	// with a streamed read (etcd RangeStream, which the embedded kine
+	// serves in pieces of about 1.5 MiB).
 	metrics, err := s.Client("root").Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	streamed := `apiserver_storage_list_duration_seconds_count{group="",resource="configmaps",streamed="true"}`
-	unstreamed := `apiserver_storage_list_duration_seconds_count{group="",resource="configmaps",streamed="false"}`
-	if !strings.Contains(string(metrics), streamed) || strings.Contains(string(metrics), unstreamed) {
-		t.Errorf("the config map cache was not filled by a streamed read; list metrics:\n%s", grepLines(string(metrics), "apiserver_storage_list_duration_seconds_count"))
+	lists := grepLines(string(metrics), "apiserver_storage_list_duration_seconds_count")
+	for _, r := range []string{"configmaps", "namespaces", "secrets"} {
+		if strings.Contains(lists, `{group="",resource="`+r+`",streamed="false"}`) {
+			t.Errorf("%s were read by an unstreamed list; list metrics:\n%s", r, lists)
+		}
+	}
+	if !strings.Contains(lists, `{group="",resource="secrets",streamed="true"}`) {
+		t.Errorf("the secrets' cache was not filled by a streamed read; list metrics:\n%s", lists)
 	}
 }
 
