@@ -323,11 +323,12 @@ func init() { legacyregistry.MustRegister(consistentListsFromDatastore) }
 // see Store.GetList; and counts the objects it has handed (count): see
 // cachedStore.Stats.
 //
-// A resource whose range holds served defaults (storage/serveddefaults) is
-// read in this process instead (ListObjects): its defaults come as objects,
-// not encoded by kine, sent through its gRPC stream and decoded again, and
-// the items are made once at their final size rather than grown object by
-// object.
+// A resource whose range holds served defaults (storage/serveddefaults),
+// and the namespaces they derive from, are read in this process instead
+// (ListObjects): the defaults come as objects, not encoded by kine, sent
+// through its gRPC stream and decoded again; the namespaces come from the
+// read the defaults' lists make anyway; and the items are made once at
+// their final size rather than grown object by object.
 type cacheSource struct {
 	storage.Interface
 	fed    *atomic.Uint64
@@ -338,9 +339,10 @@ type cacheSource struct {
 
 // ListObjects, when set (by the server, from its embedded kine), lists
 // every live key below an etcd prefix at the datastore's current revision,
-// served defaults as objects of their v1 type; ok is false when no default
-// is served there. ConvertObject turns such an object into the type the
-// store holds (defaulted, as decoding would). Both or neither are set.
+// served defaults as objects of their v1 type; ok is false for a range it
+// does not read so (one without served defaults that is not every
+// namespace). ConvertObject turns such an object into the type the store
+// holds (defaulted, as decoding would). Both or neither are set.
 var (
 	ListObjects   func(ctx context.Context, prefix string) (rev int64, items []serveddefaults.Item, ok bool, err error)
 	ConvertObject func(in, out runtime.Object) error
@@ -372,7 +374,7 @@ func (s cacheSource) GetList(ctx context.Context, key string, opts storage.ListO
 // codec, each default converted, every object given its revision as its
 // resourceVersion and the list the revision read at. read is false when
 // the list is not one it takes (not the cache's unfiltered list of the
-// newest objects, or no default served in the range).
+// newest objects, or a range ListObjects does not read).
 func (s cacheSource) listObjects(ctx context.Context, opts storage.ListOptions, out runtime.Object) (read bool, err error) {
 	if ListObjects == nil || ConvertObject == nil || s.codec == nil || !opts.Recursive || !opts.Predicate.Empty() ||
 		(opts.ResourceVersion != "" && opts.ResourceVersion != "0") {
