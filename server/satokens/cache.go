@@ -124,14 +124,18 @@ func (c *objectCache) flush() {
 }
 
 // watch follows changes of resource (kind names it in keys) in all clusters
-// until ctx ends, restarting after failures; while it is down the cache is
-// not used and, when it comes back, starts empty.
-func (c *objectCache) watch(ctx context.Context, md metadata.Interface, resource schema.GroupVersionResource, kind string) {
+// (md) until ctx ends, restarting after failures; while it is down the
+// cache is not used and, when it comes back, starts empty. root is a
+// client of the root cluster.
+func (c *objectCache) watch(ctx context.Context, md, root metadata.Interface, resource schema.GroupVersionResource, kind string) {
 	r := md.Resource(resource)
 	for ctx.Err() == nil {
 		// Any list gives a current resourceVersion (kine's revisions are
-		// one sequence for all keys); one object of it is enough.
-		list, err := r.List(ctx, metav1.ListOptions{Limit: 1})
+		// one sequence for all keys); one object of root's is enough. (A
+		// page of one across every cluster read every namespace of every
+		// cluster for the served service accounts: a second of the
+		// datastore's time at 100,000 workspaces.)
+		list, err := root.Resource(resource).List(ctx, metav1.ListOptions{Limit: 1})
 		if err != nil {
 			klog.V(2).InfoS("service-account token cache: list failed; retrying", "resource", resource.Resource, "err", err)
 			sleep(ctx, time.Second)

@@ -54,8 +54,12 @@ func (g *Getter) Start(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	go g.cache.watch(ctx, md, corev1.SchemeGroupVersion.WithResource("serviceaccounts"), "sa")
-	go g.cache.watch(ctx, md, corev1.SchemeGroupVersion.WithResource("secrets"), "secret")
+	root, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	go g.cache.watch(ctx, md, root, corev1.SchemeGroupVersion.WithResource("serviceaccounts"), "sa")
+	go g.cache.watch(ctx, md, root, corev1.SchemeGroupVersion.WithResource("secrets"), "secret")
 	g.clients.Store(clients)
 	return nil
 }
