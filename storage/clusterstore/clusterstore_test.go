@@ -2,6 +2,7 @@ package clusterstore
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,9 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/watchlist"
 
 	"github.com/kcpsql/kcp/storage/logicalcluster"
+	"github.com/kcpsql/kcp/storage/serveddefaults"
 )
 
 func TestCacheKeyFunc(t *testing.T) {
@@ -47,11 +50,13 @@ func TestCacheKeyFunc(t *testing.T) {
 // recordingStore remembers the options of the last GetList.
 type recordingStore struct {
 	storage.Interface
-	last storage.ListOptions
+	last  storage.ListOptions
+	calls int
 }
 
 func (r *recordingStore) GetList(_ context.Context, _ string, opts storage.ListOptions, _ runtime.Object) error {
 	r.last = opts
+	r.calls++
 	return nil
 }
 
@@ -153,5 +158,91 @@ func TestCachedStoreCountsTheCache(t *testing.T) {
 	}
 	if n := stats(); n != 1 {
 		t.Errorf("after a relist of 1: %d objects", n)
+	}
+}
+
+// The in-process fill (ListObjects) decodes stored values with the
+// resource's codec and converts served objects, keeping the order, giving
+// each object its revision and the list the revision read at; one value it cannot decode fails the fill and
+// names its key. Other lists (a resourceVersion to read at, a range
+// ListObjects does not take) go to the store below.
+func TestCacheSourceFillsInProcess(t *testing.T) {
+	const n = 10000
+	items := func() []serveddefaults.Item {
+		out := make([]serveddefaults.Item, n)
+		for i := range out {
+			name := fmt.Sprintf("cm-%05d", i)
+			if i%2 == 0 {
+				out[i] = serveddefaults.Item{Key: "/registry/core/configmaps/root/ns/" + name, Revision: int64(100 + i),
+					Value: []byte(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"` + name + `","namespace":"ns"},"data":{"stored":"yes"}}`)}
+			} else {
+				out[i] = serveddefaults.Item{Key: "/registry/core/configmaps/root/ns/" + name, Revision: int64(100 + i),
+					Object: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Data: map[string]string{"served": "yes"}}}
+			}
+		}
+		return out
+	}
+	var give []serveddefaults.Item
+	ListObjects = func(_ context.Context, prefix string) (int64, []serveddefaults.Item, bool, error) {
+		if prefix != "/registry/core/configmaps/" {
+			return 0, nil, false, nil
+		}
+		return 99999, give, true, nil
+	}
+	ConvertObject = func(in, out runtime.Object) error {
+		*out.(*corev1.ConfigMap) = *in.(*corev1.ConfigMap)
+		return nil
+	}
+	defer func() { ListObjects, ConvertObject = nil, nil }()
+	rec := &recordingStore{}
+	src := cacheSource{Interface: rec, fed: &atomic.Uint64{}, count: &objectCount{}, prefix: "/registry/core/configmaps/",
+		codec: clientgoscheme.Codecs.LegacyCodec(corev1.SchemeGroupVersion)}
+	ctx := context.Background()
+	opts := storage.ListOptions{Recursive: true, ResourceVersion: "0", Predicate: storage.Everything}
+
+	give = items()
+	var list corev1.ConfigMapList
+	if err := src.GetList(ctx, "/core/configmaps", opts, &list); err != nil {
+		t.Fatal(err)
+	}
+	if rec.calls != 0 {
+		t.Error("the fill also read the store below")
+	}
+	if list.ResourceVersion != "99999" || len(list.Items) != n {
+		t.Fatalf("list at %q with %d items, want 99999 and %d", list.ResourceVersion, len(list.Items), n)
+	}
+	for i, cm := range list.Items {
+		want := "stored"
+		if i%2 == 1 {
+			want = "served"
+		}
+		if cm.Name != fmt.Sprintf("cm-%05d", i) || cm.ResourceVersion != fmt.Sprint(100+i) || cm.Data[want] != "yes" {
+			t.Fatalf("item %d: %s at %s with %v", i, cm.Name, cm.ResourceVersion, cm.Data)
+		}
+	}
+
+	give = items()
+	give[n-4].Value = []byte(`{"kind":"ConfigMap","apiVersion":"v1","metadata":`)
+	if err := src.GetList(ctx, "/core/configmaps", opts, &corev1.ConfigMapList{}); err == nil || !strings.Contains(err.Error(), "cm-09996") {
+		t.Errorf("a value that does not decode: %v", err)
+	}
+
+	for _, o := range []storage.ListOptions{{Recursive: true, ResourceVersion: "42", Predicate: storage.Everything}} {
+		before := rec.calls
+		if err := src.GetList(ctx, "/core/configmaps", o, &corev1.ConfigMapList{}); err != nil {
+			t.Fatal(err)
+		}
+		if rec.calls != before+1 {
+			t.Errorf("a list at resourceVersion %s did not go to the store below", o.ResourceVersion)
+		}
+	}
+	other := src
+	other.prefix = "/registry/core/secrets/"
+	before := rec.calls
+	if err := other.GetList(ctx, "/core/secrets", opts, &corev1.SecretList{}); err != nil {
+		t.Fatal(err)
+	}
+	if rec.calls != before+1 {
+		t.Error("a range ListObjects does not take did not go to the store below")
 	}
 }

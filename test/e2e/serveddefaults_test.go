@@ -224,9 +224,9 @@ func TestServedDefaults(t *testing.T) {
 	})
 }
 
-// cachedDefaults reads the service accounts, config maps and
-// ClusterRoleBindings of c's workspace from the watch cache
-// (resourceVersion 0), as JSON by namespace/name.
+// cachedDefaults reads the service accounts, config maps,
+// ClusterRoleBindings and namespaces of c's workspace from the watch cache
+// (resourceVersion 0), as JSON by kind and namespace/name.
 func cachedDefaults(t *testing.T, c kubernetes.Interface) map[string]string {
 	t.Helper()
 	ctx := context.Background()
@@ -258,8 +258,16 @@ func cachedDefaults(t *testing.T, c kubernetes.Interface) map[string]string {
 		t.Fatal(err)
 	}
 	add("clusterrolebinding", crbs.Items)
-	if len(sas.Items) == 0 || len(cms.Items) == 0 || len(crbs.Items) == 0 {
-		t.Fatalf("%d service accounts, %d config maps, %d ClusterRoleBindings: the defaults are missing", len(sas.Items), len(cms.Items), len(crbs.Items))
+	// The namespaces too (their managed fields included): the server's
+	// namespace informer starts from the objects of this cache's fill and
+	// trims its own copies.
+	nss, err := c.CoreV1().Namespaces().List(ctx, rv0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add("namespace", nss.Items)
+	if len(sas.Items) == 0 || len(cms.Items) == 0 || len(crbs.Items) == 0 || len(nss.Items) == 0 {
+		t.Fatalf("%d service accounts, %d config maps, %d ClusterRoleBindings, %d namespaces: the defaults are missing", len(sas.Items), len(cms.Items), len(crbs.Items), len(nss.Items))
 	}
 	return out
 }
