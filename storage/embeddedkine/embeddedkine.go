@@ -164,9 +164,15 @@ func (k *Kine) ListObjects(ctx context.Context, prefix string) (rev int64, items
 	if !isServed || !strings.HasSuffix(prefix, "/") {
 		return 0, nil, false, nil
 	}
+	return sd.ListObjects(ctx, prefix, prefixEnd(prefix))
+}
+
+// prefixEnd is the end of the range of keys below prefix, which ends in
+// "/": the range ends before "0".
+func prefixEnd(prefix string) string {
 	end := []byte(prefix)
 	end[len(end)-1]++
-	return sd.ListObjects(ctx, prefix, string(end))
+	return string(end)
 }
 
 // RangeRows is Range over what is stored: without the defaults
@@ -188,9 +194,7 @@ func rangeOf(ctx context.Context, backend kineserver.Backend, prefix string, fn 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	end := []byte(prefix)
-	end[len(end)-1]++ // a prefix ends in "/": the range ends before "0"
-	lr := backend.ListStream(ctx, prefix, string(end), 0, 0, false)
+	lr := backend.ListStream(ctx, prefix, prefixEnd(prefix), 0, 0, false)
 	var failed error
 	for kv := range lr.KVc {
 		if failed == nil {

@@ -615,15 +615,13 @@ func (b *Backend) list(ctx context.Context, key, end string, limit, revision int
 	if err != nil {
 		return rev, nil, err
 	}
-	out := make([]*kineserver.KeyValue, 0, len(entries))
-	for _, e := range entries {
+	out := make([]*kineserver.KeyValue, len(entries))
+	for i, e := range entries {
 		kv := e.kv
 		if kv == nil {
-			if kv = b.served(e.k, e.p); kv == nil {
-				continue
-			}
+			kv = b.served(e.k, e.p) // merge keeps only parents that have one
 		}
-		out = append(out, keysOnly(kv, only))
+		out[i] = keysOnly(kv, only)
 	}
 	return rev, out, nil
 }
@@ -730,14 +728,12 @@ func (b *Backend) ListObjects(ctx context.Context, key, end string) (rev int64, 
 	if err != nil {
 		return rev, nil, true, err
 	}
-	items = make([]Item, 0, len(entries))
-	for _, e := range entries {
+	items = make([]Item, len(entries))
+	for i, e := range entries {
 		if e.kv != nil {
-			items = append(items, Item{Key: e.key, Revision: e.kv.ModRevision, Value: e.kv.Value})
-			continue
-		}
-		if o := e.k.object(b, e.p); o != nil {
-			items = append(items, Item{Key: e.key, Revision: e.p.createRev, Object: o})
+			items[i] = Item{Key: e.key, Revision: e.kv.ModRevision, Value: e.kv.Value}
+		} else {
+			items[i] = Item{Key: e.key, Revision: e.p.createRev, Object: e.k.object(b, e.p)}
 		}
 	}
 	return rev, items, true, nil
