@@ -98,6 +98,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	}
 	defer kine.Stop()
 	clusterstore.LatestRevision = kine.HandedRevision
+	clusterstore.NewClient = kine.Client
 	clusterstore.ListObjects, clusterstore.ConvertObject = kine.ListObjects, convertServed
 	// Upstream's watch cache consistency check lists every cached resource
 	// from the cache and again from the datastore every 5 to 7.5 minutes.

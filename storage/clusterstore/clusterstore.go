@@ -122,7 +122,7 @@ func (g RESTOptionsGetter) GetRESTOptions(gr schema.GroupResource, example runti
 			s, destroy, err = withCacher(&c, resourcePrefix, cacheKeyFunc(resourcePrefix, keyFunc),
 				newFunc, newListFunc, sharedAttrs(getAttrs), triggers, indexers)
 		default:
-			s, destroy, err = generic.UndecoratedStorage(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrs, triggers, indexers)
+			s, destroy, err = newRawStorage(config, newFunc, newListFunc, resourcePrefix)
 		}
 		if err != nil {
 			return nil, nil, err
@@ -142,7 +142,7 @@ func (g RESTOptionsGetter) GetRESTOptions(gr schema.GroupResource, example runti
 func withCacher(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(runtime.Object) (string, error),
 	newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers,
 ) (storage.Interface, factory.DestroyFunc, error) {
-	raw, destroyRaw, err := generic.NewRawStorage(config, newFunc, newListFunc, resourcePrefix)
+	raw, destroyRaw, err := newRawStorage(config, newFunc, newListFunc, resourcePrefix)
 	if err != nil {
 		return nil, nil, err
 	}

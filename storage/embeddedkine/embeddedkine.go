@@ -100,6 +100,7 @@ type Kine struct {
 	wg       *sync.WaitGroup
 	socket   string
 	backend  kineserver.Backend
+	bridge   *kineserver.KVServerBridge
 	// rows is backend without the served defaults: what is stored.
 	rows kineserver.Backend
 	// Health says whether the datastore stores writes (/readyz).
@@ -300,7 +301,8 @@ func Start(cfg Config) (*Kine, error) {
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.MaxSendMsgSize(1<<31 - 1),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})}
 	gs := grpc.NewServer(opts...)
-	kineserver.New(backend, "unix", cfg.NotifyInterval, cfg.EmulatedVersion).Register(gs)
+	bridge := kineserver.New(backend, "unix", cfg.NotifyInterval, cfg.EmulatedVersion)
+	bridge.Register(gs)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -308,7 +310,7 @@ func Start(cfg Config) (*Kine, error) {
 			klog.ErrorS(err, "kine gRPC server stopped")
 		}
 	}()
-	k := &Kine{Endpoint: "unix://" + socket, grpc: gs, cancel: cancel, wg: wg, socket: socket, backend: backend, rows: rows, Health: health}
+	k := &Kine{Endpoint: "unix://" + socket, grpc: gs, cancel: cancel, wg: wg, socket: socket, backend: backend, bridge: bridge, rows: rows, Health: health}
 	if cfg.Notify && cfg.Datastore.Dialect == datastore.Postgres {
 		wg.Add(1)
 		go func() { defer wg.Done(); k.listen(ctx, cfg.Datastore.URL.String()) }()
