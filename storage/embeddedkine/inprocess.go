@@ -5,11 +5,11 @@ import (
 	"errors"
 	"io"
 
+	kineserver "github.com/k3s-io/kine/pkg/server"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	etcdkubernetes "go.etcd.io/etcd/client/v3/kubernetes"
 	"go.etcd.io/etcd/server/v3/proxy/grpcproxy/adapter"
-	kineserver "github.com/k3s-io/kine/pkg/server"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -122,7 +122,9 @@ func (s *rangeStream) Header() (metadata.MD, error) { return metadata.MD{}, nil 
 func (s *rangeStream) Trailer() metadata.MD         { return metadata.MD{} }
 func (s *rangeStream) CloseSend() error             { return nil }
 func (s *rangeStream) Context() context.Context     { return s.ctx }
-func (s *rangeStream) SendMsg(any) error            { return errors.New("a range stream takes no messages from its client") }
+func (s *rangeStream) SendMsg(any) error {
+	return errors.New("a range stream takes no messages from its client")
+}
 func (s *rangeStream) RecvMsg(m any) error {
 	r, err := s.Recv()
 	if err != nil {
