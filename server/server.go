@@ -36,6 +36,7 @@ import (
 	"github.com/kcpsql/kcp/server/errorlimit"
 	"github.com/kcpsql/kcp/server/exportview"
 	"github.com/kcpsql/kcp/server/incarnations"
+	"github.com/kcpsql/kcp/server/inmemory"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/memreturn"
 	"github.com/kcpsql/kcp/server/negotiated"
@@ -116,6 +117,15 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	if err != nil {
 		return err
 	}
+	// The server's own clients (controllers, informers, post-start hooks)
+	// reach it in memory, not through TLS to its port (server/inmemory).
+	// Clients upstream built while configuring (its shared informer
+	// factory) keep their TLS connections.
+	loopback := inmemory.New()
+	for _, c := range []*rest.Config{config.ControlPlane.Generic.LoopbackClientConfig,
+		config.APIExtensions.GenericConfig.LoopbackClientConfig, config.Aggregator.GenericConfig.LoopbackClientConfig} {
+		loopback.Use(c)
+	}
 	crds := crdserving.New(o.CRDHandlerIdle)
 	// A cluster's own CRD wins over a binding (which then reports the
 	// conflict). Negotiated APIs are served through bindings too.
@@ -192,6 +202,8 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	if err != nil {
 		return err
 	}
+	stopLoopback := loopback.Serve(chain.GenericAPIServer.Handler)
+	defer stopLoopback()
 	if err := prepared.Run(ctx); err != nil {
 		return fmt.Errorf("serving: %w", err)
 	}
