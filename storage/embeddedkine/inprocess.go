@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // Client returns an etcd client whose calls go straight to this kine's etcd
@@ -28,7 +29,7 @@ import (
 func (k *Kine) Client() *etcdkubernetes.Client {
 	c := clientv3.NewCtxClient(context.Background())
 	c.KV = clientv3.NewKVFromKVClient(kvClient{k.bridge}, c)
-	c.Watcher = clientv3.NewWatchFromWatchClient(adapter.WatchServerToWatchClient(k.bridge), c)
+	c.Watcher = clientv3.NewWatchFromWatchClient(watchClient{k.bridge}, c)
 	c.Lease = clientv3.NewLeaseFromLeaseClient(adapter.LeaseServerToLeaseClient(k.bridge), c, 0)
 	c.Maintenance = clientv3.NewMaintenanceFromMaintenanceClient(adapter.MaintenanceServerToMaintenanceClient(k.bridge), c)
 	c.Cluster = clientv3.NewClusterFromClusterClient(adapter.ClusterServerToClusterClient(k.bridge), c)
@@ -62,7 +63,20 @@ func (c kvClient) Range(ctx context.Context, in *pb.RangeRequest, _ ...grpc.Call
 	return r, asStatus(err)
 }
 
+// tooLarge is the error kine's gRPC server gives a request larger than it
+// takes (MaxRequestBytes): the in-process client keeps the same limit, so
+// an object too large for the datastore is refused, not stored.
+func tooLarge(m proto.Message) error {
+	if n := proto.Size(m); n > MaxRequestBytes {
+		return status.Errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", n, MaxRequestBytes)
+	}
+	return nil
+}
+
 func (c kvClient) Put(ctx context.Context, in *pb.PutRequest, _ ...grpc.CallOption) (*pb.PutResponse, error) {
+	if err := tooLarge(in); err != nil {
+		return nil, err
+	}
 	r, err := c.b.Put(ctx, in)
 	return r, asStatus(err)
 }
@@ -73,6 +87,9 @@ func (c kvClient) DeleteRange(ctx context.Context, in *pb.DeleteRangeRequest, _ 
 }
 
 func (c kvClient) Txn(ctx context.Context, in *pb.TxnRequest, _ ...grpc.CallOption) (*pb.TxnResponse, error) {
+	if err := tooLarge(in); err != nil {
+		return nil, err
+	}
 	r, err := c.b.Txn(ctx, in)
 	return r, asStatus(err)
 }

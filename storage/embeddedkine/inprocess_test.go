@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -132,6 +133,59 @@ func TestInProcessClient(t *testing.T) {
 			}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("watch events:\n got %q\nwant %q", got, want)
+			}
+
+			// Many watches from the first write on one stream of one client
+			// (etcd's client multiplexes the watches of one context), opened
+			// and closed while a writer writes: each sees every change up to
+			// the last write. On etcd's unbuffered adapter, kine's answer to
+			// one watch request and the client's next request waited for
+			// each other forever (TestWatchConsistency hung that way).
+			const more = 300
+			wrote := make(chan int64, 1)
+			go func() {
+				var last int64
+				for i := 0; i < more; i++ {
+					r, err := sock.Kubernetes.OptimisticPut(ctx, fmt.Sprintf("%smore-%d", prefix, i), []byte("m"), 0, etcdkubernetes.PutOptions{})
+					if err != nil || !r.Succeeded {
+						t.Errorf("write %d: %v", i, err)
+						break
+					}
+					last = r.Revision
+				}
+				wrote <- last
+			}()
+			var wg sync.WaitGroup
+			replays := make([]int, 40)
+			rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+			defer rcancel()
+			for i := range replays {
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					wctx, wcancel := context.WithCancel(rctx)
+					defer wcancel()
+					for wr := range in.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(start.Revision+1)) {
+						replays[i] += len(wr.Events)
+						if replays[i] >= len(want)+more {
+							break
+						}
+					}
+				}(i)
+				time.Sleep(5 * time.Millisecond)
+			}
+			finished := make(chan struct{})
+			go func() { wg.Wait(); close(finished) }()
+			select {
+			case <-finished:
+			case <-time.After(45 * time.Second):
+				t.Fatal("the replaying watches are stuck: the watch stream deadlocked")
+			}
+			<-wrote
+			for i, n := range replays {
+				if n != len(want)+more {
+					t.Errorf("replaying watch %d got %d of %d events", i, n, len(want)+more)
+				}
 			}
 
 			// Errors are the ones a socket client sees.
