@@ -106,12 +106,13 @@ func (c kvClient) RangeStream(ctx context.Context, in *pb.RangeRequest, _ ...grp
 	s := &rangeStream{ctx: ctx, cancel: cancel, chunks: make(chan *pb.RangeStreamResponse), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		s.err = asStatus(c.b.RangeStream(in, rangeStreamServer{s}))
+		s.err = asStatus(c.b.RangeStream(in, rangeStreamServer{s: s}))
 	}()
 	return s, nil
 }
 
 type rangeStream struct {
+	noMetadata
 	ctx    context.Context
 	cancel context.CancelFunc
 	chunks chan *pb.RangeStreamResponse
@@ -135,10 +136,8 @@ func (s *rangeStream) Recv() (*pb.RangeStreamResponse, error) {
 	}
 }
 
-func (s *rangeStream) Header() (metadata.MD, error) { return metadata.MD{}, nil }
-func (s *rangeStream) Trailer() metadata.MD         { return metadata.MD{} }
-func (s *rangeStream) CloseSend() error             { return nil }
-func (s *rangeStream) Context() context.Context     { return s.ctx }
+func (s *rangeStream) CloseSend() error         { return nil }
+func (s *rangeStream) Context() context.Context { return s.ctx }
 func (s *rangeStream) SendMsg(any) error {
 	return errors.New("a range stream takes no messages from its client")
 }
@@ -156,7 +155,10 @@ func (s *rangeStream) RecvMsg(m any) error {
 }
 
 // rangeStreamServer is the bridge's side of a rangeStream.
-type rangeStreamServer struct{ s *rangeStream }
+type rangeStreamServer struct {
+	noMetadata
+	s *rangeStream
+}
 
 func (r rangeStreamServer) Send(m *pb.RangeStreamResponse) error {
 	select {
@@ -167,10 +169,7 @@ func (r rangeStreamServer) Send(m *pb.RangeStreamResponse) error {
 	}
 }
 
-func (r rangeStreamServer) SetHeader(metadata.MD) error  { return nil }
-func (r rangeStreamServer) SendHeader(metadata.MD) error { return nil }
-func (r rangeStreamServer) SetTrailer(metadata.MD)       {}
-func (r rangeStreamServer) Context() context.Context     { return r.s.ctx }
+func (r rangeStreamServer) Context() context.Context { return r.s.ctx }
 func (r rangeStreamServer) SendMsg(m any) error {
 	msg, ok := m.(*pb.RangeStreamResponse)
 	if !ok {
@@ -179,3 +178,12 @@ func (r rangeStreamServer) SendMsg(m any) error {
 	return r.Send(msg)
 }
 func (r rangeStreamServer) RecvMsg(any) error { return io.EOF }
+
+// noMetadata is the gRPC metadata of an in-process stream: there is none.
+type noMetadata struct{}
+
+func (noMetadata) Header() (metadata.MD, error) { return metadata.MD{}, nil }
+func (noMetadata) Trailer() metadata.MD         { return metadata.MD{} }
+func (noMetadata) SetHeader(metadata.MD) error  { return nil }
+func (noMetadata) SendHeader(metadata.MD) error { return nil }
+func (noMetadata) SetTrailer(metadata.MD)       {}

@@ -9,7 +9,6 @@ import (
 	kineserver "github.com/k3s-io/kine/pkg/server"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 )
 
 // watchClient is the etcd Watch API of the bridge as a client. etcd's own
@@ -29,12 +28,13 @@ func (c watchClient) Watch(ctx context.Context, _ ...grpc.CallOption) (pb.Watch_
 		answers: make(chan *pb.WatchResponse), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		s.err = asStatus(c.b.Watch(watchServer{s}))
+		s.err = asStatus(c.b.Watch(watchServer{s: s}))
 	}()
 	return s, nil
 }
 
 type watchStream struct {
+	noMetadata
 	ctx    context.Context
 	cancel context.CancelFunc
 
@@ -98,9 +98,7 @@ func (s *watchStream) CloseSend() error {
 	return nil
 }
 
-func (s *watchStream) Header() (metadata.MD, error) { return metadata.MD{}, nil }
-func (s *watchStream) Trailer() metadata.MD         { return metadata.MD{} }
-func (s *watchStream) Context() context.Context     { return s.ctx }
+func (s *watchStream) Context() context.Context { return s.ctx }
 
 func (s *watchStream) SendMsg(m any) error {
 	r, ok := m.(*pb.WatchRequest)
@@ -125,7 +123,10 @@ func (s *watchStream) RecvMsg(m any) error {
 }
 
 // watchServer is the bridge's side of a watchStream.
-type watchServer struct{ s *watchStream }
+type watchServer struct {
+	noMetadata
+	s *watchStream
+}
 
 // Recv returns the next queued request; io.EOF after CloseSend.
 func (w watchServer) Recv() (*pb.WatchRequest, error) {
@@ -162,10 +163,7 @@ func (w watchServer) Send(r *pb.WatchResponse) error {
 	}
 }
 
-func (w watchServer) SetHeader(metadata.MD) error  { return nil }
-func (w watchServer) SendHeader(metadata.MD) error { return nil }
-func (w watchServer) SetTrailer(metadata.MD)       {}
-func (w watchServer) Context() context.Context     { return w.s.ctx }
+func (w watchServer) Context() context.Context { return w.s.ctx }
 
 func (w watchServer) SendMsg(m any) error {
 	r, ok := m.(*pb.WatchResponse)
