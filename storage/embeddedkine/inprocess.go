@@ -100,44 +100,73 @@ func (c kvClient) Compact(ctx context.Context, in *pb.CompactionRequest, _ ...gr
 }
 
 // RangeStream runs the bridge's stream in a goroutine that hands each
-// chunk over a channel; the caller's context ends it.
+// chunk over as the client reads it; the caller's context ends it.
 func (c kvClient) RangeStream(ctx context.Context, in *pb.RangeRequest, _ ...grpc.CallOption) (pb.KV_RangeStreamClient, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	s := &rangeStream{ctx: ctx, cancel: cancel, chunks: make(chan *pb.RangeStreamResponse), done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		s.err = asStatus(c.b.RangeStream(in, rangeStreamServer{s: s}))
-	}()
+	s := &rangeStream{handover: newHandover[pb.RangeStreamResponse](ctx)}
+	s.run(func() error { return c.b.RangeStream(in, rangeStreamServer{s: s}) })
 	return s, nil
 }
 
-type rangeStream struct {
-	noMetadata
+// handover carries a server's messages to an in-process client one at a
+// time: the server's send waits until the client reads (as gRPC's flow
+// control made it wait), and the client reads how the server's side
+// ended once it has taken every message.
+type handover[T any] struct {
 	ctx    context.Context
 	cancel context.CancelFunc
-	chunks chan *pb.RangeStreamResponse
+	ch     chan *T
 	done   chan struct{}
-	err    error // set before done closes
+	err    error // the server's end; set before done closes
 }
 
-// Recv returns the next chunk, io.EOF after the last, or the stream's error.
-func (s *rangeStream) Recv() (*pb.RangeStreamResponse, error) {
+func newHandover[T any](ctx context.Context) *handover[T] {
+	ctx, cancel := context.WithCancel(ctx)
+	return &handover[T]{ctx: ctx, cancel: cancel, ch: make(chan *T), done: make(chan struct{})}
+}
+
+// run runs the server's side of the stream in a goroutine.
+func (h *handover[T]) run(server func() error) {
+	go func() {
+		defer close(h.done)
+		h.err = asStatus(server())
+	}()
+}
+
+// Recv returns the server's next message, io.EOF after the last, or the
+// stream's error.
+func (h *handover[T]) Recv() (*T, error) {
 	select {
-	case r := <-s.chunks:
-		return r, nil
-	case <-s.done: // chunks is unbuffered: every chunk sent was taken
-		s.cancel()
-		if s.err != nil {
-			return nil, s.err
+	case m := <-h.ch:
+		return m, nil
+	case <-h.done: // ch is unbuffered: every message sent was taken
+		h.cancel()
+		if h.err != nil {
+			return nil, h.err
 		}
 		return nil, io.EOF
-	case <-s.ctx.Done():
-		return nil, asStatus(s.ctx.Err())
+	case <-h.ctx.Done():
+		return nil, asStatus(h.ctx.Err())
 	}
 }
 
-func (s *rangeStream) CloseSend() error         { return nil }
-func (s *rangeStream) Context() context.Context { return s.ctx }
+// send hands m to the client, waiting until it reads it.
+func (h *handover[T]) send(m *T) error {
+	select {
+	case h.ch <- m:
+		return nil
+	case <-h.ctx.Done():
+		return h.ctx.Err()
+	}
+}
+
+func (h *handover[T]) Context() context.Context { return h.ctx }
+
+type rangeStream struct {
+	noMetadata
+	*handover[pb.RangeStreamResponse]
+}
+
+func (s *rangeStream) CloseSend() error { return nil }
 func (s *rangeStream) SendMsg(any) error {
 	return errors.New("a range stream takes no messages from its client")
 }
@@ -160,16 +189,8 @@ type rangeStreamServer struct {
 	s *rangeStream
 }
 
-func (r rangeStreamServer) Send(m *pb.RangeStreamResponse) error {
-	select {
-	case r.s.chunks <- m:
-		return nil
-	case <-r.s.ctx.Done():
-		return r.s.ctx.Err()
-	}
-}
-
-func (r rangeStreamServer) Context() context.Context { return r.s.ctx }
+func (r rangeStreamServer) Send(m *pb.RangeStreamResponse) error { return r.s.send(m) }
+func (r rangeStreamServer) Context() context.Context             { return r.s.ctx }
 func (r rangeStreamServer) SendMsg(m any) error {
 	msg, ok := m.(*pb.RangeStreamResponse)
 	if !ok {

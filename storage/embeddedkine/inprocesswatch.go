@@ -23,29 +23,19 @@ import (
 type watchClient struct{ b *kineserver.KVServerBridge }
 
 func (c watchClient) Watch(ctx context.Context, _ ...grpc.CallOption) (pb.Watch_WatchClient, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	s := &watchStream{ctx: ctx, cancel: cancel, queued: make(chan struct{}, 1),
-		answers: make(chan *pb.WatchResponse), done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		s.err = asStatus(c.b.Watch(watchServer{s: s}))
-	}()
+	s := &watchStream{handover: newHandover[pb.WatchResponse](ctx), queued: make(chan struct{}, 1)}
+	s.run(func() error { return c.b.Watch(watchServer{s: s}) })
 	return s, nil
 }
 
 type watchStream struct {
 	noMetadata
-	ctx    context.Context
-	cancel context.CancelFunc
+	*handover[pb.WatchResponse] // the server's answers
 
 	mu       sync.Mutex
 	requests []*pb.WatchRequest
 	sendDone bool
 	queued   chan struct{} // a request or CloseSend is waiting
-
-	answers chan *pb.WatchResponse
-	done    chan struct{}
-	err     error // the server's end; set before done closes
 }
 
 // Send queues a request for the server; it does not wait for it.
@@ -71,22 +61,6 @@ func (s *watchStream) Send(r *pb.WatchRequest) error {
 	}
 }
 
-// Recv returns the server's next answer, or how the stream ended.
-func (s *watchStream) Recv() (*pb.WatchResponse, error) {
-	select {
-	case r := <-s.answers:
-		return r, nil
-	case <-s.done: // answers is unbuffered: every answer sent was taken
-		s.cancel()
-		if s.err != nil {
-			return nil, s.err
-		}
-		return nil, io.EOF
-	case <-s.ctx.Done():
-		return nil, asStatus(s.ctx.Err())
-	}
-}
-
 func (s *watchStream) CloseSend() error {
 	s.mu.Lock()
 	s.sendDone = true
@@ -97,8 +71,6 @@ func (s *watchStream) CloseSend() error {
 	}
 	return nil
 }
-
-func (s *watchStream) Context() context.Context { return s.ctx }
 
 func (s *watchStream) SendMsg(m any) error {
 	r, ok := m.(*pb.WatchRequest)
@@ -154,16 +126,8 @@ func (w watchServer) Recv() (*pb.WatchRequest, error) {
 }
 
 // Send hands an answer to the client, waiting until it reads it.
-func (w watchServer) Send(r *pb.WatchResponse) error {
-	select {
-	case w.s.answers <- r:
-		return nil
-	case <-w.s.ctx.Done():
-		return w.s.ctx.Err()
-	}
-}
-
-func (w watchServer) Context() context.Context { return w.s.ctx }
+func (w watchServer) Send(r *pb.WatchResponse) error { return w.s.send(r) }
+func (w watchServer) Context() context.Context       { return w.s.ctx }
 
 func (w watchServer) SendMsg(m any) error {
 	r, ok := m.(*pb.WatchResponse)
