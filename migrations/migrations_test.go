@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -29,16 +28,6 @@ var keysToCheck = []string{
 	"compact_rev_key",
 	"/registry/core/configmaps//ns/name",
 	"/a/b/c/d/e/f/g/h",
-	// a resource bound from an APIExport: the resource carries the export's identity
-	"/registry/example.com/widgets:0123456789abcdef0123/root:consumer/ns/w",
-	"/registry/core/secrets/system:crds/kube-system/token",
-	"/registry/example.com/Widgets_v2/root:x/y",
-	"/registry/core/namespaces/root:" + strings.Repeat("a", 63) + ":b/default",
-	"/registry/core/configmaps/root/ns/a\"b\\c%d é",
-	"gap-12",
-	"/registry/core/namespaces/",
-	"//registry",
-	"",
 }
 
 // dsns make a fresh datastore of each dialect.
@@ -214,80 +203,4 @@ func TestPlacementViews(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestSQLiteClusterColumnMigration: a SQLite datastore made with the first
-// cluster expression (schema 5) keeps every row's cluster, its views and its
-// change history when 0006 replaces the expression, and goes back down.
-func TestSQLiteClusterColumnMigration(t *testing.T) {
-	ctx := context.Background()
-	ds := freshDatastore(t, dsns["sqlite"])
-	if err := migrations.MigrateTo(ctx, ds, 5); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite3", ds.SQLiteDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	db.SetMaxOpenConns(1)
-	insert := func(k string) {
-		t.Helper()
-		v := fmt.Sprintf(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":%q}}`, k)
-		if _, err := db.Exec(`INSERT INTO kine (name, created, deleted, create_revision, prev_revision, lease, value, old_value) VALUES (?, 1, 0, 0, 0, 0, ?, NULL)`, k, []byte(v)); err != nil {
-			t.Fatalf("insert %q: %v", k, err)
-		}
-	}
-	for _, k := range keysToCheck {
-		insert(k)
-	}
-	for i := 0; i < 200; i++ {
-		insert(fmt.Sprintf("/registry/core/configmaps/root:org-%d:ws-%d/ns/cm", i%7, i))
-	}
-	if _, err := db.Exec(`INSERT INTO kcp_settings (name, value) VALUES ('change_history', 'on')`); err != nil {
-		t.Fatal(err)
-	}
-	check := func(when string) {
-		t.Helper()
-		rows, err := db.Query(`SELECT name, cluster FROM kine INDEXED BY kine_cluster_name_id_index WHERE cluster >= ''`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		n := 0
-		for rows.Next() {
-			var name, cluster string
-			if err := rows.Scan(&name, &cluster); err != nil {
-				t.Fatal(err)
-			}
-			if want := keys.ClusterOf(name); cluster != want {
-				t.Errorf("%s: cluster of %q = %q (from the index), want %q", when, name, cluster, want)
-			}
-			n++
-		}
-		if n < 200 {
-			t.Errorf("%s: %d rows in the cluster index, want every row", when, n)
-		}
-		var views int
-		if err := db.QueryRow(`SELECT count(*) FROM kcp_objects WHERE cluster = 'root:org-3:ws-10'`).Scan(&views); err != nil || views != 1 {
-			t.Errorf("%s: kcp_objects of one cluster: %d, %v", when, views, err)
-		}
-		if err := db.QueryRow(`SELECT count(*) FROM kcp_placements`).Scan(&views); err != nil {
-			t.Errorf("%s: kcp_placements: %v", when, err)
-		}
-	}
-	check("schema 5")
-	if st, err := migrations.Up(ctx, ds); err != nil || st.Version != st.Latest {
-		t.Fatalf("Up = %+v, %v", st, err)
-	}
-	check("after 0006")
-	insert("/registry/core/configmaps/root:after/ns/cm")
-	var changed string
-	if err := db.QueryRow(`SELECT cluster FROM kcp_changes WHERE key = '/registry/core/configmaps/root:after/ns/cm'`).Scan(&changed); err != nil || changed != "root:after" {
-		t.Errorf("change history after 0006: cluster %q, %v", changed, err)
-	}
-	if err := migrations.MigrateTo(ctx, ds, 5); err != nil {
-		t.Fatalf("down to 5: %v", err)
-	}
-	check("down again")
 }
