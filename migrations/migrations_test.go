@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -28,6 +29,16 @@ var keysToCheck = []string{
 	"compact_rev_key",
 	"/registry/core/configmaps//ns/name",
 	"/a/b/c/d/e/f/g/h",
+	// a resource bound from an APIExport: the resource carries the export's identity
+	"/registry/example.com/widgets:0123456789abcdef0123/root:consumer/ns/w",
+	"/registry/core/secrets/system:crds/kube-system/token",
+	"/registry/example.com/Widgets_v2/root:x/y",
+	"/registry/core/namespaces/root:" + strings.Repeat("a", 63) + ":b/default",
+	"/registry/core/configmaps/root/ns/a\"b\\c%d é",
+	"gap-12",
+	"/registry/core/namespaces/",
+	"//registry",
+	"",
 }
 
 // dsns make a fresh datastore of each dialect.
