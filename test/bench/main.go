@@ -500,8 +500,8 @@ func renderWorkspaces(rs []wsResult) string {
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "\nWorkspace creation (%d concurrent clients; a workspace counts when its status is Ready):\n\n", *clients)
-	fmt.Fprintf(&b, "| datastore | shape | workspaces | ready workspaces/s | RSS before -> after | RSS per workspace | live heap before -> after | live heap per workspace | goroutines before -> after |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| datastore | shape | workspaces | ready workspaces/s | server CPU per workspace | RSS before -> after | RSS per workspace | live heap before -> after | live heap per workspace | goroutines before -> after |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		per, rss, heap, heapPer, gor := "", "", "", "", ""
 		if r.rssAfter > 0 {
@@ -513,7 +513,7 @@ func renderWorkspaces(rs []wsResult) string {
 			heap = fmt.Sprintf("%.0f -> %.0f MiB", r.heapBefore, r.heapAfter)
 			heapPer = fmt.Sprintf("%.1f KiB", (r.heapAfter-r.heapBefore)*1024/float64(r.count))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %.0f | %s | %s | %s | %s | %s |\n", r.datastore, r.shape, r.count, r.perSec, rss, per, heap, heapPer, gor)
+		fmt.Fprintf(&b, "| %s | %s | %d | %.0f | %.2f ms | %s | %s | %s | %s | %s |\n", r.datastore, r.shape, r.count, r.perSec, float64(r.cpuPerWs)/float64(time.Millisecond), rss, per, heap, heapPer, gor)
 	}
 	return b.String()
 }

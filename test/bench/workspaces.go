@@ -18,10 +18,13 @@ var workspacesGVR = schema.GroupVersionResource{Group: "tenancy.kcp.io", Version
 
 // wsResult is one workspace-creation run.
 type wsResult struct {
-	datastore           string
-	shape               string
-	count               int
-	perSec              float64
+	datastore string
+	shape     string
+	count     int
+	perSec    float64
+	// cpuPerWs is the server's CPU time (user and system) from the first
+	// create until the last workspace is Ready, divided by their number.
+	cpuPerWs            time.Duration
 	rssBefore, rssAfter float64
 	// live heap after a forced collection, MiB
 	heapBefore, heapAfter float64
@@ -144,17 +147,18 @@ func benchWorkspaces(s *server, kind string, n int, log func(string, ...any)) ([
 		return nil, err
 	}
 	profiling := cpuProfile(root, fmt.Sprintf("workspaces-%s-cpu.pprof", kind), "flat workspace creation", log)
-	t0 := time.Now()
+	t0, cpu0 := time.Now(), cpuSeconds(s.cmd.Process.Pid)
 	if err := s.createWorkspaces(pairs); err != nil {
 		return nil, err
 	}
 	r.perSec = float64(n) / time.Since(t0).Seconds()
+	r.cpuPerWs = perWorkspace(cpuSeconds(s.cmd.Process.Pid)-cpu0, n)
 	profiling()
 	time.Sleep(3 * time.Second)
 	r.heapAfter, r.rssAfter, r.gorAfter = s.liveHeapMiB(), rssMiB(s.cmd.Process.Pid), s.goroutines()
 	s.writeProfile(fmt.Sprintf("workspaces-%s-after.pprof", kind), log, "heap", "gc", "1")
-	log("%d flat workspaces: %.0f/s, RSS %.0f -> %.0f MiB, live heap %.1f -> %.1f MiB, goroutines %d -> %d",
-		n, r.perSec, r.rssBefore, r.rssAfter, r.heapBefore, r.heapAfter, r.gorBefore, r.gorAfter)
+	log("%d flat workspaces: %.0f/s, server CPU %s per workspace, RSS %.0f -> %.0f MiB, live heap %.1f -> %.1f MiB, goroutines %d -> %d",
+		n, r.perSec, r.cpuPerWs.Round(10*time.Microsecond), r.rssBefore, r.rssAfter, r.heapBefore, r.heapAfter, r.gorBefore, r.gorAfter)
 	out = append(out, r)
 	if !*workspaceTree {
 		return out, nil
@@ -177,16 +181,22 @@ func benchWorkspaces(s *server, kind string, n int, log func(string, ...any)) ([
 		return nil, err
 	}
 	orgsTook := time.Since(t0)
-	t1 := time.Now()
+	t1, cpu1 := time.Now(), cpuSeconds(s.cmd.Process.Pid)
 	profiling = cpuProfile(root, fmt.Sprintf("workspaces-%s-tree-cpu.pprof", kind), "team workspace creation (tree)", log)
 	if err := s.createWorkspaces(teamPairs); err != nil {
 		return nil, err
 	}
 	profiling()
 	total := len(orgPairs) + len(teamPairs)
-	tr := wsResult{datastore: kind, shape: fmt.Sprintf("tree (%d orgs)", orgs), count: total, perSec: float64(total) / time.Since(t0).Seconds()}
-	log("%d tree workspaces: %.0f/s (the %d organizations first, %.1fs; then %d teams in them at %.0f/s)", total, tr.perSec,
-		len(orgPairs), orgsTook.Seconds(), len(teamPairs), float64(len(teamPairs))/time.Since(t1).Seconds())
+	tr := wsResult{datastore: kind, shape: fmt.Sprintf("tree (%d orgs)", orgs), count: total, perSec: float64(total) / time.Since(t0).Seconds(),
+		cpuPerWs: perWorkspace(cpuSeconds(s.cmd.Process.Pid)-cpu1, len(teamPairs))}
+	log("%d tree workspaces: %.0f/s (the %d organizations first, %.1fs; then %d teams in them at %.0f/s, server CPU %s per team)", total, tr.perSec,
+		len(orgPairs), orgsTook.Seconds(), len(teamPairs), float64(len(teamPairs))/time.Since(t1).Seconds(), tr.cpuPerWs.Round(10*time.Microsecond))
 	out = append(out, tr)
 	return out, nil
+}
+
+// perWorkspace divides seconds of CPU among n workspaces.
+func perWorkspace(seconds float64, n int) time.Duration {
+	return time.Duration(seconds * float64(time.Second) / float64(n))
 }
