@@ -10,9 +10,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 )
 
-var workspaceTree = flag.Bool("workspace-tree", true, "after the flat workspaces, also create as many as a tree (10 organizations with teams)")
+var (
+	workspaceTree = flag.Bool("workspace-tree", true, "after the flat workspaces, also create as many as a tree (10 organizations with teams)")
+	workspaceFlat = flag.Bool("workspace-flat", true, "create the flat workspaces; false with -workspace-tree creates only the tree, on a server without the flat ones (to compare the shapes at the same size)")
+)
 
 var workspacesGVR = schema.GroupVersionResource{Group: "tenancy.kcp.io", Version: "v1alpha1", Resource: "workspaces"}
 
@@ -146,6 +150,9 @@ func benchWorkspaces(s *server, kind string, n int, log func(string, ...any)) ([
 	if err != nil {
 		return nil, err
 	}
+	if !*workspaceFlat {
+		return benchTree(s, kind, n, root, log)
+	}
 	profiling := cpuProfile(root, fmt.Sprintf("workspaces-%s-cpu.pprof", kind), "flat workspace creation", log)
 	t0, cpu0 := time.Now(), cpuSeconds(s.cmd.Process.Pid)
 	if err := s.createWorkspaces(pairs); err != nil {
@@ -163,7 +170,12 @@ func benchWorkspaces(s *server, kind string, n int, log func(string, ...any)) ([
 	if !*workspaceTree {
 		return out, nil
 	}
+	tree, err := benchTree(s, kind, n, root, log)
+	return append(out, tree...), err
+}
 
+// benchTree creates n workspaces as a tree: organizations, then teams in them.
+func benchTree(s *server, kind string, n int, root kubernetes.Interface, log func(string, ...any)) ([]wsResult, error) {
 	// A tree: orgs, then teams inside them.
 	orgs := 10
 	if n < 100 {
@@ -176,13 +188,13 @@ func benchWorkspaces(s *server, kind string, n int, log func(string, ...any)) ([
 			teamPairs = append(teamPairs, [2]string{fmt.Sprintf("root:org-%d", o), fmt.Sprintf("team-%d", t)})
 		}
 	}
-	t0 = time.Now()
+	t0 := time.Now()
 	if err := s.createWorkspaces(orgPairs); err != nil {
 		return nil, err
 	}
 	orgsTook := time.Since(t0)
 	t1, cpu1 := time.Now(), cpuSeconds(s.cmd.Process.Pid)
-	profiling = cpuProfile(root, fmt.Sprintf("workspaces-%s-tree-cpu.pprof", kind), "team workspace creation (tree)", log)
+	profiling := cpuProfile(root, fmt.Sprintf("workspaces-%s-tree-cpu.pprof", kind), "team workspace creation (tree)", log)
 	if err := s.createWorkspaces(teamPairs); err != nil {
 		return nil, err
 	}
@@ -192,8 +204,7 @@ func benchWorkspaces(s *server, kind string, n int, log func(string, ...any)) ([
 		cpuPerWs: perWorkspace(cpuSeconds(s.cmd.Process.Pid)-cpu1, len(teamPairs))}
 	log("%d tree workspaces: %.0f/s (the %d organizations first, %.1fs; then %d teams in them at %.0f/s, server CPU %s per team)", total, tr.perSec,
 		len(orgPairs), orgsTook.Seconds(), len(teamPairs), float64(len(teamPairs))/time.Since(t1).Seconds(), tr.cpuPerWs.Round(10*time.Microsecond))
-	out = append(out, tr)
-	return out, nil
+	return []wsResult{tr}, nil
 }
 
 // perWorkspace divides seconds of CPU among n workspaces.
