@@ -66,7 +66,7 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/k3s-io/kine v0.17.5
-	github.com/mattn/go-sqlite3 v1.14.52 // not v1.14.53 (SQLite 3.54.1): kine's insert costs 4-5 times the CPU there (docs/performance.md)
+	github.com/mattn/go-sqlite3 v1.14.52 // not v1.14.53 (SQLite 3.54.1): kine's insert costs 2.5-5 times the CPU there (go run ./test/bench -sqlite-inserts 20000; docs/performance.md)
 	github.com/sirupsen/logrus v1.10.2
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10

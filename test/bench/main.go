@@ -95,6 +95,13 @@ func main() {
 		fmt.Print(renderNoisy(rs))
 		return
 	}
+	if *sqliteInserts > 0 {
+		if err := benchSQLiteInserts(*sqliteInserts, log); err != nil {
+			log("SQLite insert benchmark failed: %v", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *quotasOnly {
 		r, err := benchQuotas(log)
 		if err != nil {
