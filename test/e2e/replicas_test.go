@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/kcpsql/kcp/test/e2e/framework"
 )
@@ -29,11 +30,20 @@ func TestTwoReplicasOnPostgres(t *testing.T) {
 		_, err := b.Client("root:shared").CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
-	w, err := b.Client("root:shared").CoreV1().ConfigMaps("default").Watch(ctx, metav1.ListOptions{})
+	// A watch through B from a list's resourceVersion, as clients watch:
+	// the server may end a watch at any time, and a client resumes from the
+	// last resourceVersion it saw; what B must not do is skip a write.
+	cms := b.Client("root:shared").CoreV1().ConfigMaps("default")
+	list, err := cms.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	rv := list.ResourceVersion
+	w, err := cms.Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { w.Stop() }()
 	for i := 0; i < 5; i++ {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "from-a-" + string(rune('0'+i))}}
 		if _, err := a.Client("root:shared").CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
@@ -41,14 +51,30 @@ func TestTwoReplicasOnPostgres(t *testing.T) {
 		}
 	}
 	seen := map[string]bool{}
+	resumed := 0
 	for len(seen) < 5 {
 		select {
 		case ev, open := <-w.ResultChan():
 			if !open {
-				t.Fatalf("watch through B ended after %v; B's log:\n%s", seen, b.LogTail(60))
+				// Logged, not failed: ending a watch is the server's right.
+				resumed++
+				t.Logf("watch through B ended after %v; resuming from resourceVersion %s (B's log:\n%s)", seen, rv, b.LogTail(20))
+				if resumed > 3 {
+					t.Fatalf("the watch through B ended %d times before it delivered the 5 writes through A", resumed)
+				}
+				if w, err = cms.Watch(ctx, metav1.ListOptions{ResourceVersion: rv}); err != nil {
+					t.Fatalf("resuming the watch through B from %s: %v", rv, err)
+				}
+				continue
 			}
-			if cm, ok := ev.Object.(*corev1.ConfigMap); ok && len(cm.Name) > 7 && cm.Name[:7] == "from-a-" {
-				seen[cm.Name] = true
+			if ev.Type == watch.Error {
+				t.Fatalf("the watch through B failed after %v (from resourceVersion %s): %v", seen, rv, ev.Object)
+			}
+			if cm, ok := ev.Object.(*corev1.ConfigMap); ok {
+				rv = cm.ResourceVersion
+				if len(cm.Name) > 7 && cm.Name[:7] == "from-a-" {
+					seen[cm.Name] = true
+				}
 			}
 		case <-ctx.Done():
 			t.Fatalf("watch through B saw %v; B's log:\n%s", seen, b.LogTail(60))
@@ -67,7 +93,7 @@ func TestTwoReplicasOnPostgres(t *testing.T) {
 		t.Fatal("no replica holds the controllers' lease")
 	}
 	a.Kill()
-	list, err := b.Client("root:shared").CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
+	list, err = cms.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
