@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 	"time"
 
 	_ "github.com/mattn/go-sqlite3" // the driver kcp links, at go.mod's version
@@ -58,7 +57,7 @@ func benchSQLiteInserts(n int, log func(string, ...any)) error {
 		return err
 	}
 	value := []byte(`{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"default","labels":{"kubernetes.io/metadata.name":"default"},"annotations":{"kcp.io/cluster":"root:ws"}},"spec":{"finalizers":["kubernetes"]},"status":{"phase":"Active"},"padding":"` + strings.Repeat("x", 300) + `"}`)
-	cpu0, t0 := processCPU(), time.Now()
+	cpu0, t0 := cpuSeconds(os.Getpid()), time.Now()
 	for i := 0; i < n; i++ {
 		key := fmt.Sprintf("/registry/core/namespaces/root:ws-%07d/default", i)
 		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
@@ -76,17 +75,8 @@ func benchSQLiteInserts(n int, log func(string, ...any)) error {
 			log("  %d of %d inserts", i+1, n)
 		}
 	}
-	cpu, wall := processCPU()-cpu0, time.Since(t0)
+	cpu, wall := cpuSeconds(os.Getpid())-cpu0, time.Since(t0)
 	fmt.Printf("| SQLite | inserts | CPU per insert (user and system) | wall per insert |\n|---|---|---|---|\n")
-	fmt.Printf("| %s | %d | %.1f µs | %.1f µs |\n", version, n, float64(cpu.Microseconds())/float64(n), float64(wall.Microseconds())/float64(n))
+	fmt.Printf("| %s | %d | %.1f µs | %.1f µs |\n", version, n, cpu*1e6/float64(n), float64(wall.Microseconds())/float64(n))
 	return nil
-}
-
-// processCPU is this process's CPU time so far, user and system.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

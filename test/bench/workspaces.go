@@ -140,18 +140,18 @@ func benchWorkspaces(s *server, kind string, n int, log func(string, ...any)) ([
 	// Count "before" on a settled server: right after a start it is still
 	// starting caches and their goroutines.
 	waitSettled(s.cmd.Process.Pid, 2*time.Minute)
-	s.writeProfile(fmt.Sprintf("workspaces-%s-before.pprof", kind), log, "heap", "gc", "1")
-	r := wsResult{datastore: kind, shape: "flat", count: n, heapBefore: s.liveHeapMiB(), rssBefore: rssMiB(s.cmd.Process.Pid), gorBefore: s.goroutines()}
-	var pairs [][2]string
-	for i := 0; i < n; i++ {
-		pairs = append(pairs, [2]string{"root", fmt.Sprintf("flat-%d", i)})
-	}
 	root, err := s.client("root")
 	if err != nil {
 		return nil, err
 	}
 	if !*workspaceFlat {
 		return benchTree(s, kind, n, root, log)
+	}
+	s.writeProfile(fmt.Sprintf("workspaces-%s-before.pprof", kind), log, "heap", "gc", "1")
+	r := wsResult{datastore: kind, shape: "flat", count: n, heapBefore: s.liveHeapMiB(), rssBefore: rssMiB(s.cmd.Process.Pid), gorBefore: s.goroutines()}
+	var pairs [][2]string
+	for i := 0; i < n; i++ {
+		pairs = append(pairs, [2]string{"root", fmt.Sprintf("flat-%d", i)})
 	}
 	profiling := cpuProfile(root, fmt.Sprintf("workspaces-%s-cpu.pprof", kind), "flat workspace creation", log)
 	t0, cpu0 := time.Now(), cpuSeconds(s.cmd.Process.Pid)
