@@ -271,7 +271,7 @@ func Start(cfg Config) (*Kine, error) {
 		checked.createdRow = createdRow(cfg.DB, cfg.Datastore.Dialect)
 	}
 	if cfg.Datastore.Dialect == datastore.SQLite {
-		checked.writers = make(chan struct{}, 1)
+		checked.serial = newSerialWriter(ctx)
 	} else if n := maxWriters(cfg.Pool.MaxOpen); n > 0 {
 		checked.writers = make(chan struct{}, n)
 	}
