@@ -301,7 +301,7 @@ func Start(cfg Config) (*Kine, error) {
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.MaxSendMsgSize(1<<31 - 1),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})}
 	gs := grpc.NewServer(opts...)
-	bridge := kineserver.New(backend, "unix", cfg.NotifyInterval, cfg.EmulatedVersion)
+	bridge := kineserver.New(newFanout(backend), "unix", cfg.NotifyInterval, cfg.EmulatedVersion)
 	bridge.Register(gs)
 	wg.Add(1)
 	go func() {
