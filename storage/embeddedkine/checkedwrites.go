@@ -52,9 +52,9 @@ type checkedWrites struct {
 	// serial runs the writes one after another on one goroutine (SQLite,
 	// see write); nil elsewhere.
 	serial *serialWriter
-	// writers bounds the writes in flight (nil: no bound). PostgreSQL with
-	// a bounded kine pool: fewer than half of
-	// its connections, because kine v0.17.5's Append holds two of them at
+	// writers bounds the writes in flight (nil: no bound). PostgreSQL
+	// with a bounded kine pool: fewer than half of its connections,
+	// because kine v0.17.5's Append holds two of them at
 	// once (its transaction's, idle, and the one the INSERT runs on); with
 	// as many writes as connections, each held one and waited for another
 	// for ever (every create of 64 clients timed out on a pool of 30).
