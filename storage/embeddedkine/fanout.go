@@ -92,26 +92,31 @@ func (f *fanout) Watch(ctx context.Context, revision int64) kineserver.WatchResu
 		// Compacted, failed or abandoned: answer as the backend did,
 		// without the shared stream.
 		s.remove(sub, nil)
-		events := make(chan kineserver.EventBatch, 1)
-		if ok {
-			events <- first
-		}
-		close(events)
 		errc := make(chan error, 1)
 		if herr != nil {
 			errc <- herr
 		}
-		return kineserver.WatchResult{CurrentRevision: wr.CurrentRevision, CompactRevision: wr.CompactRevision, Eventc: events, Errorc: errc}
+		ended := endedWatch(wr, first, ok, errc)
+		ended.CompactRevision = wr.CompactRevision
+		return ended
 	}
 	if !s.arm(ctx, sub, first) {
 		// The shared stream ended meanwhile: the history, then the end
 		// of the watch; the client watches again from its last revision.
-		events := make(chan kineserver.EventBatch, 1)
-		events <- first
-		close(events)
-		return kineserver.WatchResult{CurrentRevision: wr.CurrentRevision, Eventc: events, Errorc: sub.errc}
+		return endedWatch(wr, first, true, sub.errc)
 	}
 	return kineserver.WatchResult{CurrentRevision: wr.CurrentRevision, Eventc: sub.events, Errorc: sub.errc}
+}
+
+// endedWatch answers a watch with its history batch (if it has one) and
+// then its end, kine's server reading errc once the events end.
+func endedWatch(wr kineserver.WatchResult, first kineserver.EventBatch, hasFirst bool, errc chan error) kineserver.WatchResult {
+	events := make(chan kineserver.EventBatch, 1)
+	if hasFirst {
+		events <- first
+	}
+	close(events)
+	return kineserver.WatchResult{CurrentRevision: wr.CurrentRevision, Eventc: events, Errorc: errc}
 }
 
 // sharedStream returns the running shared stream, starting one if there
