@@ -265,8 +265,11 @@ func (l listOnly) ListWithContext(ctx context.Context, o metav1.ListOptions) (ru
 	return cache.ToListerWatcherWithContext(l.ListerWatcher).ListWithContext(ctx, o)
 }
 
+// WatchWithContext resumes a watch the server ended (see resumeWatch):
+// a reflector that lists again instead would read every object of every
+// cluster.
 func (l listOnly) WatchWithContext(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-	return cache.ToListerWatcherWithContext(l.ListerWatcher).WatchWithContext(ctx, o)
+	return resumeWatch(ctx, cache.ToListerWatcherWithContext(l.ListerWatcher), o)
 }
 
 func (listOnly) IsWatchListSemanticsUnSupported() bool { return true }
