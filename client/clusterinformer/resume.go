@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // Delays between watches that the server ended before they delivered
@@ -86,6 +87,7 @@ func (r *resumingWatch) run(ctx context.Context, w watch.Interface) {
 		}
 		var err error
 		if w, err = r.lw.WatchWithContext(ctx, r.opts); err != nil {
+			klog.V(2).InfoS("Watching again after the server ended a watch failed", "resourceVersion", r.opts.ResourceVersion, "err", err)
 			if s, ok := err.(apierrors.APIStatus); ok {
 				status := s.Status()
 				r.send(ctx, watch.Event{Type: watch.Error, Object: &status})
