@@ -42,7 +42,7 @@ conformance: build bin/kubectl
 
 lint:
 	go vet ./...
-	test -z "$$(gofmt -l cmd server storage migrations schema syncer test)"
+	test -z "$$(gofmt -l client cmd server storage migrations schema syncer test)"
 
 clean:
 	rm -rf bin
