@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 )
 
 // scriptedWatches hands out one watch per call, as the test scripts them,
@@ -239,5 +240,69 @@ func TestResumeWatchStopsAndBacksOff(t *testing.T) {
 	wantEnd(t, w)
 	if !live.IsStopped() {
 		t.Error("the server's watch was not stopped")
+	}
+}
+
+// countingLists serves one list of every cluster and then the scripted
+// watches, counting the lists.
+type countingLists struct {
+	*scriptedWatches
+	mu    sync.Mutex
+	lists int
+}
+
+func (c *countingLists) ListWithContext(context.Context, metav1.ListOptions) (runtime.Object, error) {
+	c.mu.Lock()
+	c.lists++
+	c.mu.Unlock()
+	first := cm("root:a", "default", "first", nil)
+	return &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "10"}, Items: []corev1.ConfigMap{*first}}, nil
+}
+
+func (c *countingLists) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lists
+}
+
+// What a user of an informer across clusters sees when the API server ends
+// its watch at once, before any event (the watch cache dropping a client
+// that fell behind while the server was busy): the informer goes on from
+// where it was, with one list in all, and gets the next change. client-go's
+// reflector alone would take this for a "very short watch" and list every
+// object of every cluster again.
+func TestInformerDoesNotListAgainWhenTheServerEndsItsWatch(t *testing.T) {
+	lw := &countingLists{scriptedWatches: newScripted()}
+	ended := watch.NewFake()
+	ended.Stop() // ended by the server before delivering anything
+	lw.watches <- ended
+	next := watch.NewFake()
+	lw.watches <- next
+
+	inf := New[*corev1.ConfigMap](&cache.ListWatch{ListWithContextFunc: lw.ListWithContext, WatchFuncWithContext: lw.WatchWithContext})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go inf.Run(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("the informer did not sync")
+	}
+	second := cm("root:b", "default", "second", nil)
+	second.ResourceVersion = "11"
+	next.Add(second) // blocks until the informer's watch took it
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, ok, _ := inf.Indexer().GetByKey(Key("root:b", "default", "second")); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the change after the ended watch did not reach the informer's cache")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := lw.count(); n != 1 {
+		t.Errorf("%d lists of every cluster; want 1", n)
+	}
+	calls := lw.calls()
+	if len(calls) != 2 || calls[0].ResourceVersion != "10" || calls[1].ResourceVersion != "10" {
+		t.Errorf("watches %+v; want two, both from the list's resourceVersion 10", calls)
 	}
 }
