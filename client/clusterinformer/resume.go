@@ -2,6 +2,7 @@ package clusterinformer
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -88,7 +89,8 @@ func (r *resumingWatch) run(ctx context.Context, w watch.Interface) {
 		var err error
 		if w, err = r.lw.WatchWithContext(ctx, r.opts); err != nil {
 			klog.V(2).InfoS("Watching again after the server ended a watch failed", "resourceVersion", r.opts.ResourceVersion, "err", err)
-			if s, ok := err.(apierrors.APIStatus); ok {
+			var s apierrors.APIStatus
+			if errors.As(err, &s) {
 				status := s.Status()
 				r.send(ctx, watch.Event{Type: watch.Error, Object: &status})
 			}

@@ -3,6 +3,7 @@ package clusterinformer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -153,6 +154,7 @@ func TestResumeWatchPassesErrorsOn(t *testing.T) {
 		wantEvent bool
 	}{
 		{"status", apierrors.NewGone("too old"), true},
+		{"wrapped status", fmt.Errorf("watching configmaps: %w", apierrors.NewGone("too old")), true},
 		{"other", errors.New("connection refused"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
