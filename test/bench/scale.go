@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kcpsql/kcp/storage/datastore"
 )
@@ -272,6 +273,7 @@ func benchScale(bin, kind string, steps []int, log func(string, ...any)) ([]scal
 			return out, err
 		}
 		profiling := cpuProfile(root, tag+"-creates-cpu.pprof", "creating workspaces", log)
+		ended0 := terminatedWatchers(root)
 		t0 := time.Now()
 		if err := s.createWorkspaces(pairs); err != nil {
 			s.stop()
@@ -279,6 +281,11 @@ func benchScale(bin, kind string, steps []int, log func(string, ...any)) ([]scal
 		}
 		r.createsPerSec = float64(len(pairs)) / time.Since(t0).Seconds()
 		profiling()
+		if ended0 >= 0 {
+			if ended := terminatedWatchers(root); ended >= 0 {
+				log("  the watch cache ended %.0f watches whose client fell behind while creating (apiserver_terminated_watchers_total)", ended-ended0)
+			}
+		}
 		created += len(pairs)
 		s.stop()
 		log("%s, %d workspaces: ready %s after start, idle %s later; RSS %.0f MiB (%.1f KiB/workspace), live heap %.0f MiB (%.1f KiB/workspace); %d goroutines; %.0f workspaces/s created at this size",
@@ -384,4 +391,28 @@ func vacuum(ds *datastore.Datastore) error {
 	defer db.Close()
 	_, err = db.Exec("VACUUM ANALYZE kine")
 	return err
+}
+
+// terminatedWatchers sums apiserver_terminated_watchers_total over all
+// resources: watches the watch cache ended because their client fell
+// behind. -1 if /metrics could not be read.
+func terminatedWatchers(c kubernetes.Interface) float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	raw, err := c.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return -1
+	}
+	var sum float64
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "apiserver_terminated_watchers_total{") {
+			continue
+		}
+		if i := strings.LastIndexByte(line, ' '); i > 0 {
+			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
 }
