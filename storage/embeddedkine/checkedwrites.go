@@ -127,16 +127,34 @@ func (b checkedWrites) confirmedByRow(ctx context.Context, key string, value []b
 // itself (the slot stood idle 64% of the time while writes queued for
 // 30 ms). The serial writer takes the next write as soon as the last one
 // is done, without waiting for any goroutine to be scheduled.
-func (b checkedWrites) write(f func()) {
+//
+// On the serial writer f gets the caller's context without its
+// cancellation (its values kept). mattn/go-sqlite3 runs a statement
+// whose context can be cancelled on a goroutine of its own (to interrupt
+// it on cancellation), and kine's BEGIN and INSERT are two such
+// statements: the serial writer parked after each and, with the server
+// busy, waited for a processor before it could go on, the same wait as
+// the semaphore's (docs/performance.md, "SQLite's writes without
+// goroutines"). A write takes well under a millisecond and the writer runs
+// one at a time, so cancelling one mid-way gains nothing; a write whose
+// caller has gone before the writer takes it is not started (f gets the
+// cancelled context and fails at once, as before).
+func (b checkedWrites) write(ctx context.Context, f func(context.Context)) {
 	switch {
 	case b.serial != nil:
-		b.serial.run(f)
+		b.serial.run(func() {
+			if ctx.Err() != nil {
+				f(ctx)
+				return
+			}
+			f(context.WithoutCancel(ctx))
+		})
 	case b.writers != nil:
 		b.writers <- struct{}{}
 		defer func() { <-b.writers }()
-		f()
+		f(ctx)
 	default:
-		f()
+		f(ctx)
 	}
 }
 
@@ -211,7 +229,7 @@ func maxWriters(maxOpen int) int {
 func (b checkedWrites) Create(ctx context.Context, key string, value []byte, lease int64) (int64, error) {
 	var rev int64
 	var err error
-	b.write(func() { rev, err = b.Backend.Create(ctx, key, value, lease) })
+	b.write(ctx, func(ctx context.Context) { rev, err = b.Backend.Create(ctx, key, value, lease) })
 	switch {
 	case errors.Is(err, kineserver.ErrKeyExists):
 		// Our own row, stored by an INSERT whose commit reported failure?
@@ -306,7 +324,7 @@ func (b checkedWrites) Update(ctx context.Context, key string, value []byte, rev
 	var kv *kineserver.KeyValue
 	var ok bool
 	var err error
-	b.write(func() { rev, kv, ok, err = b.Backend.Update(ctx, key, value, revision, lease) })
+	b.write(ctx, func(ctx context.Context) { rev, kv, ok, err = b.Backend.Update(ctx, key, value, revision, lease) })
 	if err != nil {
 		b.health.failed(fmt.Errorf("update %s: %w", key, err))
 		return rev, kv, ok, err
@@ -334,7 +352,7 @@ func (b checkedWrites) Delete(ctx context.Context, key string, revision int64) (
 	var kv *kineserver.KeyValue
 	var ok bool
 	var err error
-	b.write(func() { rev, kv, ok, err = b.Backend.Delete(ctx, key, revision) })
+	b.write(ctx, func(ctx context.Context) { rev, kv, ok, err = b.Backend.Delete(ctx, key, revision) })
 	if err != nil {
 		b.health.failed(fmt.Errorf("delete %s: %w", key, err))
 		return rev, kv, ok, err

@@ -53,3 +53,36 @@ func TestMaxWriters(t *testing.T) {
 		}
 	}
 }
+
+type ctxKey struct{}
+
+// On SQLite's serial writer a write runs without its caller's cancellation
+// (mattn/go-sqlite3 runs a statement whose context can be cancelled on a
+// goroutine of its own, and the writer would wait to be scheduled after
+// each), keeping the context's values; a write whose caller has already
+// gone is handed the cancelled context, so it fails at once as before.
+// Elsewhere the caller's context is passed as it is.
+func TestWriteContext(t *testing.T) {
+	ctx, stop := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "v"))
+	defer stop()
+	serialCtx, stopWriter := context.WithCancel(context.Background())
+	defer stopWriter()
+	serial := checkedWrites{serial: newSerialWriter(serialCtx)}
+	bounded := checkedWrites{writers: make(chan struct{}, 1)}
+
+	var got context.Context
+	serial.write(ctx, func(c context.Context) { got = c })
+	if got.Done() != nil || got.Value(ctxKey{}) != "v" {
+		t.Errorf("serial write: Done() %v, value %v; want no cancellation and the caller's values", got.Done(), got.Value(ctxKey{}))
+	}
+	bounded.write(ctx, func(c context.Context) { got = c })
+	if got != ctx {
+		t.Error("a write off the serial writer does not get its caller's context")
+	}
+
+	stop()
+	serial.write(ctx, func(c context.Context) { got = c })
+	if got.Err() == nil {
+		t.Error("a serial write whose caller has gone got a live context: it would be stored for nobody")
+	}
+}
