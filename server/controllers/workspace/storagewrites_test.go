@@ -8,7 +8,10 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/storage/datastore/datastoretest"
@@ -131,5 +134,85 @@ func TestStorageWrites(t *testing.T) {
 	gone.SetName("b")
 	if err := r.storeStatus(ctx, "root", gone); !apierrors.IsNotFound(err) {
 		t.Errorf("status of a Workspace that is not stored: %v, want not found", err)
+	}
+}
+
+// countingStorage counts the creates that reach the storage layer.
+type countingStorage struct {
+	Storage
+	creates int
+}
+
+func (c *countingStorage) CreateKey(ctx context.Context, key string, value []byte) (int64, bool, error) {
+	c.creates++
+	return c.Storage.CreateKey(ctx, key, value)
+}
+
+// TestNewWorkspaceStoredOnceWhileTheRegistryCatchesUp: a new Workspace's
+// LogicalCluster and namespaces are stored on the first look; while the
+// registry has not routed the cluster yet the controller looks again and
+// only asks the registry (under load that took a few looks per workspace,
+// each storing the four objects again: four turns of SQLite's writer for
+// nothing). Once routed, the Workspace is Ready. A Workspace of the same
+// name with another UID is not taken for the one remembered.
+func TestNewWorkspaceStoredOnceWhileTheRegistryCatchesUp(t *testing.T) {
+	k := kinetest.Start(t, datastoretest.SQLiteDSN(t))
+	ctx := context.Background()
+	storage := &countingStorage{Storage: k}
+	routed := false
+	// A client that reaches no server: this look must not need one.
+	unreachable, err := dynamic.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &reconciler{serverURL: "https://kcp.example", storage: storage, ownerBindingServed: true,
+		clients:      func(logicalcluster.Name) (*clients, error) { return &clients{dynamic: unreachable}, nil },
+		clusterState: func(logicalcluster.Name) (bool, bool) { return routed, false }}
+
+	key := "/registry/tenancy.kcp.io/workspaces/root/a"
+	stored := `{"apiVersion":"tenancy.kcp.io/v1alpha1","kind":"Workspace","metadata":{"name":"a","uid":"ws-1","finalizers":["tenancy.kcp.io/workspace"],"annotations":{"kcp.io/cluster":"root"}},"spec":{}}`
+	rev, _, err := k.CreateKey(ctx, key, []byte(stored))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := &unstructured.Unstructured{}
+	if err := ws.UnmarshalJSON([]byte(stored)); err != nil {
+		t.Fatal(err)
+	}
+	ws.SetResourceVersion(strconv.FormatInt(rev, 10))
+	ws.SetCreationTimestamp(metav1.Now()) // a new workspace: looked at again soon
+
+	for look := 1; look <= 3; look++ {
+		after, err := r.reconcile(ctx, "root", ws.DeepCopy())
+		if err != nil || after != registryRetry {
+			t.Fatalf("look %d before the registry routes the cluster: again after %v, %v; want %v", look, after, err, registryRetry)
+		}
+		if storage.creates != 4 {
+			t.Fatalf("look %d: %d creates reached the storage layer, want the 4 of the first look (LogicalCluster, 3 namespaces)", look, storage.creates)
+		}
+	}
+	for _, n := range DefaultNamespaces {
+		if v, _, _ := k.GetKey(ctx, "/registry/core/namespaces/root:a/"+n); v == nil {
+			t.Errorf("namespace %s not stored", n)
+		}
+	}
+	if !r.stored.has("root:a", "ws-1") || r.stored.has("root:a", "ws-2") {
+		t.Error("the stored workspace is remembered by its UID")
+	}
+
+	routed = true
+	if after, err := r.reconcile(ctx, "root", ws.DeepCopy()); err != nil || after != 0 {
+		t.Fatalf("once routed: again after %v, %v", after, err)
+	}
+	value, _, _ := k.GetKey(ctx, key)
+	back := &unstructured.Unstructured{}
+	if err := back.UnmarshalJSON(value); err != nil {
+		t.Fatal(err)
+	}
+	if phase, _, _ := unstructured.NestedString(back.Object, "status", "phase"); phase != tenancy.PhaseReady || storage.creates != 4 {
+		t.Errorf("once routed: phase %q after %d creates, want Ready after 4", phase, storage.creates)
+	}
+	if r.stored.has("root:a", "ws-1") {
+		t.Error("a Ready workspace is still remembered")
 	}
 }

@@ -35,6 +35,10 @@ type reconciler struct {
 	// (storagewrites.go); clusterState is the registry's view of clusters.
 	storage      Storage
 	clusterState func(logicalcluster.Name) (exists, terminating bool)
+	// stored remembers the new workspaces whose objects are stored and
+	// that wait for the registry to route their cluster (see
+	// storedWorkspaces).
+	stored storedWorkspaces
 }
 
 func clientsFor(loopback *rest.Config) (func(logicalcluster.Name) (*clients, error), error) {
@@ -66,6 +70,7 @@ func (r *reconciler) reconcile(ctx context.Context, parent logicalcluster.Name, 
 		return 0, r.setStatus(ctx, parent, ws, "", "", err.Error())
 	}
 	if ws.GetDeletionTimestamp() != nil {
+		r.stored.forget(child)
 		return r.delete(ctx, parent, child, ws)
 	}
 	return r.bootstrap(ctx, parent, child, ws)

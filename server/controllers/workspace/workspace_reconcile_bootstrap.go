@@ -42,11 +42,15 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 	if phase == tenancy.PhaseReady {
 		return 0, r.syncLimits(ctx, child, logicalclusters.LimitsOf(ws, "spec", "limits"))
 	}
+	url := r.serverURL + "/clusters/" + string(child)
+	if r.stored.has(child, ws.GetUID()) {
+		// Stored on an earlier look: only the registry is awaited.
+		return r.setReady(ctx, parent, child, ws, url)
+	}
 	cc, err := r.clients(child)
 	if err != nil {
 		return 0, err
 	}
-	url := r.serverURL + "/clusters/" + string(child)
 	lc := &unstructured.Unstructured{Object: map[string]interface{}{
 		"apiVersion": tenancy.Group + "/" + tenancy.Version,
 		"kind":       "LogicalCluster",
@@ -108,15 +112,26 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 			return 0, err
 		}
 	}
-	// Ready means usable: the server routes requests to the cluster once
-	// its registry has seen the LogicalCluster (soon after it is stored).
+	return r.setReady(ctx, parent, child, ws, url)
+}
+
+// setReady sets a Workspace whose objects are stored Ready once the
+// registry routes requests to its cluster: Ready means usable, and the
+// registry sees a LogicalCluster soon after it is stored. Until then the
+// Workspace is looked at again, and that look only asks the registry.
+func (r *reconciler) setReady(ctx context.Context, parent, child logicalcluster.Name, ws *unstructured.Unstructured, url string) (time.Duration, error) {
 	if exists, _ := r.clusterState(child); !exists {
+		r.stored.remember(child, ws.GetUID())
 		if time.Since(ws.GetCreationTimestamp().Time) > 10*time.Second {
 			return time.Second, nil // not a moment's lag: look less often
 		}
 		return registryRetry, nil
 	}
-	return 0, r.setStatus(ctx, parent, ws, tenancy.PhaseReady, url, "")
+	if err := r.setStatus(ctx, parent, ws, tenancy.PhaseReady, url, ""); err != nil {
+		return 0, err
+	}
+	r.stored.forget(child)
+	return 0, nil
 }
 
 // registryRetry is how soon a workspace whose LogicalCluster the registry

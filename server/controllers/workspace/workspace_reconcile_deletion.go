@@ -88,6 +88,7 @@ func (r *reconciler) deleteOrphan(ctx context.Context, parent logicalcluster.Nam
 	if err != nil {
 		return 0, nil
 	}
+	r.stored.forget(child)
 	cc, err := r.clients(child)
 	if err != nil {
 		return 0, err
