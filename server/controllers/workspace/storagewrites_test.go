@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,8 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/storage/datastore/datastoretest"
@@ -160,13 +159,10 @@ func TestNewWorkspaceStoredOnceWhileTheRegistryCatchesUp(t *testing.T) {
 	ctx := context.Background()
 	storage := &countingStorage{Storage: k}
 	routed := false
-	// A client that reaches no server: this look must not need one.
-	unreachable, err := dynamic.NewForConfig(&rest.Config{Host: "http://127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A plain new workspace (finalizer set at admission, no type, owner
+	// binding served) needs no API request: no clients here.
 	r := &reconciler{serverURL: "https://kcp.example", storage: storage, ownerBindingServed: true,
-		clients:      func(logicalcluster.Name) (*clients, error) { return &clients{dynamic: unreachable}, nil },
+		clients:      func(c logicalcluster.Name) (*clients, error) { return nil, fmt.Errorf("no clients for %s in this test", c) },
 		clusterState: func(logicalcluster.Name) (bool, bool) { return routed, false }}
 
 	key := "/registry/tenancy.kcp.io/workspaces/root/a"
