@@ -134,8 +134,8 @@ func (b checkedWrites) confirmedByRow(ctx context.Context, key string, value []b
 // it on cancellation), and kine's BEGIN and INSERT are two such
 // statements: the serial writer parked after each and, with the server
 // busy, waited for a processor before it could go on, the same wait as
-// the semaphore's (docs/performance.md, "SQLite's writes without
-// goroutines"). A write takes well under a millisecond and the writer runs
+// the semaphore's (docs/performance.md, "Creation: a workspace's
+// objects stored once, SQLite's writes without goroutines"). A write takes well under a millisecond and the writer runs
 // one at a time, so cancelling one mid-way gains nothing; a write whose
 // caller has gone before the writer takes it is not started (f gets the
 // cancelled context and fails at once, as before).

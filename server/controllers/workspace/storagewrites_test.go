@@ -162,7 +162,9 @@ func TestNewWorkspaceStoredOnceWhileTheRegistryCatchesUp(t *testing.T) {
 	// A plain new workspace (finalizer set at admission, no type, owner
 	// binding served) needs no API request: no clients here.
 	r := &reconciler{serverURL: "https://kcp.example", storage: storage, ownerBindingServed: true,
-		clients:      func(c logicalcluster.Name) (*clients, error) { return nil, fmt.Errorf("no clients for %s in this test", c) },
+		clients: func(c logicalcluster.Name) (*clients, error) {
+			return nil, fmt.Errorf("no clients for %s in this test", c)
+		},
 		clusterState: func(logicalcluster.Name) (bool, bool) { return routed, false }}
 
 	key := "/registry/tenancy.kcp.io/workspaces/root/a"

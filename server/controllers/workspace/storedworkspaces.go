@@ -14,8 +14,9 @@ import (
 // to route their cluster. Under load that wait lasts a few looks (20 ms
 // apart), and every look used to store the objects again: four creates
 // that found their key taken, each a turn of SQLite's single writer and
-// two reads, about as many wasted writes as real ones per workspace
-// (docs/performance.md, "Creation: a workspace's objects stored once").
+// two reads: about two wasted writes for every three real ones
+// (docs/performance.md, "Creation: a workspace's objects stored once,
+// SQLite's writes without goroutines").
 //
 // An entry lives from the first look that finds the registry behind until
 // the Workspace is Ready, is being deleted, or is gone; a Workspace of the
