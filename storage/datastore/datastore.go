@@ -172,14 +172,27 @@ func (d *Datastore) Prepare(ctx context.Context) error {
 		return fmt.Errorf("datastore %s: checking for database %q: %v", d, target, err)
 	}
 	if !exists {
-		if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{target}.Sanitize()); err != nil {
-			var pgErr *pgconn.PgError
-			if !(errors.As(err, &pgErr) && pgErr.Code == "42P04") { // created concurrently by another replica
-				return fmt.Errorf("datastore %s: creating database %q: %v (grant CREATEDB or create it first)", d, target, err)
-			}
+		if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{target}.Sanitize()); err != nil && !createdConcurrently(ctx, conn, target, err) {
+			return fmt.Errorf("datastore %s: creating database %q: %v (grant CREATEDB or create it first)", d, target, err)
 		}
 	}
 	return nil
+}
+
+// createdConcurrently reports whether a failed CREATE DATABASE lost to
+// another replica creating the same database: replicas of a deployment
+// start together on a database that does not exist yet. PostgreSQL answers
+// the loser 42P04 (duplicate_database) when the other's create had
+// committed, and 23505 (unique_violation on pg_database's name index) when
+// both were inserting the catalog row at once; either way the database
+// must exist now.
+func createdConcurrently(ctx context.Context, conn *pgx.Conn, target string, err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || (pgErr.Code != "42P04" && pgErr.Code != "23505") {
+		return false
+	}
+	var exists bool
+	return conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", target).Scan(&exists) == nil && exists
 }
 
 func unwrapPg(err error) error {

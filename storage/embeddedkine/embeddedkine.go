@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -236,6 +237,22 @@ func init() {
 	}
 }
 
+// startBackend starts kine's backend. kine v0.17.5 creates its
+// compact_rev_key row the first time it starts on a database, after looking
+// for it outside any lock: replicas starting together on a new database
+// all create it, and every one but the first fails to start with
+// AlreadyExists ("duplicate key given in txn request"). The row is then
+// the first one's, committed, so starting again finds it (nothing else of
+// kine has started by then: the row is the first thing its log does).
+func startBackend(ctx context.Context, backend kineserver.Backend) error {
+	err := backend.Start(ctx)
+	if errors.Is(err, kineserver.ErrKeyExists) {
+		klog.InfoS("kine's first start raced another replica's; starting again", "err", err)
+		err = backend.Start(ctx)
+	}
+	return err
+}
+
 // Start opens the datastore through kine and serves the etcd API on a unix
 // socket. The schema must already be migrated. KINE_SCHEMA_MIGRATION is
 // removed from the environment: kine's own ALTERs break on our generated column.
@@ -257,7 +274,7 @@ func Start(cfg Config) (*Kine, error) {
 		cancel()
 		return nil, fmt.Errorf("opening datastore %s: %v", cfg.Datastore, err)
 	}
-	if err := backend.Start(ctx); err != nil {
+	if err := startBackend(ctx, backend); err != nil {
 		cancel()
 		return nil, fmt.Errorf("starting kine on datastore %s: %v", cfg.Datastore, err)
 	}

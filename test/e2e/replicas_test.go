@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/kcpsql/kcp/storage/datastore/datastoretest"
 	"github.com/kcpsql/kcp/test/e2e/framework"
 )
 
@@ -147,4 +151,63 @@ func TestStopReleasesControllersLease(t *testing.T) {
 	}
 	// The other replica runs the controllers: a new workspace becomes ready.
 	other.CreateWorkspaces("root:after-stop")
+}
+
+// TestReplicasStartTogetherOnPostgres: two replicas started at the same
+// instant on a PostgreSQL database that does not exist yet (as a
+// deployment's pods start) both create, migrate and bootstrap what they
+// find missing; both become ready,
+// the schema is migrated once and clean, root has its namespaces and RBAC
+// defaults, and each serves what the other writes: a workspace created
+// through either is Ready and seen through the other.
+func TestReplicasStartTogetherOnPostgres(t *testing.T) {
+	dsn := datastoretest.UncreatedPostgresDSN(t)
+	servers := framework.StartReplicasTogether(t, dsn, 2)
+	a, b := servers[0], servers[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	kcp, _ := framework.Binaries(t)
+	out, err := exec.Command(kcp, "migrate", "version", "--datastore", dsn).CombinedOutput()
+	if err != nil || !regexp.MustCompile(`schema version (\d+) of (\d+)\s*$`).Match(out) {
+		t.Fatalf("kcp migrate version: %v\n%s", err, out)
+	}
+	if m := regexp.MustCompile(`schema version (\d+) of (\d+)`).FindSubmatch(out); string(m[1]) != string(m[2]) {
+		t.Errorf("schema after two replicas started together: %s", out)
+	}
+
+	for name, s := range map[string]*framework.Server{"A": a, "B": b} {
+		nss, err := s.Client("root").CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatalf("namespaces of root through %s: %v", name, err)
+		}
+		var got []string
+		for _, ns := range nss.Items {
+			got = append(got, ns.Name)
+		}
+		for _, want := range []string{"default", "kube-system", "kube-public"} {
+			if !slices.Contains(got, want) {
+				t.Errorf("root through %s has namespaces %v: %s missing", name, got, want)
+			}
+		}
+		if _, err := s.Client("root").RbacV1().ClusterRoles().Get(ctx, "cluster-admin", metav1.GetOptions{}); err != nil {
+			t.Errorf("ClusterRole cluster-admin through %s: %v", name, err)
+		}
+	}
+
+	a.CreateWorkspaces("root:from-a")
+	b.CreateWorkspaces("root:from-b")
+	for name, s := range map[string]*framework.Server{"A": a, "B": b} {
+		for _, ws := range []string{"root:from-a", "root:from-b"} {
+			framework.Eventually(t, 20*time.Second, fmt.Sprintf("%s to serve workspace %s", name, ws), func() (bool, string) {
+				_, err := s.Client(ws).CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+				return err == nil, fmt.Sprint(err)
+			})
+		}
+	}
+	for name, s := range map[string]*framework.Server{"A": a, "B": b} {
+		if log := s.LogTail(100000); strings.Contains(log, "panic") {
+			t.Errorf("%s's log has a panic:\n%s", name, s.LogTail(80))
+		}
+	}
 }

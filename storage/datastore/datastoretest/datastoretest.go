@@ -35,6 +35,18 @@ func BaseDSN() string {
 // KCP_TEST_REQUIRE_POSTGRES=1 (as in CI).
 func PostgresDSN(t testing.TB) string {
 	t.Helper()
+	return postgresDSN(t, true)
+}
+
+// UncreatedPostgresDSN names a database that does not exist yet (dropped
+// after the test if something created it): for tests of creating it.
+func UncreatedPostgresDSN(t testing.TB) string {
+	t.Helper()
+	return postgresDSN(t, false)
+}
+
+func postgresDSN(t testing.TB, create bool) string {
+	t.Helper()
 	base := BaseDSN()
 	db, err := sql.Open("pgx", base)
 	if err == nil {
@@ -52,8 +64,10 @@ func PostgresDSN(t testing.TB) string {
 	b := make([]byte, 4)
 	rand.Read(b)
 	name := "kcp_test_" + hex.EncodeToString(b)
-	if _, err := db.Exec(`CREATE DATABASE ` + name); err != nil {
-		t.Fatalf("creating database %s: %v", name, err)
+	if create {
+		if _, err := db.Exec(`CREATE DATABASE ` + name); err != nil {
+			t.Fatalf("creating database %s: %v", name, err)
+		}
 	}
 	t.Cleanup(func() {
 		defer db.Close()

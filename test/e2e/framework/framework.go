@@ -140,6 +140,21 @@ func StartServer(t testing.TB, datastore string, extraArgs ...string) *Server {
 // Start (re)starts the process on the same root directory and port.
 func (s *Server) Start() {
 	s.t.Helper()
+	s.launch()
+	s.ready()
+}
+
+// ready waits until the started process answers /readyz.
+func (s *Server) ready() {
+	s.t.Helper()
+	if err := s.waitReady(90 * time.Second); err != nil {
+		s.t.Fatalf("kcp did not become ready: %v\n--- last log lines ---\n%s", err, s.LogTail(40))
+	}
+}
+
+// launch starts the process without waiting for it.
+func (s *Server) launch() {
+	s.t.Helper()
 	kcp, _ := Binaries(s.t)
 	args := []string{"start", "--root-dir", s.RootDir, "--secure-port", fmt.Sprint(s.Port)}
 	if s.Datastore != "" {
@@ -157,9 +172,6 @@ func (s *Server) Start() {
 	}
 	s.done = make(chan error, 1)
 	go func() { s.done <- s.cmd.Wait(); logf.Close() }()
-	if err := s.waitReady(90 * time.Second); err != nil {
-		s.t.Fatalf("kcp did not become ready: %v\n--- last log lines ---\n%s", err, s.LogTail(40))
-	}
 }
 
 func (s *Server) waitReady(timeout time.Duration) error {
@@ -168,6 +180,7 @@ func (s *Server) waitReady(timeout time.Duration) error {
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-s.done:
+			s.done <- err // for Stop, which waits for it
 			return fmt.Errorf("kcp exited: %v", err)
 		default:
 		}
@@ -351,21 +364,56 @@ func (s *Server) createWorkspace(parent, name string) {
 func StartReplica(t testing.TB, s *Server) *Server {
 	t.Helper()
 	r := &Server{t: t, RootDir: t.TempDir(), Datastore: s.Datastore, Args: s.Args}
-	for _, f := range []string{"ca.crt", "ca.key", "admin.crt", "admin.key", "service-account.key"} {
-		b, err := os.ReadFile(filepath.Join(s.RootDir, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(r.RootDir, f), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	copyPKI(t, s.RootDir, r.RootDir)
 	r.Port = FreePort(t)
 	r.Kubeconfig = filepath.Join(r.RootDir, "admin.kubeconfig")
 	r.LogFile = filepath.Join(r.RootDir, "kcp.log")
 	r.Start()
 	t.Cleanup(r.Stop)
 	return r
+}
+
+// StartReplicasTogether starts n replicas on one datastore at the same
+// instant, as a deployment's pods start on a fresh database: every one of
+// them creates, migrates and bootstraps what it finds missing at the same
+// time as the others. They share the PKI (CA, admin and service-account
+// keys) of a server that ran once on a throwaway SQLite file, so the
+// datastore is untouched until they start.
+func StartReplicasTogether(t testing.TB, datastore string, n int, extraArgs ...string) []*Server {
+	t.Helper()
+	pki := StartServer(t, "", extraArgs...)
+	pki.Stop()
+	var servers []*Server
+	for range n {
+		r := &Server{t: t, RootDir: t.TempDir(), Datastore: datastore, Args: extraArgs}
+		copyPKI(t, pki.RootDir, r.RootDir)
+		r.Port = FreePort(t)
+		r.Kubeconfig = filepath.Join(r.RootDir, "admin.kubeconfig")
+		r.LogFile = filepath.Join(r.RootDir, "kcp.log")
+		t.Cleanup(r.Stop)
+		servers = append(servers, r)
+	}
+	for _, r := range servers {
+		r.launch()
+	}
+	for _, r := range servers {
+		r.ready()
+	}
+	return servers
+}
+
+// copyPKI copies what replicas of one installation share.
+func copyPKI(t testing.TB, from, to string) {
+	t.Helper()
+	for _, f := range []string{"ca.crt", "ca.key", "admin.crt", "admin.key", "service-account.key"} {
+		b, err := os.ReadFile(filepath.Join(from, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(to, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // Kill stops the process at once (SIGKILL), as a crash would.
