@@ -128,11 +128,23 @@ func FreePort(t testing.TB) int {
 // ("" = SQLite in the root directory) and waits until it is ready.
 func StartServer(t testing.TB, datastore string, extraArgs ...string) *Server {
 	t.Helper()
-	s := &Server{t: t, RootDir: t.TempDir(), Datastore: datastore, Args: extraArgs}
+	s := newServer(t, datastore, extraArgs, "")
+	s.Start()
+	return s
+}
+
+// newServer is a server not started yet, with its own root directory
+// (holding the PKI copied from pkiFrom's, when given), port and log file;
+// it is stopped when the test ends.
+func newServer(t testing.TB, datastore string, args []string, pkiFrom string) *Server {
+	t.Helper()
+	s := &Server{t: t, RootDir: t.TempDir(), Datastore: datastore, Args: args}
+	if pkiFrom != "" {
+		copyPKI(t, pkiFrom, s.RootDir)
+	}
 	s.Port = FreePort(t)
 	s.Kubeconfig = filepath.Join(s.RootDir, "admin.kubeconfig")
 	s.LogFile = filepath.Join(s.RootDir, "kcp.log")
-	s.Start()
 	t.Cleanup(s.Stop)
 	return s
 }
@@ -363,13 +375,8 @@ func (s *Server) createWorkspace(parent, name string) {
 // with its own root directory, port and serving certificate.
 func StartReplica(t testing.TB, s *Server) *Server {
 	t.Helper()
-	r := &Server{t: t, RootDir: t.TempDir(), Datastore: s.Datastore, Args: s.Args}
-	copyPKI(t, s.RootDir, r.RootDir)
-	r.Port = FreePort(t)
-	r.Kubeconfig = filepath.Join(r.RootDir, "admin.kubeconfig")
-	r.LogFile = filepath.Join(r.RootDir, "kcp.log")
+	r := newServer(t, s.Datastore, s.Args, s.RootDir)
 	r.Start()
-	t.Cleanup(r.Stop)
 	return r
 }
 
@@ -385,13 +392,7 @@ func StartReplicasTogether(t testing.TB, datastore string, n int, extraArgs ...s
 	pki.Stop()
 	var servers []*Server
 	for range n {
-		r := &Server{t: t, RootDir: t.TempDir(), Datastore: datastore, Args: extraArgs}
-		copyPKI(t, pki.RootDir, r.RootDir)
-		r.Port = FreePort(t)
-		r.Kubeconfig = filepath.Join(r.RootDir, "admin.kubeconfig")
-		r.LogFile = filepath.Join(r.RootDir, "kcp.log")
-		t.Cleanup(r.Stop)
-		servers = append(servers, r)
+		servers = append(servers, newServer(t, datastore, extraArgs, pki.RootDir))
 	}
 	for _, r := range servers {
 		r.launch()
