@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -152,8 +153,9 @@ func (c *countingStorage) CreateKey(ctx context.Context, key string, value []byt
 // registry has not routed the cluster yet the controller looks again and
 // only asks the registry (under load that took a few looks per workspace,
 // each storing the four objects again: four turns of SQLite's writer for
-// nothing). Once routed, the Workspace is Ready. A Workspace of the same
-// name with another UID is not taken for the one remembered.
+// nothing). A wait of over ten seconds stores them again on each look.
+// Once routed, the Workspace is Ready. A Workspace of the same name with
+// another UID is not taken for the one remembered.
 func TestNewWorkspaceStoredOnceWhileTheRegistryCatchesUp(t *testing.T) {
 	k := kinetest.Start(t, datastoretest.SQLiteDSN(t))
 	ctx := context.Background()
@@ -198,6 +200,20 @@ func TestNewWorkspaceStoredOnceWhileTheRegistryCatchesUp(t *testing.T) {
 		t.Error("the stored workspace is remembered by its UID")
 	}
 
+	// A wait of over ten seconds is not the registry's lag: the looks
+	// become a second apart and store the objects again (idempotent), in
+	// case what was stored is gone.
+	old := ws.DeepCopy()
+	old.SetCreationTimestamp(metav1.NewTime(time.Now().Add(-11 * time.Second)))
+	for look := 1; look <= 2; look++ {
+		if after, err := r.reconcile(ctx, "root", old.DeepCopy()); err != nil || after != time.Second {
+			t.Fatalf("look %d after ten seconds: again after %v, %v; want 1s", look, after, err)
+		}
+	}
+	if storage.creates != 8 {
+		t.Fatalf("after ten seconds: %d creates, want 8 (the objects stored again once)", storage.creates)
+	}
+
 	routed = true
 	if after, err := r.reconcile(ctx, "root", ws.DeepCopy()); err != nil || after != 0 {
 		t.Fatalf("once routed: again after %v, %v", after, err)
@@ -207,8 +223,10 @@ func TestNewWorkspaceStoredOnceWhileTheRegistryCatchesUp(t *testing.T) {
 	if err := back.UnmarshalJSON(value); err != nil {
 		t.Fatal(err)
 	}
-	if phase, _, _ := unstructured.NestedString(back.Object, "status", "phase"); phase != tenancy.PhaseReady || storage.creates != 4 {
-		t.Errorf("once routed: phase %q after %d creates, want Ready after 4", phase, storage.creates)
+	// (Nothing is remembered after the long wait: this look stores once
+	// more before it sets the Workspace Ready.)
+	if phase, _, _ := unstructured.NestedString(back.Object, "status", "phase"); phase != tenancy.PhaseReady || storage.creates != 12 {
+		t.Errorf("once routed: phase %q after %d creates, want Ready after 12", phase, storage.creates)
 	}
 	if r.stored.has("root:a", "ws-1") {
 		t.Error("a Ready workspace is still remembered")

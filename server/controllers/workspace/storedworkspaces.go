@@ -19,7 +19,9 @@ import (
 // SQLite's writes without goroutines").
 //
 // An entry lives from the first look that finds the registry behind until
-// the Workspace is Ready, is being deleted, or is gone; a Workspace of the
+// the Workspace is Ready, is being deleted, or is gone, or the wait has
+// lasted over ten seconds (from then on every look, a second apart, stores
+// the objects again, in case what was stored is gone); a Workspace of the
 // same name with another UID is not the one remembered. The memory is this
 // replica's own: a replica that did not store the objects stores them (the
 // writes are idempotent), as before.

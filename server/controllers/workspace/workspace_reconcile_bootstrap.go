@@ -129,10 +129,14 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 // Workspace is looked at again, and that look only asks the registry.
 func (r *reconciler) setReady(ctx context.Context, parent, child logicalcluster.Name, ws *unstructured.Unstructured, url string) (time.Duration, error) {
 	if exists, _ := r.clusterState(child); !exists {
-		r.stored.remember(child, ws.GetUID())
 		if time.Since(ws.GetCreationTimestamp().Time) > 10*time.Second {
-			return time.Second, nil // not a moment's lag: look less often
+			// Not a moment's lag: look less often, and store the
+			// objects again on each look (idempotent), in case what
+			// was stored is gone.
+			r.stored.forget(child)
+			return time.Second, nil
 		}
+		r.stored.remember(child, ws.GetUID())
 		return registryRetry, nil
 	}
 	if err := r.setStatus(ctx, parent, ws, tenancy.PhaseReady, url, ""); err != nil {
