@@ -167,8 +167,8 @@ func (d *Datastore) Prepare(ctx context.Context) error {
 		return conn.Close(ctx)
 	}
 	defer conn.Close(ctx)
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", target).Scan(&exists); err != nil {
+	exists, err := databaseExists(ctx, conn, target)
+	if err != nil {
 		return fmt.Errorf("datastore %s: checking for database %q: %v", d, target, err)
 	}
 	if !exists {
@@ -191,8 +191,14 @@ func createdConcurrently(ctx context.Context, conn *pgx.Conn, target string, err
 	if !errors.As(err, &pgErr) || (pgErr.Code != "42P04" && pgErr.Code != "23505") {
 		return false
 	}
+	exists, err := databaseExists(ctx, conn, target)
+	return err == nil && exists
+}
+
+func databaseExists(ctx context.Context, conn *pgx.Conn, name string) (bool, error) {
 	var exists bool
-	return conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", target).Scan(&exists) == nil && exists
+	err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists)
+	return exists, err
 }
 
 func unwrapPg(err error) error {

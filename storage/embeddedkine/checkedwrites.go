@@ -135,19 +135,20 @@ func (b checkedWrites) confirmedByRow(ctx context.Context, key string, value []b
 // statements: the serial writer parked after each and, with the server
 // busy, waited for a processor before it could go on, the same wait as
 // the semaphore's (docs/performance.md, "Creation: a workspace's
-// objects stored once, SQLite's writes without goroutines"). A write takes well under a millisecond and the writer runs
-// one at a time, so cancelling one mid-way gains nothing; a write whose
-// caller has gone before the writer takes it is not started (f gets the
-// cancelled context and fails at once, as before).
+// objects stored once, SQLite's writes without goroutines"). A write
+// takes well under a millisecond and the writer runs one at a time, so
+// cancelling one mid-way gains nothing; a write whose caller has gone
+// before the writer takes it is not started (f gets the cancelled context
+// and fails at once, as before).
 func (b checkedWrites) write(ctx context.Context, f func(context.Context)) {
 	switch {
 	case b.serial != nil:
 		b.serial.run(func() {
-			if ctx.Err() != nil {
-				f(ctx)
-				return
+			wctx := ctx
+			if ctx.Err() == nil {
+				wctx = context.WithoutCancel(ctx)
 			}
-			f(context.WithoutCancel(ctx))
+			f(wctx)
 		})
 	case b.writers != nil:
 		b.writers <- struct{}{}
