@@ -57,7 +57,7 @@ const workspaceWorkers = 32
 
 func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, rbac *clusterrbac.Authorizer,
 	clusters *logicalclusters.Registry, crds *crdserving.Server, negotiatedAPIs *negotiated.Index, boundAPIs *boundapis.Index, apf *clusterapf.FlowControl, deleteClusterData func(context.Context, logicalcluster.Name) (int, error),
-	stored, rows clusterinformer.RangeFunc, writes workspace.Storage) {
+	stored, rows clusterinformer.RangeFunc, watched clusterinformer.WatchFunc, writes workspace.Storage) {
 	shared := &clusterinformer.Shared{}
 	var campaign atomic.Pointer[leaderelection.Campaign]
 	s.AddPostStartHookOrDie("kcp-service-account-tokens", func(hc genericapiserver.PostStartHookContext) error {
@@ -127,7 +127,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			return err
 		}
 		writers := func(ctx context.Context) {
-			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), !o.StoreDefaults, clusters, crds, deleteClusterData, namespaces, stored, rows, writes)
+			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), !o.StoreDefaults, clusters, crds, deleteClusterData, namespaces, stored, rows, watched, writes)
 			if c, err := synctarget.NewController(hc.LoopbackClientConfig, o.SyncTargetHeartbeatTimeout); err == nil {
 				go c.Run(ctx, 2)
 			} else {
@@ -201,7 +201,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 // this replica loses the lease).
 func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM string, servedDefaults bool,
 	clusters *logicalclusters.Registry, crds *crdserving.Server, deleteClusterData func(context.Context, logicalcluster.Name) (int, error),
-	namespaces *clusterinformer.Namespaces, stored, rows clusterinformer.RangeFunc, writes workspace.Storage) {
+	namespaces *clusterinformer.Namespaces, stored, rows clusterinformer.RangeFunc, watched clusterinformer.WatchFunc, writes workspace.Storage) {
 	if c, err := namespacedeletion.NewController(loopback, namespaces); err == nil {
 		go c.Run(ctx, 2)
 	} else {
@@ -219,7 +219,7 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 		if servedDefaults {
 			c.OwnerBindingServed()
 		}
-		c.ReadStored(stored)
+		c.ReadStored(stored, watched)
 		c.LimitsSynced(clusters.Synced)
 		go c.Run(ctx, workspaceWorkers)
 	} else {

@@ -112,7 +112,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	consistency.CheckPeriod = CacheConsistencyCheckPeriod
 
 	rbac, clusters := clusterrbac.New(), logicalclusters.New()
-	clusters.ReadStored(kine.Range)
+	clusters.ReadStored(kine.Range, kine.Watch)
 	config, err := newConfig(o.Upstream, rbac, clusters)
 	if err != nil {
 		return err
@@ -184,7 +184,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	deleteClusterData := func(ctx context.Context, c logicalcluster.Name) (int, error) {
 		return clusterdata.DeleteAll(ctx, db, o.Datastore.Dialect, kine, c)
 	}
-	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, negotiatedAPIs, boundAPIs, apf, deleteClusterData, kine.Range, kine.RangeRows, kine)
+	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, negotiatedAPIs, boundAPIs, apf, deleteClusterData, kine.Range, kine.RangeRows, kine.Watch, kine)
 	if err := chain.GenericAPIServer.AddReadyzChecks(kine.Health); err != nil {
 		return err
 	}

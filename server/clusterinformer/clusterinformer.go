@@ -7,8 +7,11 @@ package clusterinformer
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -101,22 +104,15 @@ type RangeFunc func(ctx context.Context, prefix string, fn func(key string, valu
 // sets the item's resourceVersion (the row's revision) and its cluster
 // annotation (from the key, as the API server does), and the list's
 // resourceVersion: the revision it was read at, which a watch then starts
-// from.
+// from (WatchStored).
 func ListStored(ctx context.Context, rangeFn RangeFunc, prefix, apiVersion, listKind string,
 	object func(key string, value []byte) (*unstructured.Unstructured, error)) (*unstructured.UnstructuredList, error) {
 	out := &unstructured.UnstructuredList{Object: map[string]interface{}{"apiVersion": apiVersion, "kind": listKind}}
 	rev, err := rangeFn(ctx, prefix, func(key string, value []byte, revision int64) error {
-		u, err := object(key, value)
+		u, err := storedObject(object, key, value, revision)
 		if err != nil {
 			return err
 		}
-		u.SetResourceVersion(strconv.FormatInt(revision, 10))
-		annotations := u.GetAnnotations()
-		if annotations == nil {
-			annotations = map[string]string{}
-		}
-		annotations[logicalcluster.Annotation] = keys.ClusterOf(key)
-		u.SetAnnotations(annotations)
 		out.Items = append(out.Items, *u)
 		return nil
 	})
@@ -126,6 +122,86 @@ func ListStored(ctx context.Context, rangeFn RangeFunc, prefix, apiVersion, list
 	out.SetResourceVersion(strconv.FormatInt(rev, 10))
 	return out, nil
 }
+
+// storedObject is object's item of a row at revision, with that
+// resourceVersion and the cluster annotation of its key.
+func storedObject(object func(key string, value []byte) (*unstructured.Unstructured, error), key string, value []byte, revision int64) (*unstructured.Unstructured, error) {
+	u, err := object(key, value)
+	if err != nil {
+		return nil, err
+	}
+	u.SetResourceVersion(strconv.FormatInt(revision, 10))
+	annotations := u.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[logicalcluster.Annotation] = keys.ClusterOf(key)
+	u.SetAnnotations(annotations)
+	return u, nil
+}
+
+// WatchFunc calls fn with every change below a key prefix after a
+// revision of the datastore, in order, until ctx ends or the watch ends
+// (embeddedkine.Kine.Watch): nil when it ended without a reason (watch
+// again from the last revision seen), an error for which
+// apierrors.IsResourceExpired holds when the revision is too old.
+type WatchFunc func(ctx context.Context, prefix string, revision int64, fn func(t watch.EventType, key string, value []byte, revision int64) error) error
+
+// WatchStored continues a ListStored list: a watch of the rows below
+// prefix from o.ResourceVersion (the list's, or the last one a watch
+// delivered) whose events carry object's items as ListStored builds them,
+// as the API server's watch would deliver them to a cache that reads
+// those fields. A deletion's item is built from the value the row had,
+// with the deletion's resourceVersion, as the API server does. The watch
+// ends as the API server's does: closed when the datastore's watch ends
+// without a reason (the informer watches again), and after an error event
+// when it fails (410 Expired when the resourceVersion is too old, which
+// makes an informer list again; 500 otherwise).
+func WatchStored(ctx context.Context, watchFn WatchFunc, prefix string, o metav1.ListOptions,
+	object func(key string, value []byte) (*unstructured.Unstructured, error)) (watch.Interface, error) {
+	revision, err := strconv.ParseInt(o.ResourceVersion, 10, 64)
+	if err != nil || revision <= 0 {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("a watch of stored objects starts at a list's resourceVersion, not %q", o.ResourceVersion))
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	w := &storedWatch{result: make(chan watch.Event), cancel: cancel}
+	go func() {
+		defer close(w.result)
+		err := watchFn(ctx, prefix, revision, func(t watch.EventType, key string, value []byte, revision int64) error {
+			u, err := storedObject(object, key, value, revision)
+			if err != nil {
+				return err
+			}
+			select {
+			case w.result <- watch.Event{Type: t, Object: u}:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		status := apierrors.NewInternalError(err).Status()
+		if s, ok := err.(apierrors.APIStatus); ok || errors.As(err, &s) {
+			status = s.Status()
+		}
+		select {
+		case w.result <- watch.Event{Type: watch.Error, Object: &status}:
+		case <-ctx.Done():
+		}
+	}()
+	return w, nil
+}
+
+// storedWatch is WatchStored's watch.Interface.
+type storedWatch struct {
+	result chan watch.Event
+	cancel context.CancelFunc
+}
+
+func (w *storedWatch) ResultChan() <-chan watch.Event { return w.result }
+func (w *storedWatch) Stop()                          { w.cancel() }
 
 // Consumer is one cache of a shared informer (see clusterinformer.Consumer).
 type Consumer = clusterinformer.Consumer

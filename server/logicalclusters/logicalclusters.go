@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -27,15 +28,21 @@ import (
 type Registry struct {
 	indexer atomic.Pointer[cache.Indexer]
 	stored  clusterinformer.RangeFunc
+	watched clusterinformer.WatchFunc
 }
 
 // ReadStored makes the registry read LogicalClusters straight from the
-// datastore when it lists them (watches still go through the API server).
-// Custom resources have no watch cache: a list through the API decodes,
-// completes and encodes every LogicalCluster and the registry decodes it
-// again, which at 100,000 workspaces was seconds of every start, on the
-// way to /readyz. The registry needs five fields of each. Call before Start.
-func (r *Registry) ReadStored(rangeFn clusterinformer.RangeFunc) { r.stored = rangeFn }
+// datastore: it lists them with rangeFn and, if watchFn is set, watches
+// them with it (otherwise through the API server). Custom resources have
+// no watch cache: a list through the API decodes, completes and encodes
+// every LogicalCluster and the registry decodes it again, which at 100,000
+// workspaces was seconds of every start, on the way to /readyz; each
+// change a watch through the API delivers costs the same again (a new
+// workspace's LogicalCluster changes twice). The registry needs five
+// fields of each. Call before Start.
+func (r *Registry) ReadStored(rangeFn clusterinformer.RangeFunc, watchFn clusterinformer.WatchFunc) {
+	r.stored, r.watched = rangeFn, watchFn
+}
 
 // New returns an empty registry.
 func New() *Registry { return &Registry{} }
@@ -52,9 +59,15 @@ func (r *Registry) Start(ctx context.Context, loopback *rest.Config) error {
 	res := client.Resource(tenancy.LogicalClustersResource)
 	lw := clusterinformer.ListWatch(res.List, res.Watch)
 	if r.stored != nil {
+		watchFn := res.Watch
+		if r.watched != nil {
+			watchFn = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return clusterinformer.WatchStored(ctx, r.watched, storedPrefix, o, storedObject)
+			}
+		}
 		lw = clusterinformer.ListWatch(func(ctx context.Context, _ metav1.ListOptions) (*unstructured.UnstructuredList, error) {
 			return listStored(ctx, r.stored)
-		}, res.Watch)
+		}, watchFn)
 	}
 	indexer, ctrl := clusterinformer.NewTrimmed(lw, &unstructured.Unstructured{}, nil, nil, trim)
 	go ctrl.RunWithContext(ctx)
@@ -68,34 +81,38 @@ func (r *Registry) Start(ctx context.Context, loopback *rest.Config) error {
 var storedPrefix = keys.Prefix + keys.ResourcePrefix(tenancy.LogicalClustersResource.GroupResource()) + "/"
 
 // listStored lists the stored LogicalClusters as the API server would,
-// with the fields trim reads: name, UID, resourceVersion (the row's
-// revision), the cluster (from the key, as the API server sets it) and
-// owner annotations, spec.limits and status.phase. The list's
-// resourceVersion is the revision it was read at, which the watch then
-// starts from.
+// with the fields trim reads (storedObject). The list's resourceVersion is
+// the revision it was read at, which the watch then starts from.
 func listStored(ctx context.Context, rangeFn clusterinformer.RangeFunc) (*unstructured.UnstructuredList, error) {
-	return clusterinformer.ListStored(ctx, rangeFn, storedPrefix, tenancy.Group+"/"+tenancy.Version, "LogicalClusterList",
-		func(key string, value []byte) (*unstructured.Unstructured, error) {
-			lc, err := tenancy.DecodeStored("LogicalCluster", key, value)
-			if err != nil {
-				return nil, err
-			}
-			u := &unstructured.Unstructured{Object: map[string]interface{}{
-				"apiVersion": tenancy.Group + "/" + tenancy.Version, "kind": "LogicalCluster",
-			}}
-			u.SetName(lc.Metadata.Name)
-			u.SetUID(lc.Metadata.UID)
-			if owner, ok := lc.Metadata.Annotations[tenancy.OwnerAnnotation]; ok {
-				u.SetAnnotations(map[string]string{tenancy.OwnerAnnotation: owner})
-			}
-			if l := lc.Spec.Limits; l != (tenancy.Limits{}) {
-				u.Object["spec"] = map[string]interface{}{"limits": map[string]interface{}{"objects": l.Objects, "bytes": l.Bytes}}
-			}
-			if lc.Status.Phase != "" {
-				u.Object["status"] = map[string]interface{}{"phase": lc.Status.Phase}
-			}
-			return u, nil
-		})
+	return clusterinformer.ListStored(ctx, rangeFn, storedPrefix, tenancy.Group+"/"+tenancy.Version, "LogicalClusterList", storedObject)
+}
+
+// storedObject is a stored LogicalCluster as the registry reads it, listed
+// or watched straight from the datastore: the fields trim reads (name,
+// UID, owner annotation, spec.limits and status.phase);
+// clusterinformer.ListStored and WatchStored add the resourceVersion (the
+// row's revision) and the cluster (from the key, as the API server sets
+// it).
+func storedObject(key string, value []byte) (*unstructured.Unstructured, error) {
+	lc, err := tenancy.DecodeStored("LogicalCluster", key, value)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": tenancy.Group + "/" + tenancy.Version, "kind": "LogicalCluster",
+	}}
+	u.SetName(lc.Metadata.Name)
+	u.SetUID(lc.Metadata.UID)
+	if owner, ok := lc.Metadata.Annotations[tenancy.OwnerAnnotation]; ok {
+		u.SetAnnotations(map[string]string{tenancy.OwnerAnnotation: owner})
+	}
+	if l := lc.Spec.Limits; l != (tenancy.Limits{}) {
+		u.Object["spec"] = map[string]interface{}{"limits": map[string]interface{}{"objects": l.Objects, "bytes": l.Bytes}}
+	}
+	if lc.Status.Phase != "" {
+		u.Object["status"] = map[string]interface{}{"phase": lc.Status.Phase}
+	}
+	return u, nil
 }
 
 // entry is what the registry keeps of a LogicalCluster: its identity, the

@@ -102,6 +102,9 @@ type Kine struct {
 	socket   string
 	backend  kineserver.Backend
 	bridge   *kineserver.KVServerBridge
+	// fanout is the backend behind the bridge, whose watches share one
+	// stream of the datastore's changes.
+	fanout *fanout
 	// rows is backend without the served defaults: what is stored.
 	rows kineserver.Backend
 	// Health says whether the datastore stores writes (/readyz).
@@ -318,7 +321,8 @@ func Start(cfg Config) (*Kine, error) {
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxRequestBytes), grpc.MaxSendMsgSize(1<<31 - 1),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})}
 	gs := grpc.NewServer(opts...)
-	bridge := kineserver.New(newFanout(backend), "unix", cfg.NotifyInterval, cfg.EmulatedVersion)
+	fan := newFanout(backend)
+	bridge := kineserver.New(fan, "unix", cfg.NotifyInterval, cfg.EmulatedVersion)
 	bridge.Register(gs)
 	wg.Add(1)
 	go func() {
@@ -327,7 +331,7 @@ func Start(cfg Config) (*Kine, error) {
 			klog.ErrorS(err, "kine gRPC server stopped")
 		}
 	}()
-	k := &Kine{Endpoint: "unix://" + socket, grpc: gs, cancel: cancel, wg: wg, socket: socket, backend: backend, bridge: bridge, rows: rows, Health: health}
+	k := &Kine{Endpoint: "unix://" + socket, grpc: gs, cancel: cancel, wg: wg, socket: socket, backend: backend, bridge: bridge, fanout: fan, rows: rows, Health: health}
 	if cfg.Notify && cfg.Datastore.Dialect == datastore.Postgres {
 		wg.Add(1)
 		go func() { defer wg.Done(); k.listen(ctx, cfg.Datastore.URL.String()) }()

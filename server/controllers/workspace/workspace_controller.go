@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -33,16 +34,22 @@ type Controller struct {
 	clusters func() []logicalcluster.Name
 	// limitsSynced says whether r.limits knows every cluster yet.
 	limitsSynced func() bool
-	// stored (if set) lists Workspaces straight from the datastore.
-	stored clusterinformer.RangeFunc
+	// stored (if set) lists Workspaces straight from the datastore, and
+	// watched (if set) watches them there.
+	stored  clusterinformer.RangeFunc
+	watched clusterinformer.WatchFunc
 }
 
 // ReadStored makes the controller list Workspaces straight from the
-// datastore (listStored); watches still go through the API server. At
-// 100,000 workspaces a list through the API server (decoding, completing
-// and encoding every Workspace for the informer to decode again) was
-// seconds of every start of the controllers. Call before Run.
-func (c *Controller) ReadStored(rangeFn clusterinformer.RangeFunc) { c.stored = rangeFn }
+// datastore with rangeFn (listStored) and, if watchFn is set, watch them
+// there (watchStored; otherwise through the API server). At 100,000
+// workspaces a list through the API server (decoding, completing and
+// encoding every Workspace for the informer to decode again) was seconds
+// of every start of the controllers, and a watch through it costs the same
+// for every change (a new Workspace changes three times). Call before Run.
+func (c *Controller) ReadStored(rangeFn clusterinformer.RangeFunc, watchFn clusterinformer.WatchFunc) {
+	c.stored, c.watched = rangeFn, watchFn
+}
 
 // orphanSweep is how often the controller looks for logical clusters whose
 // Workspace is gone without a delete event it saw (deleted while no replica
@@ -74,7 +81,12 @@ func NewController(loopback *rest.Config, serverURL string, storage Storage, del
 			return listStored(ctx, c.stored)
 		}
 		return ws.List(ctx, o)
-	}, ws.Watch)
+	}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		if c.stored != nil && c.watched != nil {
+			return watchStored(ctx, c.watched, o)
+		}
+		return ws.Watch(ctx, o)
+	})
 	enqueue := func(obj interface{}) {
 		if key, err := clusterinformer.KeyFunc(obj); err == nil {
 			c.queue.Add(key)

@@ -13,6 +13,13 @@ import (
 // defaults) on a fresh, migrated datastore at dsn; it stops with the test.
 func Start(t testing.TB, dsn string) *embeddedkine.Kine {
 	t.Helper()
+	return StartWith(t, dsn, nil)
+}
+
+// StartWith is Start with the config changed by configure (if not nil)
+// before kine starts.
+func StartWith(t testing.TB, dsn string, configure func(*embeddedkine.Config)) *embeddedkine.Kine {
+	t.Helper()
 	ds := datastoretest.Migrated(t, dsn)
 	db, err := ds.Open()
 	if err != nil {
@@ -21,6 +28,9 @@ func Start(t testing.TB, dsn string) *embeddedkine.Kine {
 	t.Cleanup(func() { db.Close() })
 	cfg := embeddedkine.NewConfig(ds, t.TempDir())
 	cfg.DB = db
+	if configure != nil {
+		configure(&cfg)
+	}
 	k, err := embeddedkine.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
