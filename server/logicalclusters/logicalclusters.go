@@ -36,10 +36,9 @@ type Registry struct {
 // them with it (otherwise through the API server). Custom resources have
 // no watch cache: a list through the API decodes, completes and encodes
 // every LogicalCluster and the registry decodes it again, which at 100,000
-// workspaces was seconds of every start, on the way to /readyz; each
-// change a watch through the API delivers costs the same again (a new
-// workspace's LogicalCluster changes twice). The registry needs five
-// fields of each. Call before Start.
+// workspaces was seconds of every start, on the way to /readyz, and a
+// watch through the API costs the same for every change. The registry
+// needs five fields of each. Call before Start.
 func (r *Registry) ReadStored(rangeFn clusterinformer.RangeFunc, watchFn clusterinformer.WatchFunc) {
 	r.stored, r.watched = rangeFn, watchFn
 }

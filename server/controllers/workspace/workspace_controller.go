@@ -46,7 +46,8 @@ type Controller struct {
 // workspaces a list through the API server (decoding, completing and
 // encoding every Workspace for the informer to decode again) was seconds
 // of every start of the controllers, and a watch through it costs the same
-// for every change (a new Workspace changes three times). Call before Run.
+// for every change (a new Workspace is written twice: created, then
+// Ready). Call before Run.
 func (c *Controller) ReadStored(rangeFn clusterinformer.RangeFunc, watchFn clusterinformer.WatchFunc) {
 	c.stored, c.watched = rangeFn, watchFn
 }
