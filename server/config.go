@@ -1,6 +1,12 @@
 package server
 
 import (
+	"crypto/sha256"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	"k8s.io/apimachinery/pkg/runtime"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -37,6 +43,9 @@ func newConfig(opts cpoptions.CompletedOptions, rbac *clusterrbac.Authorizer, cl
 		resources, generatedopenapi.GetOpenAPIDefinitions, nil)
 	if err != nil {
 		return nil, err
+	}
+	if generic.APIServerID != "" {
+		generic.APIServerID = replicaIdentity(opts.SecureServing.BindAddress.String(), opts.SecureServing.BindPort)
 	}
 	makeAuthClusterAware(generic, rbac, clusters)
 
@@ -88,4 +97,25 @@ func makeAuthClusterAware(g *genericapiserver.Config, rbac *clusterrbac.Authoriz
 func convertServed(in, out runtime.Object) error {
 	legacyscheme.Scheme.Default(in)
 	return legacyscheme.Scheme.Convert(in, out, nil)
+}
+
+// replicaIdentity is the name of this replica's API server identity Lease
+// (kube-system in root, held and renewed by upstream's identity lease
+// controller): a hash of the host name and the address and port it
+// serves on. Upstream hashes the host name alone, so replicas on one host
+// (tests, a laptop, several replicas per node with host networking)
+// shared one Lease and fought over it every few seconds ("Failed to
+// update lease"). Set right after the generic config is built: before,
+// only the authentication and authorization configs' reload metrics
+// read the ID (kcp serves neither file), and everything that names the
+// replica to others (the Lease, storage versions, the peer proxy) reads
+// it from here on. Stable across restarts of the same replica, as
+// upstream's is.
+func replicaIdentity(bindAddress string, port int) string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	sum := sha256.Sum256([]byte(host + "\x00" + net.JoinHostPort(bindAddress, strconv.Itoa(port))))
+	return fmt.Sprintf("apiserver-%x", sum[:12])
 }

@@ -85,6 +85,34 @@ func TestTwoReplicasOnPostgres(t *testing.T) {
 		}
 	}
 
+	// Each replica has an identity Lease of its own (upstream names it
+	// after the host name alone, and replicas on one host fought over
+	// one): two, each held by the replica it names, renewed.
+	framework.Eventually(t, 30*time.Second, "one API server identity Lease per replica", func() (bool, string) {
+		leases, err := b.Client("root").CoordinationV1().Leases("kube-system").List(ctx,
+			metav1.ListOptions{LabelSelector: "apiserver.kubernetes.io/identity"})
+		if err != nil {
+			return false, err.Error()
+		}
+		var got []string
+		for _, l := range leases.Items {
+			h := ""
+			if l.Spec.HolderIdentity != nil {
+				h = *l.Spec.HolderIdentity
+			}
+			got = append(got, l.Name+" held by "+h)
+			if !strings.HasPrefix(h, l.Name+"_") {
+				return false, fmt.Sprint(got)
+			}
+		}
+		return len(leases.Items) == 2, fmt.Sprint(got)
+	})
+	for _, s := range []*framework.Server{a, b} {
+		if log := s.LogTail(2000); strings.Contains(log, "Failed to update lease") {
+			t.Errorf("a replica logged identity Lease conflicts:\n%s", log)
+		}
+	}
+
 	holder := func() string {
 		l, err := b.Client("root").CoordinationV1().Leases("kube-system").Get(ctx, "kcp-controllers", metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil {
