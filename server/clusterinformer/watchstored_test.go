@@ -14,7 +14,6 @@ import (
 
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/storage/datastore/datastoretest"
-	"github.com/kcpsql/kcp/storage/embeddedkine"
 	"github.com/kcpsql/kcp/storage/embeddedkine/kinetest"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -30,7 +29,7 @@ import (
 func TestWatchStored(t *testing.T) {
 	for _, d := range datastoretest.Dialects {
 		t.Run(d.Name, func(t *testing.T) {
-			k := kinetest.StartWith(t, d.DSN(t), func(c *embeddedkine.Config) { c.CompactInterval, c.CompactMinRetain = 0, 0 })
+			k := kinetest.StartCompactingOnRequest(t, d.DSN(t))
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			const prefix = "/registry/example.kcp.io/things/"

@@ -13,7 +13,6 @@ import (
 	etcdkubernetes "go.etcd.io/etcd/client/v3/kubernetes"
 
 	"github.com/kcpsql/kcp/storage/datastore/datastoretest"
-	"github.com/kcpsql/kcp/storage/embeddedkine"
 	"github.com/kcpsql/kcp/storage/embeddedkine/kinetest"
 )
 
@@ -37,8 +36,7 @@ type change struct {
 func TestWatchKeys(t *testing.T) {
 	for _, d := range datastoretest.Dialects {
 		t.Run(d.Name, func(t *testing.T) {
-			// Compaction only on request, so that the test can compact.
-			k := kinetest.StartWith(t, d.DSN(t), func(c *embeddedkine.Config) { c.CompactInterval, c.CompactMinRetain = 0, 0 })
+			k := kinetest.StartCompactingOnRequest(t, d.DSN(t))
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			c := k.Client()

@@ -13,12 +13,18 @@ import (
 // defaults) on a fresh, migrated datastore at dsn; it stops with the test.
 func Start(t testing.TB, dsn string) *embeddedkine.Kine {
 	t.Helper()
-	return StartWith(t, dsn, nil)
+	return start(t, dsn, nil)
 }
 
-// StartWith is Start with the config changed by configure (if not nil)
-// before kine starts.
-func StartWith(t testing.TB, dsn string, configure func(*embeddedkine.Config)) *embeddedkine.Kine {
+// StartCompactingOnRequest is Start with kine's periodic compaction off
+// and no revisions kept from it, so that a test's compaction request
+// (the etcd API's Compact) compacts right up to the revision it names.
+func StartCompactingOnRequest(t testing.TB, dsn string) *embeddedkine.Kine {
+	t.Helper()
+	return start(t, dsn, func(c *embeddedkine.Config) { c.CompactInterval, c.CompactMinRetain = 0, 0 })
+}
+
+func start(t testing.TB, dsn string, configure func(*embeddedkine.Config)) *embeddedkine.Kine {
 	t.Helper()
 	ds := datastoretest.Migrated(t, dsn)
 	db, err := ds.Open()
