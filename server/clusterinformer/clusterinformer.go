@@ -183,7 +183,8 @@ func WatchStored(ctx context.Context, watchFn WatchFunc, prefix string, o metav1
 			return
 		}
 		status := apierrors.NewInternalError(err).Status()
-		if s, ok := err.(apierrors.APIStatus); ok || errors.As(err, &s) {
+		var s apierrors.APIStatus
+		if errors.As(err, &s) {
 			status = s.Status()
 		}
 		select {

@@ -33,7 +33,6 @@ func (k *Kine) Watch(ctx context.Context, prefix string, revision int64,
 		return fmt.Errorf("watch %q: a prefix ends in /", prefix)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	wr := k.fanout.Watch(ctx, revision+1)
 	defer func() {
 		cancel()
