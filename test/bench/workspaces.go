@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 )
@@ -65,6 +66,29 @@ func (s *server) createWorkspaces(pairs [][2]string) error {
 		}
 		since[parent] = l.GetResourceVersion()
 	}
+	// Wait until every workspace is Ready with one watch per parent from
+	// before the creates, opened before them, as a user's `kubectl wait`
+	// would be (a list of every workspace each half second would itself
+	// load the server more the more workspaces there are; a watch opened
+	// only after the creates would replay all their events at the end);
+	// if it ends, one list and a watch from there.
+	deadline := time.Now().Add(30 * time.Minute)
+	waitCtx, stopWaiting := context.WithDeadline(ctx, deadline)
+	defer stopWaiting()
+	waited := make(chan error, len(dyns))
+	for parent, d := range dyns {
+		wanted := map[string]bool{}
+		for _, p := range pairs {
+			if p[0] == parent {
+				wanted[p[1]] = true
+			}
+		}
+		w, err := d.Watch(waitCtx, metav1.ListOptions{ResourceVersion: since[parent]})
+		if err != nil {
+			return err
+		}
+		go func() { waited <- waitReady(waitCtx, d, parent, wanted, w) }()
+	}
 	if err := parallel(len(pairs), func(i int) error {
 		p := pairs[i]
 		ws := &unstructured.Unstructured{Object: map[string]interface{}{
@@ -76,62 +100,53 @@ func (s *server) createWorkspaces(pairs [][2]string) error {
 	}); err != nil {
 		return err
 	}
-	// Wait until every workspace is Ready: a watch from before the creates
-	// (a list of every workspace each half second would itself load the
-	// server more the more workspaces there are); if it ends, one list and
-	// a watch from there.
-	deadline := time.Now().Add(30 * time.Minute)
-	for parent, d := range dyns {
-		wanted := map[string]bool{}
-		for _, p := range pairs {
-			if p[0] == parent {
-				wanted[p[1]] = true
-			}
-		}
-		ready := map[string]bool{}
-		note := func(u *unstructured.Unstructured) {
-			if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase == "Ready" && wanted[u.GetName()] {
-				ready[u.GetName()] = true
-			}
-		}
-		rv := since[parent]
-		for len(ready) < len(wanted) {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("only %d of %d workspaces in %s are ready", len(ready), len(wanted), parent)
-			}
-			if rv == "" {
-				list, err := d.List(ctx, metav1.ListOptions{})
-				if err != nil {
-					return err
-				}
-				for i := range list.Items {
-					note(&list.Items[i])
-				}
-				if len(ready) >= len(wanted) {
-					break
-				}
-				rv = list.GetResourceVersion()
-			}
-			wctx, cancel := context.WithDeadline(ctx, deadline)
-			w, err := d.Watch(wctx, metav1.ListOptions{ResourceVersion: rv})
-			rv = ""
-			if err != nil {
-				cancel()
-				return err
-			}
-			for ev := range w.ResultChan() {
-				if u, ok := ev.Object.(*unstructured.Unstructured); ok {
-					note(u)
-				}
-				if len(ready) >= len(wanted) {
-					break
-				}
-			}
-			w.Stop()
-			cancel()
+	for range dyns {
+		if err := <-waited; err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// waitReady reads w until every wanted workspace of parent is Ready; if
+// the watch ends first, it lists and watches again from the list.
+func waitReady(ctx context.Context, d dynamic.ResourceInterface, parent string, wanted map[string]bool, w watch.Interface) error {
+	ready := map[string]bool{}
+	note := func(u *unstructured.Unstructured) {
+		if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase == "Ready" && wanted[u.GetName()] {
+			ready[u.GetName()] = true
+		}
+	}
+	for {
+		for ev := range w.ResultChan() {
+			if u, ok := ev.Object.(*unstructured.Unstructured); ok {
+				note(u)
+			}
+			if len(ready) >= len(wanted) {
+				break
+			}
+		}
+		w.Stop()
+		if len(ready) >= len(wanted) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("only %d of %d workspaces in %s are ready", len(ready), len(wanted), parent)
+		}
+		list, err := d.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range list.Items {
+			note(&list.Items[i])
+		}
+		if len(ready) >= len(wanted) {
+			return nil
+		}
+		if w, err = d.Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()}); err != nil {
+			return err
+		}
+	}
 }
 
 // benchWorkspaces measures creation rate and marginal cost of empty workspaces.
