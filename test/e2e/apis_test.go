@@ -113,12 +113,12 @@ func testAPISharing(t *testing.T, datastore string) {
 		}
 		return out
 	}
-	mustContain(t, "kubectl kcp bind export", bind("root:team-a", "--accept", "configmaps=get,list", "--accept", "secrets=get,list,update"),
+	framework.MustContain(t, "kubectl kcp bind export", bind("root:team-a", "--accept", "configmaps=get,list", "--accept", "secrets=get,list,update"),
 		"is bound: databases.platform.example.com", "secrets (get,list,update), limited to objects with the labels platform.example.com/db=true")
 	bind("root:team-b")
 	for _, c := range []string{"root:team-a", "root:team-b"} {
-		mustContain(t, "api-resources in "+c, s.Kubectl(c, "api-resources", "--api-group=platform.example.com"), "databases", "Database")
-		mustContain(t, "explain in "+c, s.Kubectl(c, "explain", "databases.spec.size"), "size in GiB")
+		framework.MustContain(t, "api-resources in "+c, s.Kubectl(c, "api-resources", "--api-group=platform.example.com"), "databases", "Database")
+		framework.MustContain(t, "explain in "+c, s.Kubectl(c, "explain", "databases.spec.size"), "size in GiB")
 	}
 	for _, c := range []string{"root:team-a", "root:team-b"} {
 		for i := 0; i < 3; i++ {
@@ -279,8 +279,8 @@ func testAPISharing(t *testing.T, datastore string) {
 		out, err := s.KubectlErr("root:team-a", withEngine, "apply", "-f", "-")
 		return err == nil, out
 	})
-	mustContain(t, "explain after the switch", s.Kubectl("root:team-b", "explain", "databases.spec.engine"), "the database engine")
-	mustContain(t, "old objects after the switch", s.Kubectl("root:team-b", "get", "database", "db1", "-n", "default", "-o", "jsonpath={.spec.size}"), "11")
+	framework.MustContain(t, "explain after the switch", s.Kubectl("root:team-b", "explain", "databases.spec.engine"), "the database engine")
+	framework.MustContain(t, "old objects after the switch", s.Kubectl("root:team-b", "get", "database", "db1", "-n", "default", "-o", "jsonpath={.spec.size}"), "11")
 
 	// Unbinding team-b deletes its databases (as deleting a CRD deletes
 	// its objects): the API is gone there and the view no longer has them.
@@ -295,7 +295,7 @@ func testAPISharing(t *testing.T, datastore string) {
 	stopCtrl()
 	s.Stop()
 	s.Start()
-	mustContain(t, "team-a after a restart", s.Kubectl("root:team-a", "get", "databases", "-n", "default", "-o", "name"), "db0", "db1", "db2", "db9")
+	framework.MustContain(t, "team-a after a restart", s.Kubectl("root:team-a", "get", "databases", "-n", "default", "-o", "name"), "db0", "db1", "db2", "db9")
 	if got := listView(t, view); got != "root:team-a/db0 root:team-a/db1 root:team-a/db2 root:team-a/db9" {
 		t.Fatalf("the view after a restart lists %q", got)
 	}
@@ -412,7 +412,7 @@ rules: [{apiGroups: [apis.kcp.io], resources: [apiexports], resourceNames: [data
 	}
 	// mallory defines the same group and resource as a CRD of its own,
 	// annotated with root:platform's identity, and writes an object.
-	crd := namespacedCRD("platform.example.com", "databases", "Database", "{type: object, x-kubernetes-preserve-unknown-fields: true}")
+	crd := framework.NamespacedCRD("platform.example.com", "databases", "Database", "{type: object, x-kubernetes-preserve-unknown-fields: true}")
 	crd = strings.Replace(crd, "metadata: {name: databases.platform.example.com}",
 		"metadata: {name: databases.platform.example.com, annotations: {apis.kcp.io/identity: '"+s.Kubectl("root:platform", "get", "apiexport", "databases", "-o", "jsonpath={.status.identityHash}")+"'}}", 1)
 	if out, err := s.KubectlErr("root:mallory", crd, "apply", "-f", "-"); err != nil {
@@ -423,7 +423,7 @@ rules: [{apiGroups: [apis.kcp.io], resources: [apiexports], resourceNames: [data
 		t.Fatalf("mallory's object: %v\n%s", err, out)
 	}
 	// team-a cannot define a CRD of the bound name over its binding.
-	if out, err := s.KubectlErr("root:team-a", namespacedCRD("platform.example.com", "databases", "Database", "{type: object}"), "apply", "-f", "-"); err == nil || !strings.Contains(out, "served in this workspace by APIBinding databases") {
+	if out, err := s.KubectlErr("root:team-a", framework.NamespacedCRD("platform.example.com", "databases", "Database", "{type: object}"), "apply", "-f", "-"); err == nil || !strings.Contains(out, "served in this workspace by APIBinding databases") {
 		t.Errorf("a CRD over a binding: %v\n%s", err, out)
 	}
 	// The provider's view holds team-a's objects alone; the other

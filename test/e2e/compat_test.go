@@ -14,7 +14,7 @@ import (
 func TestCompat(t *testing.T) {
 	kcp, _ := framework.Binaries(t)
 	crd := func(name, fields string) string {
-		return writeFile(t, name, namespacedCRDWithStatus("widgets", "Widget", fields))
+		return framework.WriteFile(t, name, framework.NamespacedCRDWithStatus("widgets", "Widget", fields))
 	}
 	run := func(args ...string) (string, string, int) {
 		cmd := exec.Command(kcp, append([]string{"compat"}, args...)...)
@@ -48,7 +48,7 @@ func TestCompat(t *testing.T) {
 	if _, errOut, code := run(base, conflict, "--lcd"); code != 1 || !strings.Contains(errOut, `incompatible: type "integer" against "string"`) {
 		t.Errorf("type conflict: exit %d, %s", code, errOut)
 	}
-	if _, errOut, code := run(base, writeFile(t, "junk.yaml", "kind: ConfigMap\n")); code == 0 || !strings.Contains(errOut, "want CustomResourceDefinition") {
+	if _, errOut, code := run(base, framework.WriteFile(t, "junk.yaml", "kind: ConfigMap\n")); code == 0 || !strings.Contains(errOut, "want CustomResourceDefinition") {
 		t.Errorf("not a CRD: exit %d, %s", code, errOut)
 	}
 }

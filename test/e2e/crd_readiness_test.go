@@ -50,14 +50,14 @@ func testCRDReadyWhenEstablished(t *testing.T, datastore string) {
 	install := func(cluster string, i int) {
 		t.Helper()
 		plural, kind := fmt.Sprintf("gizmos%d", i), fmt.Sprintf("Gizmo%d", i)
-		crd := namespacedCRD("ready.example.com", plural, kind,
+		crd := framework.NamespacedCRD("ready.example.com", plural, kind,
 			"{type: object, properties: {spec: {type: object, properties: {size: {type: integer, description: the size of the gizmo}}}}}")
 		// The object the create answers already has conditions.
 		out, err := s.KubectlErr(cluster, crd, "create", "-f", "-", "-o", "jsonpath={.status.conditions[*].type}")
 		if err != nil {
 			t.Fatalf("creating CRD %s: %v\n%s", plural, err, out)
 		}
-		mustContain(t, "conditions in the create answer", out, "Established")
+		framework.MustContain(t, "conditions in the create answer", out, "Established")
 		s.WaitEstablished(cluster, "crd/"+plural+".ready.example.com")
 		cr := fmt.Sprintf("apiVersion: ready.example.com/v1\nkind: %s\nmetadata: {name: g, namespace: default}\nspec: {size: 3}\n", kind)
 		if out, err := s.KubectlErr(cluster, cr, "apply", "-f", "-"); err != nil {

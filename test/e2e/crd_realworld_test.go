@@ -71,9 +71,9 @@ func TestRealWorldCRDs(t *testing.T) {
 	for _, c := range []string{std, exp} {
 		s.WaitEstablished(c, "crd", "--all")
 	}
-	mustNotContain(t, "x-k8s.io kinds in standard", s.Kubectl(std, "api-resources"), "xbackends")
-	mustContain(t, "x-k8s.io kinds in experimental", s.Kubectl(exp, "api-resources"), "xbackends")
-	mustNotContain(t, "gateway API in root", s.Kubectl("root", "api-resources"), "httproutes")
+	framework.MustNotContain(t, "x-k8s.io kinds in standard", s.Kubectl(std, "api-resources"), "xbackends")
+	framework.MustContain(t, "x-k8s.io kinds in experimental", s.Kubectl(exp, "api-resources"), "xbackends")
+	framework.MustNotContain(t, "gateway API in root", s.Kubectl("root", "api-resources"), "httproutes")
 
 	objects := `apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
@@ -101,7 +101,7 @@ spec:
 			t.Fatalf("%s: %v\n%s", c, err, out)
 		}
 		// Defaulted from the schema: a rule without matches matches "/".
-		mustContain(t, "defaulted match in "+c, s.Kubectl(c, "get", "httproute", "shop", "-o", "jsonpath={.spec.rules[0].matches[0].path}"), `"type":"PathPrefix"`, `"value":"/"`)
+		framework.MustContain(t, "defaulted match in "+c, s.Kubectl(c, "get", "httproute", "shop", "-o", "jsonpath={.spec.rules[0].matches[0].path}"), `"type":"PathPrefix"`, `"value":"/"`)
 		// A CEL rule of the schema.
 		out, err := s.KubectlErr(c, `apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
@@ -114,8 +114,8 @@ spec:
 		if err == nil {
 			t.Fatalf("%s accepted a relative path prefix:\n%s", c, out)
 		}
-		mustContain(t, "CEL rule in "+c, out, "must be an absolute path")
-		mustContain(t, "explain in "+c, s.Kubectl(c, "explain", "httproute.spec.rules.matches.path.type"), "PathPrefix")
+		framework.MustContain(t, "CEL rule in "+c, out, "must be an absolute path")
+		framework.MustContain(t, "explain in "+c, s.Kubectl(c, "explain", "httproute.spec.rules.matches.path.type"), "PathPrefix")
 	}
 	if !strings.Contains(s.Kubectl(std, "get", "gateways", "-o", "name"), "/web") {
 		t.Fatal("the Gateway is missing in the standard workspace")
@@ -200,7 +200,7 @@ spec:
 		if out, err := s.KubectlErr(b.cluster, b.object, "apply", "-f", "-"); err != nil {
 			t.Fatalf("%s: creating objects: %v\n%s", b.cluster, err, out)
 		}
-		mustContain(t, "explain in "+b.cluster, s.Kubectl(b.cluster, append([]string{"explain"}, strings.Fields(b.explain)...)...), b.want)
+		framework.MustContain(t, "explain in "+b.cluster, s.Kubectl(b.cluster, append([]string{"explain"}, strings.Fields(b.explain)...)...), b.want)
 		for _, other := range bundles {
 			if other.cluster == b.cluster {
 				continue
@@ -213,5 +213,5 @@ spec:
 			}
 		}
 	}
-	mustContain(t, "the Certificate", s.Kubectl("root:certs", "get", "certificates", "-o", "name"), "certificate.cert-manager.io/web")
+	framework.MustContain(t, "the Certificate", s.Kubectl("root:certs", "get", "certificates", "-o", "name"), "certificate.cert-manager.io/web")
 }

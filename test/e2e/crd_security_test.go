@@ -89,8 +89,8 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}]
 		}
 	}
 	// The system CRDs are untouched and still served to a.
-	mustContain(t, "system CRDs", s.Kubectl("system:crds", "get", "crd", "-o", "name"), "workspaces.tenancy.kcp.io")
-	mustNotContain(t, "system CRDs", s.Kubectl("system:crds", "get", "crd", "-o", "name"), "evils")
+	framework.MustContain(t, "system CRDs", s.Kubectl("system:crds", "get", "crd", "-o", "name"), "workspaces.tenancy.kcp.io")
+	framework.MustNotContain(t, "system CRDs", s.Kubectl("system:crds", "get", "crd", "-o", "name"), "evils")
 	if code, body := do(t, alice, "GET", s.URL()+"/clusters/"+a+"/apis/tenancy.kcp.io/v1alpha1/workspaces", ""); code != http.StatusOK {
 		t.Errorf("workspaces in a: %d %s", code, body)
 	}

@@ -94,39 +94,6 @@ func widget(version, name string, spec map[string]interface{}) *unstructured.Uns
 	}}
 }
 
-// namespacedCRD is a CustomResourceDefinition with one version, v1, whose
-// openAPIV3Schema is schema (YAML flow style).
-func namespacedCRD(group, plural, kind, schema string) string {
-	return fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: %[2]s.%[1]s}
-spec:
-  group: %[1]s
-  scope: Namespaced
-  names: {plural: %[2]s, kind: %[3]s}
-  versions:
-  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: %[4]s}}
-`, group, plural, kind, schema)
-}
-
-func mustContain(t *testing.T, what, out string, wants ...string) {
-	t.Helper()
-	for _, w := range wants {
-		if !strings.Contains(out, w) {
-			t.Fatalf("%s: want %q in:\n%s", what, w, out)
-		}
-	}
-}
-
-func mustNotContain(t *testing.T, what, out string, unwanted ...string) {
-	t.Helper()
-	for _, w := range unwanted {
-		if strings.Contains(out, w) {
-			t.Fatalf("%s: did not want %q in:\n%s", what, w, out)
-		}
-	}
-}
-
 // TestPerClusterCRDs: two teams install different definitions of the same
 // CRD at the same time and each sees only its own, end to end with kubectl.
 func TestPerClusterCRDs(t *testing.T) {
@@ -162,16 +129,16 @@ func testPerClusterCRDs(t *testing.T, datastore string) {
 	}
 
 	// Discovery per cluster.
-	mustContain(t, "api-resources in a", s.Kubectl(a, "api-resources", "--api-group=example.com"), "example.com/v1", "wd")
+	framework.MustContain(t, "api-resources in a", s.Kubectl(a, "api-resources", "--api-group=example.com"), "example.com/v1", "wd")
 	outB := s.Kubectl(b, "api-resources", "--api-group=example.com")
-	mustContain(t, "api-resources in b", outB, "example.com/v2")
-	mustNotContain(t, "api-resources in b", outB, "example.com/v1 ", "wd")
-	mustNotContain(t, "api-resources in root", s.Kubectl("root", "api-resources", "--api-group=example.com"), "widgets")
-	mustContain(t, "api-versions in b", s.Kubectl(b, "api-versions"), "example.com/v2", "example.com/v1beta1")
+	framework.MustContain(t, "api-resources in b", outB, "example.com/v2")
+	framework.MustNotContain(t, "api-resources in b", outB, "example.com/v1 ", "wd")
+	framework.MustNotContain(t, "api-resources in root", s.Kubectl("root", "api-resources", "--api-group=example.com"), "widgets")
+	framework.MustContain(t, "api-versions in b", s.Kubectl(b, "api-versions"), "example.com/v2", "example.com/v1beta1")
 
 	// Explain reads each cluster's own OpenAPI.
-	mustContain(t, "explain in a", s.Kubectl(a, "explain", "widget.spec.size"), "How big the widget is.")
-	mustContain(t, "explain in b", s.Kubectl(b, "explain", "widget.spec.color"), "The colour of the widget.", "ENUM:", "blue")
+	framework.MustContain(t, "explain in a", s.Kubectl(a, "explain", "widget.spec.size"), "How big the widget is.")
+	framework.MustContain(t, "explain in b", s.Kubectl(b, "explain", "widget.spec.color"), "The colour of the widget.", "ENUM:", "blue")
 	if out, err := s.KubectlErr(a, "", "explain", "widget.spec.color"); err == nil {
 		t.Fatalf("explain of b's field in a succeeded:\n%s", out)
 	}
@@ -181,63 +148,63 @@ func testPerClusterCRDs(t *testing.T, datastore string) {
 	if err == nil {
 		t.Fatalf("a accepted size 30:\n%s", out)
 	}
-	mustContain(t, "size 30 in a", out, "less than or equal to 10")
+	framework.MustContain(t, "size 30 in a", out, "less than or equal to 10")
 	out, err = s.KubectlErr(b, "apiVersion: example.com/v2\nkind: Widget\nmetadata: {name: green, namespace: default}\nspec: {color: green}\n", "apply", "-f", "-")
 	if err == nil {
 		t.Fatalf("b accepted green:\n%s", out)
 	}
-	mustContain(t, "green in b", out, "Unsupported value")
+	framework.MustContain(t, "green in b", out, "Unsupported value")
 	out, err = s.KubectlErr(b, "apiVersion: example.com/v2\nkind: Widget\nmetadata: {name: dark, namespace: default}\nspec: {color: red, shade: 9}\n", "apply", "-f", "-")
 	if err == nil {
 		t.Fatalf("b accepted a CEL violation:\n%s", out)
 	}
-	mustContain(t, "CEL rule in b", out, "red widgets are at most shade 5")
+	framework.MustContain(t, "CEL rule in b", out, "red widgets are at most shade 5")
 	// a's schema does not know color: strict field validation says so.
 	out, err = s.KubectlErr(a, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: odd, namespace: default}\nspec: {color: blue}\n", "apply", "--validate=strict", "-f", "-")
 	if err == nil {
 		t.Fatalf("a accepted an unknown field with --validate=strict:\n%s", out)
 	}
-	mustContain(t, "unknown field in a", out, "unknown field")
+	framework.MustContain(t, "unknown field in a", out, "unknown field")
 
 	s.KubectlErr(a, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: small, namespace: default}\nspec: {size: 3}\n", "apply", "-f", "-")
 	if out, err := s.KubectlErr(b, "apiVersion: example.com/v2\nkind: Widget\nmetadata: {name: blue, namespace: default}\nspec: {color: blue}\n", "apply", "-f", "-"); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	mustContain(t, "printer column in a", s.Kubectl(a, "get", "wd"), "SIZE", "small")
+	framework.MustContain(t, "printer column in a", s.Kubectl(a, "get", "wd"), "SIZE", "small")
 	// diff (server-side dry run) and edit.
 	out, err = s.KubectlErr(a, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: small, namespace: default}\nspec: {size: 4}\n", "diff", "-f", "-")
 	if err == nil {
 		t.Fatalf("kubectl diff found no difference:\n%s", out)
 	}
-	mustContain(t, "kubectl diff", out, "-  size: 3", "+  size: 4")
+	framework.MustContain(t, "kubectl diff", out, "-  size: 3", "+  size: 4")
 	t.Setenv("KUBE_EDITOR", "sed -i 's/size: 3/size: 5/'")
 	s.Kubectl(a, "edit", "widget", "small")
-	mustContain(t, "after kubectl edit", s.Kubectl(a, "get", "widget", "small", "-o", "jsonpath={.spec.size}"), "5")
-	mustContain(t, "category in a", s.Kubectl(a, "get", "toys"), "small")
+	framework.MustContain(t, "after kubectl edit", s.Kubectl(a, "get", "widget", "small", "-o", "jsonpath={.spec.size}"), "5")
+	framework.MustContain(t, "category in a", s.Kubectl(a, "get", "toys"), "small")
 	if out, err := s.KubectlErr(b, "", "get", "wd"); err == nil {
 		t.Fatalf("b knows a's short name:\n%s", out)
 	}
 	// Defaulting from b's schema; the older version reads the same object.
-	mustContain(t, "default in b", s.Kubectl(b, "get", "widgets.v2.example.com", "blue", "-o", "jsonpath={.spec.shade}"), "3")
-	mustContain(t, "v1beta1 in b", s.Kubectl(b, "get", "widgets.v1beta1.example.com", "blue", "-o", "jsonpath={.apiVersion}"), "example.com/v1beta1")
+	framework.MustContain(t, "default in b", s.Kubectl(b, "get", "widgets.v2.example.com", "blue", "-o", "jsonpath={.spec.shade}"), "3")
+	framework.MustContain(t, "v1beta1 in b", s.Kubectl(b, "get", "widgets.v1beta1.example.com", "blue", "-o", "jsonpath={.apiVersion}"), "example.com/v1beta1")
 	// Each cluster lists only its own objects.
 	outA := s.Kubectl(a, "get", "widgets", "-o", "name")
-	mustContain(t, "objects in a", outA, "small")
-	mustNotContain(t, "objects in a", outA, "blue")
+	framework.MustContain(t, "objects in a", outA, "small")
+	framework.MustNotContain(t, "objects in a", outA, "blue")
 
 	// Server-side apply with managed fields and conflicts; status subresource.
 	applied, err := s.KubectlErr(b, "apiVersion: example.com/v2\nkind: Widget\nmetadata: {name: ssa, namespace: default}\nspec: {color: blue, shade: 1}\n", "apply", "--server-side", "--field-manager=alice", "-f", "-")
 	if err != nil {
 		t.Fatalf("%v: %s", err, applied)
 	}
-	mustContain(t, "managed fields", s.Kubectl(b, "get", "widget", "ssa", "-o", "yaml", "--show-managed-fields"), "manager: alice", "f:shade")
+	framework.MustContain(t, "managed fields", s.Kubectl(b, "get", "widget", "ssa", "-o", "yaml", "--show-managed-fields"), "manager: alice", "f:shade")
 	out, err = s.KubectlErr(b, "apiVersion: example.com/v2\nkind: Widget\nmetadata: {name: ssa, namespace: default}\nspec: {color: blue, shade: 2}\n", "apply", "--server-side", "--field-manager=bob", "-f", "-")
 	if err == nil {
 		t.Fatalf("bob took alice's field without a conflict:\n%s", out)
 	}
-	mustContain(t, "SSA conflict", out, "conflict")
+	framework.MustContain(t, "SSA conflict", out, "conflict")
 	s.Kubectl(b, "patch", "widget", "ssa", "--subresource=status", "--type=merge", "-p", `{"status":{"ready":true}}`)
-	mustContain(t, "status subresource", s.Kubectl(b, "get", "widget", "ssa", "-o", "jsonpath={.status.ready}"), "true")
+	framework.MustContain(t, "status subresource", s.Kubectl(b, "get", "widget", "ssa", "-o", "jsonpath={.status.ready}"), "true")
 
 	// OpenAPI v3 index URLs stay in the cluster; v2 has each cluster's model.
 	raw := s.Kubectl(b, "get", "--raw", "/openapi/v3")
@@ -255,8 +222,8 @@ func testPerClusterCRDs(t *testing.T, datastore string) {
 	if _, ok := index.Paths["apis/example.com/v1"]; ok {
 		t.Fatal("b's OpenAPI v3 index lists a's example.com/v1")
 	}
-	mustContain(t, "OpenAPI v2 in b", s.Kubectl(b, "get", "--raw", "/openapi/v2"), `"com.example.v2.Widget"`)
-	mustNotContain(t, "OpenAPI v2 in root", s.Kubectl("root", "get", "--raw", "/openapi/v2"), `"com.example.v2.Widget"`)
+	framework.MustContain(t, "OpenAPI v2 in b", s.Kubectl(b, "get", "--raw", "/openapi/v2"), `"com.example.v2.Widget"`)
+	framework.MustNotContain(t, "OpenAPI v2 in root", s.Kubectl("root", "get", "--raw", "/openapi/v2"), `"com.example.v2.Widget"`)
 
 	// A watch in a sees a's events only.
 	dynA := dynamic.NewForConfigOrDie(s.Config(a))
@@ -356,12 +323,12 @@ func testPerClusterCRDs(t *testing.T, datastore string) {
 	if _, err := dynA.Resource(widgetsV1).Namespace("default").List(ctx, metav1.ListOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("a's widgets after deleting the CRD: %v", err)
 	}
-	mustContain(t, "b after a's CRD is gone", s.Kubectl(b, "get", "widgets", "-o", "name"), "blue", "ssa", "from-b")
+	framework.MustContain(t, "b after a's CRD is gone", s.Kubectl(b, "get", "widgets", "-o", "name"), "blue", "ssa", "from-b")
 
 	// After a restart every cluster serves its own CRDs again.
 	s.Stop()
 	s.Start()
-	mustContain(t, "b after restart", s.Kubectl(b, "get", "widgets", "-o", "name"), "blue")
+	framework.MustContain(t, "b after restart", s.Kubectl(b, "get", "widgets", "-o", "name"), "blue")
 	s.Kubectl(a, "get", "namespaces")
 	if out, err := s.KubectlErr(a, "", "get", "widgets"); err == nil {
 		t.Fatalf("a serves widgets after restart:\n%s", out)
@@ -374,7 +341,7 @@ func testPerClusterCRDs(t *testing.T, datastore string) {
 func TestOpenAPIV2ProtobufWithCRD(t *testing.T) {
 	s := framework.StartServer(t, "")
 	s.CreateWorkspaces("root:v2")
-	out, err := s.KubectlErr("root:v2", namespacedCRD("v2.example.com", "gadgets", "Gadget",
+	out, err := s.KubectlErr("root:v2", framework.NamespacedCRD("v2.example.com", "gadgets", "Gadget",
 		`{type: object, properties: {spec: {type: object, description: what the gadget does, properties: {size: {type: integer}}}}}`), "apply", "-f", "-")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)

@@ -15,7 +15,7 @@ func crdWithEnum(plural string, n, pad int) string {
 	for i := 0; i < n; i++ {
 		values = append(values, fmt.Sprintf("v%d", i))
 	}
-	return namespacedCRD("limits.example.com", plural, "K"+plural, fmt.Sprintf(
+	return framework.NamespacedCRD("limits.example.com", plural, "K"+plural, fmt.Sprintf(
 		`{type: object, description: "%s", properties: {color: {type: string, enum: [%s]}}}`, strings.Repeat("p", pad), strings.Join(values, ",")))
 }
 

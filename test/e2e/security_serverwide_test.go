@@ -421,7 +421,7 @@ func TestOversizedRequests(t *testing.T) {
 	s := framework.StartServer(t, "")
 	const ws = "root:big-a"
 	s.CreateWorkspaces(ws)
-	blobs := namespacedCRD("example.com", "blobs", "Blob", `{type: object, x-kubernetes-preserve-unknown-fields: true}`)
+	blobs := framework.NamespacedCRD("example.com", "blobs", "Blob", `{type: object, x-kubernetes-preserve-unknown-fields: true}`)
 	if out, err := s.KubectlErr(ws, blobs, "apply", "-f", "-"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

@@ -81,7 +81,7 @@ func TestWatchConsistency(t *testing.T) {
 
 func installWidgetCRD(t *testing.T, s *framework.Server) {
 	t.Helper()
-	out, err := s.KubectlErr("root", namespacedCRD("consistency.example.com", "widgets", "Widget",
+	out, err := s.KubectlErr("root", framework.NamespacedCRD("consistency.example.com", "widgets", "Widget",
 		`{type: object, properties: {data: {type: object, x-kubernetes-preserve-unknown-fields: true}}}`), "apply", "-f", "-")
 	if err != nil {
 		t.Fatalf("installing the CRD: %v\n%s", err, out)

@@ -34,7 +34,7 @@ func TestWorkspaceTypes(t *testing.T) {
 	grantClusterRole(t, s, "root:org", "ws-creator", `{apiGroups: ["tenancy.kcp.io"], resources: ["workspaces"], verbs: ["create", "get", "list"]}`, "alice", "mallory")
 
 	// The built-in types are in root; an invalid type is refused.
-	mustContain(t, "built-in types", s.Kubectl("root", "get", "workspacetypes"), "organization", "team")
+	framework.MustContain(t, "built-in types", s.Kubectl("root", "get", "workspacetypes"), "organization", "team")
 	for _, c := range []struct{ spec, want string }{
 		{`defaultAPIBindings: [{path: root:platform, export: databases}, {path: root:other, export: databases}]`, "each export name may appear once"},
 		{`defaultAPIBindings: [{path: "root:Platform", export: databases}]`, "spec.defaultAPIBindings[0].path"},
@@ -88,8 +88,8 @@ spec:
 	if err := create("alice", "root:org", "team-1", "team", nil, 30*time.Second); err != nil {
 		t.Fatalf("alice creating a team workspace: %v", err)
 	}
-	mustContain(t, "the default binding", s.Kubectl("root:org:team-1", "get", "apibinding", "databases", "-o", "jsonpath={.status.phase} {.spec.reference.export.path}"), "Bound root:platform")
-	mustContain(t, "api-resources in a team workspace", s.Kubectl("root:org:team-1", "api-resources", "--api-group=platform.example.com"), "databases")
+	framework.MustContain(t, "the default binding", s.Kubectl("root:org:team-1", "get", "apibinding", "databases", "-o", "jsonpath={.status.phase} {.spec.reference.export.path}"), "Bound root:platform")
+	framework.MustContain(t, "api-resources in a team workspace", s.Kubectl("root:org:team-1", "api-resources", "--api-group=platform.example.com"), "databases")
 	applyYAML(t, s, "root:org:team-1", database("db1", 3))
 	// The same name used in root means root's built-in type: no bindings.
 	if err := create("admin", "root", "plain-team", "team", nil, 30*time.Second); err != nil {
@@ -144,7 +144,7 @@ spec:
 	if err == nil || !strings.Contains(out, "waiting for APIBinding nothing") {
 		t.Fatalf("a workspace whose type binds a missing export: want the waiting reason, got %v\n%s", err, out)
 	}
-	mustContain(t, "the stuck workspace", s.Kubectl("root:org", "get", "workspace", "stuck", "-o", "jsonpath={.status.phase}"), "Initializing")
+	framework.MustContain(t, "the stuck workspace", s.Kubectl("root:org", "get", "workspace", "stuck", "-o", "jsonpath={.status.phase}"), "Initializing")
 	// Across a restart (the controller's first list reads the datastore
 	// and gives it this workspace whole), it still waits and still goes.
 	s.Stop()
@@ -163,5 +163,5 @@ spec:
 	if out := s.Kubectl("root:org:team-2", "get", "apibindings", "-o", "name"); strings.TrimSpace(out) != "" {
 		t.Fatalf("team-2 has bindings: %s", out)
 	}
-	mustContain(t, "team-1's databases", s.Kubectl("root:org:team-1", "get", "databases", "-n", "default", "-o", "name"), "db1")
+	framework.MustContain(t, "team-1's databases", s.Kubectl("root:org:team-1", "get", "databases", "-n", "default", "-o", "name"), "db1")
 }

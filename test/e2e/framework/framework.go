@@ -464,3 +464,58 @@ func (s *Server) WaitEstablished(cluster string, crd ...string) {
 		s.t.Fatalf("waiting for %v to be Established in %s: %v\n%s", crd, cluster, err, out)
 	}
 }
+
+// WriteFile writes content to a file called name in the test's temporary
+// directory and returns its path.
+func WriteFile(t testing.TB, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// MustContain fails the test unless out holds every one of wants; what
+// names the output in the failure.
+func MustContain(t testing.TB, what, out string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(out, w) {
+			t.Fatalf("%s: want %q in:\n%s", what, w, out)
+		}
+	}
+}
+
+// MustNotContain fails the test if out holds any of unwanted.
+func MustNotContain(t testing.TB, what, out string, unwanted ...string) {
+	t.Helper()
+	for _, w := range unwanted {
+		if strings.Contains(out, w) {
+			t.Fatalf("%s: did not want %q in:\n%s", what, w, out)
+		}
+	}
+}
+
+// NamespacedCRD is a CustomResourceDefinition with one version, v1, whose
+// openAPIV3Schema is schema (YAML flow style).
+func NamespacedCRD(group, plural, kind, schema string) string {
+	return fmt.Sprintf(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: %[2]s.%[1]s}
+spec:
+  group: %[1]s
+  scope: Namespaced
+  names: {plural: %[2]s, kind: %[3]s}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: %[4]s}}
+`, group, plural, kind, schema)
+}
+
+// NamespacedCRDWithStatus is a CRD example.com/v1 with a status
+// subresource and the given spec properties.
+func NamespacedCRDWithStatus(plural, kind, specProps string) string {
+	return strings.Replace(NamespacedCRD("example.com", plural, kind,
+		"{type: object, properties: {spec: {type: object, properties: {"+specProps+"}}, status: {type: object, properties: {phase: {type: string}}}}}"),
+		"storage: true,", "storage: true, subresources: {status: {}},", 1)
+}

@@ -1,4 +1,4 @@
-package e2e
+package multicluster
 
 import (
 	"context"
@@ -35,7 +35,7 @@ func TestFailover(t *testing.T) {
 		syncers[name] = register(t, s, admin, name, "region=eu", pcs[name])
 	}
 	waitTargetsReady(t, s, compute, "pc1", "pc2")
-	s.Kubectl(team, "apply", "-f", writeFile(t, "placement.yaml", `apiVersion: workload.kcp.io/v1alpha1
+	s.Kubectl(team, "apply", "-f", framework.WriteFile(t, "placement.yaml", `apiVersion: workload.kcp.io/v1alpha1
 kind: Placement
 metadata: {name: eu}
 spec: {locationWorkspace: "root:compute", locationSelector: {matchLabels: {region: eu}}, namespaceSelector: {}}

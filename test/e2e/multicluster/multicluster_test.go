@@ -1,4 +1,4 @@
-package e2e
+package multicluster
 
 import (
 	"bytes"
@@ -70,12 +70,12 @@ func testTransparentMultiCluster(t *testing.T, bins physical.Binaries, datastore
 			// with the physical cluster's kubeconfig; kcp runs the syncer.
 			// And a CRD of the physical clusters, imported through spec.resources.
 			if out, err := exec.Command(filepath.Join(framework.RepoRoot(), "bin", "kubectl"), "--kubeconfig", pcs[name].Kubeconfig, "apply", "-f",
-				writeFile(t, "widgets.yaml", namespacedCRDWithStatus("widgets", "Widget", "size: {type: integer}"))).CombinedOutput(); err != nil {
+				framework.WriteFile(t, "widgets.yaml", framework.NamespacedCRDWithStatus("widgets", "Widget", "size: {type: integer}"))).CombinedOutput(); err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
 			exec.Command(filepath.Join(framework.RepoRoot(), "bin", "kubectl"), "--kubeconfig", pcs[name].Kubeconfig, "wait", "--for=condition=Established", "crd/widgets.example.com").Run()
 			s.Kubectl(compute, "create", "secret", "generic", name+"-kubeconfig", "--from-file=kubeconfig="+pcs[name].Kubeconfig)
-			s.Kubectl(compute, "apply", "-f", writeFile(t, name+".yaml", fmt.Sprintf(`apiVersion: workload.kcp.io/v1alpha1
+			s.Kubectl(compute, "apply", "-f", framework.WriteFile(t, name+".yaml", fmt.Sprintf(`apiVersion: workload.kcp.io/v1alpha1
 kind: SyncTarget
 metadata: {name: %s, labels: {region: %s}}
 spec: {push: {secretNamespace: default, secretName: %s-kubeconfig}, resources: [widgets.example.com]}
@@ -102,7 +102,7 @@ spec: {push: {secretNamespace: default, secretName: %s-kubeconfig}, resources: [
 	s.Kubectl(teamA, "create", "clusterrolebinding", "dev-admin", "--clusterrole=cluster-admin", "--serviceaccount=default:dev")
 	token := strings.TrimSpace(s.Kubectl(teamA, "create", "token", "dev"))
 	placementYAML := func(region string) string {
-		return writeFile(t, "placement.yaml", fmt.Sprintf(`apiVersion: workload.kcp.io/v1alpha1
+		return framework.WriteFile(t, "placement.yaml", fmt.Sprintf(`apiVersion: workload.kcp.io/v1alpha1
 kind: Placement
 metadata: {name: eu}
 spec:
@@ -122,7 +122,7 @@ spec:
 	// Nor can the team member reach the location's negotiated APIs by
 	// binding its export directly (kcp binds it for a Placement only),
 	// and the refused Placement left no binding behind.
-	if out, err := asDev("apply", "-f", writeFile(t, "location-binding.yaml", `apiVersion: apis.kcp.io/v1alpha1
+	if out, err := asDev("apply", "-f", framework.WriteFile(t, "location-binding.yaml", `apiVersion: apis.kcp.io/v1alpha1
 kind: APIBinding
 metadata: {name: mine}
 spec: {reference: {export: {path: "`+compute+`", name: kubernetes}}}
@@ -159,7 +159,7 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}]
 	}
 	// (kubectl create clusterrole refuses the verb "use" outside pod
 	// security policies: the role is applied as YAML.)
-	s.Kubectl(compute, "apply", "-f", writeFile(t, "use.yaml", `apiVersion: rbac.authorization.k8s.io/v1
+	s.Kubectl(compute, "apply", "-f", framework.WriteFile(t, "use.yaml", `apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: synctarget-user}
 rules: [{apiGroups: [workload.kcp.io], resources: [synctargets], verbs: [use]}]
@@ -253,7 +253,7 @@ rules: [{apiGroups: [workload.kcp.io], resources: [synctargets], verbs: [use]}]
 	// finalizers it writes (here for pc2, which its Placement does not
 	// select) are dropped, on objects and on its namespace.
 	pc2Label, pc2Finalizer := workload.StateLabel(compute, "pc2"), workload.Finalizer(compute, "pc2")
-	forged := writeFile(t, "forged.yaml", fmt.Sprintf(`apiVersion: v1
+	forged := framework.WriteFile(t, "forged.yaml", fmt.Sprintf(`apiVersion: v1
 kind: ConfigMap
 metadata: {name: forged, labels: {%q: Sync}, finalizers: [%q]}
 `, pc2Label, pc2Finalizer))
@@ -284,7 +284,7 @@ metadata: {name: forged, labels: {%q: Sync}, finalizers: [%q]}
 	// An override that would take over what the syncer owns downstream
 	// (its label, the object's namespace) is refused with the reason.
 	for _, patch := range []string{`{metadata: {labels: {workload.kcp.io/sync-target: other}}}`, `{metadata: {namespace: kube-system}}`} {
-		out, err := s.KubectlErr(teamA, "", "apply", "-f", writeFile(t, "override.yaml", `apiVersion: workload.kcp.io/v1alpha1
+		out, err := s.KubectlErr(teamA, "", "apply", "-f", framework.WriteFile(t, "override.yaml", `apiVersion: workload.kcp.io/v1alpha1
 kind: Placement
 metadata: {name: eu}
 spec:
@@ -309,7 +309,7 @@ spec:
 			return strings.Contains(out, "pc1.widgets") && strings.Contains(out, "pc2.widgets"), out
 		})
 		framework.Eventually(t, 30*time.Second, "widgets served in team-a", func() (bool, string) {
-			out, err := s.KubectlErr(teamA, "", "apply", "-f", writeFile(t, "w.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {size: 2}\n"))
+			out, err := s.KubectlErr(teamA, "", "apply", "-f", framework.WriteFile(t, "w.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {size: 2}\n"))
 			return err == nil, out
 		})
 		pc1cfg, _ := pcs["pc1"].RESTConfig()
@@ -384,7 +384,7 @@ func testPushModeRules(t *testing.T, s *framework.Server, compute string, push b
 		return s.Kubectl(compute, "get", "synctarget", name, "-o", `jsonpath={.status.conditions[?(@.type=="PushSyncer")].reason}`)
 	}
 	if !push {
-		s.Kubectl(compute, "apply", "-f", writeFile(t, "pushed.yaml", `apiVersion: workload.kcp.io/v1alpha1
+		s.Kubectl(compute, "apply", "-f", framework.WriteFile(t, "pushed.yaml", `apiVersion: workload.kcp.io/v1alpha1
 kind: SyncTarget
 metadata: {name: pushed}
 spec: {push: {secretNamespace: default, secretName: nothing}}
@@ -406,8 +406,8 @@ spec: {push: {secretNamespace: default, secretName: nothing}}
 			server = "http://169.254.169.254"
 		}
 		cfg := "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: '" + server + "'}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n" + kubeconfig
-		s.Kubectl(compute, "create", "secret", "generic", "bad-"+name, "--from-file=kubeconfig="+writeFile(t, name+".kubeconfig", cfg))
-		s.Kubectl(compute, "apply", "-f", writeFile(t, name+".yaml", fmt.Sprintf(`apiVersion: workload.kcp.io/v1alpha1
+		s.Kubectl(compute, "create", "secret", "generic", "bad-"+name, "--from-file=kubeconfig="+framework.WriteFile(t, name+".kubeconfig", cfg))
+		s.Kubectl(compute, "apply", "-f", framework.WriteFile(t, name+".yaml", fmt.Sprintf(`apiVersion: workload.kcp.io/v1alpha1
 kind: SyncTarget
 metadata: {name: bad-%s}
 spec: {push: {secretNamespace: default, secretName: bad-%s}}

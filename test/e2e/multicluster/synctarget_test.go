@@ -1,4 +1,4 @@
-package e2e
+package multicluster
 
 import (
 	"context"
@@ -110,7 +110,7 @@ func TestSyncTargetHeartbeat(t *testing.T) {
 
 	// The syncer's credential reads its SyncTarget and writes its status,
 	// nothing else.
-	s.Kubectl(compute, "apply", "-f", writeFile(t, "pc2.yaml", "apiVersion: workload.kcp.io/v1alpha1\nkind: SyncTarget\nmetadata: {name: pc2}\n"))
+	s.Kubectl(compute, "apply", "-f", framework.WriteFile(t, "pc2.yaml", "apiVersion: workload.kcp.io/v1alpha1\nkind: SyncTarget\nmetadata: {name: pc2}\n"))
 	kubectl := filepath.Join(framework.RepoRoot(), "bin", "kubectl")
 	asSyncer := func(args ...string) (string, error) {
 		out, err := exec.Command(kubectl, append([]string{"--kubeconfig", kcpConfig}, args...)...).CombinedOutput()
@@ -141,13 +141,4 @@ func TestSyncTargetHeartbeat(t *testing.T) {
 		status, reason, _ := ready()
 		return status == "False" && reason == workload.ReasonHeartbeatTimeout, status + " " + reason
 	})
-}
-
-func writeFile(t *testing.T, name, content string) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }

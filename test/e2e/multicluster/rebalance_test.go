@@ -1,4 +1,4 @@
-package e2e
+package multicluster
 
 import (
 	"context"
@@ -48,12 +48,12 @@ func TestRebalanceAndSyncerDeath(t *testing.T) {
 	}
 	waitTargetsReady(t, s, compute, "pc1", "pc2")
 
-	s.Kubectl(team, "apply", "-f", writeFile(t, "capacity.yaml", `apiVersion: workload.kcp.io/v1alpha1
+	s.Kubectl(team, "apply", "-f", framework.WriteFile(t, "capacity.yaml", `apiVersion: workload.kcp.io/v1alpha1
 kind: Placement
 metadata: {name: by-capacity}
 spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: true, mode: Divide, weightsFrom: Capacity}
 `))
-	s.Kubectl(team, "apply", "-f", writeFile(t, "web.yaml", `apiVersion: apps/v1
+	s.Kubectl(team, "apply", "-f", framework.WriteFile(t, "web.yaml", `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: web, namespace: default}
 spec:

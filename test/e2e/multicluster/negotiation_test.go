@@ -1,4 +1,4 @@
-package e2e
+package multicluster
 
 import (
 	"context"
@@ -47,8 +47,8 @@ func TestAPINegotiation(t *testing.T) {
 	pcs := startPhysical(t, bins, "pc1", "pc2")
 	for _, name := range []string{"pc1", "pc2"} {
 		pc := pcs[name]
-		crds := namespacedCRDWithStatus("widgets", "Widget", schemas[name][0]) + "---\n" + namespacedCRDWithStatus("gadgets", "Gadget", schemas[name][1])
-		if out, err := exec.Command(kubectl, "--kubeconfig", pc.Kubeconfig, "apply", "-f", writeFile(t, name+"-crds.yaml", crds)).CombinedOutput(); err != nil {
+		crds := framework.NamespacedCRDWithStatus("widgets", "Widget", schemas[name][0]) + "---\n" + framework.NamespacedCRDWithStatus("gadgets", "Gadget", schemas[name][1])
+		if out, err := exec.Command(kubectl, "--kubeconfig", pc.Kubeconfig, "apply", "-f", framework.WriteFile(t, name+"-crds.yaml", crds)).CombinedOutput(); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
 		exec.Command(kubectl, "--kubeconfig", pc.Kubeconfig, "wait", "--for=condition=Established", "crd/widgets.example.com", "crd/gadgets.example.com").Run()
@@ -80,7 +80,7 @@ func TestAPINegotiation(t *testing.T) {
 	}
 
 	// A syncer writes only its own imports.
-	if out, err := exec.Command(kubectl, "--kubeconfig", configs["pc1"], "apply", "-f", writeFile(t, "fake-import.yaml", `apiVersion: apiresource.kcp.io/v1alpha1
+	if out, err := exec.Command(kubectl, "--kubeconfig", configs["pc1"], "apply", "-f", framework.WriteFile(t, "fake-import.yaml", `apiVersion: apiresource.kcp.io/v1alpha1
 kind: APIResourceImport
 metadata: {name: pc2.fakes.example.com}
 spec: {syncTarget: pc2, crd: {group: example.com}}
@@ -92,7 +92,7 @@ spec: {syncTarget: pc2, crd: {group: example.com}}
 	if out, _ := s.KubectlErr(team, "", "get", "widgets"); !strings.Contains(out, "doesn't have a resource type") && !strings.Contains(out, "the server could not find") {
 		t.Errorf("widgets served before a Placement: %s", out)
 	}
-	placement := writeFile(t, "placement.yaml", `apiVersion: workload.kcp.io/v1alpha1
+	placement := framework.WriteFile(t, "placement.yaml", `apiVersion: workload.kcp.io/v1alpha1
 kind: Placement
 metadata: {name: eu}
 spec: {locationWorkspace: "root:compute", locationSelector: {matchLabels: {region: eu}}, namespaceSelector: {}}
@@ -108,15 +108,15 @@ spec: {locationWorkspace: "root:compute", locationSelector: {matchLabels: {regio
 	if !strings.Contains(exported, ".widgets.example.com") || !strings.Contains(exported, ".gadgets.example.com") || strings.Contains(exported, "deployments") {
 		t.Errorf("the location's export: %s", exported)
 	}
-	mustContain(t, "the Placement's binding", s.Kubectl(team, "get", "apibinding", "kubernetes.root.compute", "-o", "jsonpath={.status.phase} {.spec.reference.export.path}"), "Bound root:compute")
+	framework.MustContain(t, "the Placement's binding", s.Kubectl(team, "get", "apibinding", "kubernetes.root.compute", "-o", "jsonpath={.status.phase} {.spec.reference.export.path}"), "Bound root:compute")
 	framework.Eventually(t, 30*time.Second, "the namespace to be assigned", func() (bool, string) {
 		ann := s.Kubectl(team, "get", "namespace", "default", "-o", "jsonpath={.metadata.annotations}")
 		return strings.Contains(ann, "root:compute/pc1"), ann
 	})
-	if out, err := s.KubectlErr(team, "", "apply", "-f", writeFile(t, "colored.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: colored}\nspec: {size: 1, color: red}\n")); err == nil || !strings.Contains(out, "color") {
+	if out, err := s.KubectlErr(team, "", "apply", "-f", framework.WriteFile(t, "colored.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: colored}\nspec: {size: 1, color: red}\n")); err == nil || !strings.Contains(out, "color") {
 		t.Errorf("a widget with a field one cluster lacks: want a refusal naming it, got %v\n%s", err, out)
 	}
-	s.Kubectl(team, "apply", "-f", writeFile(t, "w1.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {size: 3}\n"))
+	s.Kubectl(team, "apply", "-f", framework.WriteFile(t, "w1.yaml", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {size: 3}\n"))
 	pc1, err := pcs["pc1"].RESTConfig()
 	if err != nil {
 		t.Fatal(err)
@@ -196,19 +196,19 @@ spec: {locationWorkspace: "root:compute", locationSelector: {matchLabels: {regio
 	})
 	deployment := "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec: {replicas: 1, minReadySeconds: 5, selector: {matchLabels: {app: web}}, template: {metadata: {labels: {app: web}}, spec: {containers: [{name: web, image: nginx}]}}}\n"
 	framework.Eventually(t, 30*time.Second, "a Deployment with minReadySeconds refused in the placed workspace", func() (bool, string) {
-		out, err := s.KubectlErr(team, "", "apply", "-f", writeFile(t, "slow.yaml", deployment))
+		out, err := s.KubectlErr(team, "", "apply", "-f", framework.WriteFile(t, "slow.yaml", deployment))
 		return err != nil && strings.Contains(out, "minReadySeconds") && strings.Contains(out, "not accepted by every physical cluster"), out
 	})
-	s.Kubectl(team, "apply", "-f", writeFile(t, "web.yaml", strings.Replace(deployment, "minReadySeconds: 5, ", "", 1)))
+	s.Kubectl(team, "apply", "-f", framework.WriteFile(t, "web.yaml", strings.Replace(deployment, "minReadySeconds: 5, ", "", 1)))
 	// The older cluster leaves: the field is accepted again.
 	s.Kubectl(compute, "delete", "apiresourceimport", "pc0.deployments.apps")
 	framework.Eventually(t, 60*time.Second, "minReadySeconds accepted again", func() (bool, string) {
-		out, err := s.KubectlErr(team, "", "apply", "-f", writeFile(t, "slow.yaml", deployment))
+		out, err := s.KubectlErr(team, "", "apply", "-f", framework.WriteFile(t, "slow.yaml", deployment))
 		return err == nil, out
 	})
 
 	// A workspace's own CRD of the same name wins over negotiation.
-	s.Kubectl(local, "apply", "-f", writeFile(t, "own.yaml", namespacedCRDWithStatus("widgets", "Widget", "weight: {type: string}")))
+	s.Kubectl(local, "apply", "-f", framework.WriteFile(t, "own.yaml", framework.NamespacedCRDWithStatus("widgets", "Widget", "weight: {type: string}")))
 	s.WaitEstablished(local, "crd/widgets.example.com")
 	s.Kubectl(local, "apply", "-f", placement)
 	time.Sleep(2 * time.Second)
@@ -241,13 +241,5 @@ func importFrom(t *testing.T, s *framework.Server, location, name, target string
 	imp["metadata"] = map[string]interface{}{"name": target + "." + rest}
 	delete(imp, "status")
 	raw, _ := json.Marshal(imp)
-	return writeFile(t, target+"-"+name+".json", string(raw))
-}
-
-// namespacedCRDWithStatus is a CRD example.com/v1 with a status
-// subresource and the given spec properties.
-func namespacedCRDWithStatus(plural, kind, specProps string) string {
-	return strings.Replace(namespacedCRD("example.com", plural, kind,
-		"{type: object, properties: {spec: {type: object, properties: {"+specProps+"}}, status: {type: object, properties: {phase: {type: string}}}}}"),
-		"storage: true,", "storage: true, subresources: {status: {}},", 1)
+	return framework.WriteFile(t, target+"-"+name+".json", string(raw))
 }

@@ -1,4 +1,4 @@
-package e2e
+package multicluster
 
 import (
 	"context"
@@ -45,14 +45,14 @@ func TestDivideSpreadAndFailover(t *testing.T) {
 	waitTargetsReady(t, s, compute, "pc1", "pc2", "pc3")
 
 	// A Placement that cannot mean anything is refused, not half-applied.
-	if out, err := s.KubectlErr(teamA, "", "apply", "-f", writeFile(t, "bad.yaml", `apiVersion: workload.kcp.io/v1alpha1
+	if out, err := s.KubectlErr(teamA, "", "apply", "-f", framework.WriteFile(t, "bad.yaml", `apiVersion: workload.kcp.io/v1alpha1
 kind: Placement
 metadata: {name: bad}
 spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: true, numberOfClusters: 2}
 `)); err == nil || !strings.Contains(out, "not both") {
 		t.Errorf("numberOfClusters with allClusters: want a refusal, got %v\n%s", err, out)
 	}
-	if out, err := s.KubectlErr(teamA, "", "apply", "-f", writeFile(t, "bad.yaml", `apiVersion: workload.kcp.io/v1alpha1
+	if out, err := s.KubectlErr(teamA, "", "apply", "-f", framework.WriteFile(t, "bad.yaml", `apiVersion: workload.kcp.io/v1alpha1
 kind: Placement
 metadata: {name: bad}
 spec: {locationWorkspace: "root:compute", namespaceSelector: {}, mode: Split}
@@ -60,7 +60,7 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}, mode: Split}
 		t.Errorf("an unknown mode: want a refusal, got %v\n%s", err, out)
 	}
 
-	s.Kubectl(teamA, "apply", "-f", writeFile(t, "divide.yaml", `apiVersion: workload.kcp.io/v1alpha1
+	s.Kubectl(teamA, "apply", "-f", framework.WriteFile(t, "divide.yaml", `apiVersion: workload.kcp.io/v1alpha1
 kind: Placement
 metadata: {name: everywhere}
 spec:
@@ -74,7 +74,7 @@ spec:
     resource: deployments.apps
     patch: {spec: {template: {spec: {containers: [{name: nginx, image: us.registry.example/nginx}]}}}}
 `))
-	s.Kubectl(teamB, "apply", "-f", writeFile(t, "spread.yaml", `apiVersion: workload.kcp.io/v1alpha1
+	s.Kubectl(teamB, "apply", "-f", framework.WriteFile(t, "spread.yaml", `apiVersion: workload.kcp.io/v1alpha1
 kind: Placement
 metadata: {name: one-per-region}
 spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: true, spreadByLabel: region}
