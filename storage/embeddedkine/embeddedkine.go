@@ -109,8 +109,6 @@ type Kine struct {
 	rows kineserver.Backend
 	// Health says whether the datastore stores writes (/readyz).
 	Health *Health
-	// createKeys is CreateKeys' transaction (nil without Config.DB).
-	createKeys func(context.Context, []KeyValue) ([]int64, bool, error)
 }
 
 // DeleteKey deletes one key through kine's log, so watchers see it, if its
@@ -334,9 +332,6 @@ func Start(cfg Config) (*Kine, error) {
 		}
 	}()
 	k := &Kine{Endpoint: "unix://" + socket, grpc: gs, cancel: cancel, wg: wg, socket: socket, backend: backend, bridge: bridge, fanout: fan, rows: rows, Health: health}
-	if cfg.DB != nil {
-		k.createKeys = createKeysIn(checked, cfg.DB, cfg.Datastore.Dialect)
-	}
 	if cfg.Notify && cfg.Datastore.Dialect == datastore.Postgres {
 		wg.Add(1)
 		go func() { defer wg.Done(); k.listen(ctx, cfg.Datastore.URL.String()) }()

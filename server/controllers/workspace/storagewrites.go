@@ -17,7 +17,6 @@ import (
 
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/logicalclusters"
-	"github.com/kcpsql/kcp/storage/embeddedkine"
 	"github.com/kcpsql/kcp/storage/keys"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -27,9 +26,6 @@ import (
 // server's.
 type Storage interface {
 	CreateKey(ctx context.Context, key string, value []byte) (revision int64, exists bool, err error)
-	// CreateKeys creates keys in one transaction unless the first is
-	// live (embeddedkine.Kine.CreateKeys).
-	CreateKeys(ctx context.Context, kvs []embeddedkine.KeyValue) (revisions []int64, exists bool, err error)
 	GetKey(ctx context.Context, key string) ([]byte, int64, error)
 	UpdateKey(ctx context.Context, key string, value []byte, revision int64) (int64, bool, error)
 }
@@ -68,59 +64,10 @@ func (r *reconciler) writable(child logicalcluster.Name) error {
 	return nil
 }
 
-// storeCluster stores a new cluster's LogicalCluster lc and its namespaces
-// in one transaction (one commit instead of four) when the cluster has no
-// LogicalCluster yet, and returns what its key then holds; nsStored says
-// the namespaces were stored with it. A cluster that has one (an earlier
-// look, or an earlier workspace of this name) gets only the read of it: the
-// caller decides about the namespaces once it knows whose it is.
-func (r *reconciler) storeCluster(ctx context.Context, child logicalcluster.Name, lc *unstructured.Unstructured, namespaces ...string) (created *unstructured.Unstructured, nsStored bool, err error) {
-	lcKey, lcValue, err := r.logicalClusterValue(child, lc)
-	if err != nil {
-		return nil, false, err
-	}
-	if r.writable(child) == nil {
-		kvs := []embeddedkine.KeyValue{{Key: lcKey, Value: lcValue}}
-		for _, n := range namespaces {
-			value, err := namespaceValue(child, n)
-			if err != nil {
-				return nil, false, err
-			}
-			kvs = append(kvs, embeddedkine.KeyValue{Key: keyOf(corev1.Resource("namespaces"), child, n), Value: value})
-		}
-		revs, exists, err := r.storage.CreateKeys(ctx, kvs)
-		if err != nil {
-			return nil, false, fmt.Errorf("storing the LogicalCluster and namespaces of %s: %w", child, err)
-		}
-		if !exists {
-			lc.SetResourceVersion(strconv.FormatInt(revs[0], 10))
-			return lc, true, nil
-		}
-		created, err = r.readLogicalCluster(ctx, child, lcKey)
-		return created, false, err
-	}
-	created, err = r.storeLogicalClusterValue(ctx, child, lcKey, lcValue, lc)
-	return created, false, err
-}
-
-// readLogicalCluster reads the LogicalCluster stored at key.
-func (r *reconciler) readLogicalCluster(ctx context.Context, child logicalcluster.Name, key string) (*unstructured.Unstructured, error) {
-	value, rev, err := r.storage.GetKey(ctx, key)
-	if err != nil || value == nil {
-		return nil, fmt.Errorf("reading the LogicalCluster of %s: %v", child, err)
-	}
-	lc := &unstructured.Unstructured{}
-	if err := lc.UnmarshalJSON(value); err != nil {
-		return nil, fmt.Errorf("reading the LogicalCluster of %s: %w", child, err)
-	}
-	lc.SetResourceVersion(strconv.FormatInt(rev, 10))
-	return lc, nil
-}
-
-// logicalClusterValue stamps lc as the API server would store it (with
-// its status Ready, logicalclusters.StoredReady) and returns its key and
-// stored value.
-func (r *reconciler) logicalClusterValue(child logicalcluster.Name, lc *unstructured.Unstructured) (string, []byte, error) {
+// storeLogicalCluster stores lc as the API server would (with its status
+// Ready, logicalclusters.StoredReady) unless the key holds one already,
+// and returns what the key then holds.
+func (r *reconciler) storeLogicalCluster(ctx context.Context, child logicalcluster.Name, lc *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	m := metav1.ObjectMeta{Annotations: lc.GetAnnotations()}
 	stamp(&m, child)
 	lc.SetAnnotations(m.Annotations)
@@ -129,44 +76,43 @@ func (r *reconciler) logicalClusterValue(child logicalcluster.Name, lc *unstruct
 	lc.SetGeneration(1)
 	logicalclusters.StoredReady(r.serverURL)(lc)
 	value, err := json.Marshal(lc.Object)
-	return keyOf(tenancy.LogicalClustersResource.GroupResource(), child, tenancy.LogicalClusterName), value, err
-}
-
-// storeLogicalClusterValue stores lc's value unless the key holds a
-// LogicalCluster already, and returns what the key then holds.
-func (r *reconciler) storeLogicalClusterValue(ctx context.Context, child logicalcluster.Name, key string, value []byte, lc *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	if err != nil {
+		return nil, err
+	}
+	key := keyOf(tenancy.LogicalClustersResource.GroupResource(), child, tenancy.LogicalClusterName)
 	rev, exists, err := r.storage.CreateKey(ctx, key, value)
 	if err != nil {
 		return nil, fmt.Errorf("storing the LogicalCluster of %s: %w", child, err)
 	}
 	if exists {
-		return r.readLogicalCluster(ctx, child, key)
+		if value, rev, err = r.storage.GetKey(ctx, key); err != nil || value == nil {
+			return nil, fmt.Errorf("reading the LogicalCluster of %s: %v", child, err)
+		}
+		lc = &unstructured.Unstructured{}
+		if err := lc.UnmarshalJSON(value); err != nil {
+			return nil, fmt.Errorf("reading the LogicalCluster of %s: %w", child, err)
+		}
 	}
 	lc.SetResourceVersion(strconv.FormatInt(rev, 10))
 	return lc, nil
 }
 
-// namespaceValue is namespace n of cluster child as the API server's
-// namespace strategy would create it (the name label, the kubernetes
-// finalizer, Active).
-func namespaceValue(child logicalcluster.Name, n string) ([]byte, error) {
-	ns := &corev1.Namespace{
-		TypeMeta:   metav1.TypeMeta{Kind: "Namespace", APIVersion: "v1"},
-		ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{corev1.LabelMetadataName: n}},
-		Spec:       corev1.NamespaceSpec{Finalizers: []corev1.FinalizerName{corev1.FinalizerKubernetes}},
-		Status:     corev1.NamespaceStatus{Phase: corev1.NamespaceActive},
-	}
-	stamp(&ns.ObjectMeta, child)
-	return json.Marshal(ns)
-}
-
-// storeNamespaces stores the namespaces where none is stored yet.
+// storeNamespaces stores the namespaces as the API server's namespace
+// strategy would create them (the name label, the kubernetes finalizer,
+// Active) where none is stored yet.
 func (r *reconciler) storeNamespaces(ctx context.Context, child logicalcluster.Name, names ...string) error {
 	if err := r.writable(child); err != nil {
 		return err
 	}
 	for _, n := range names {
-		value, err := namespaceValue(child, n)
+		ns := &corev1.Namespace{
+			TypeMeta:   metav1.TypeMeta{Kind: "Namespace", APIVersion: "v1"},
+			ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{corev1.LabelMetadataName: n}},
+			Spec:       corev1.NamespaceSpec{Finalizers: []corev1.FinalizerName{corev1.FinalizerKubernetes}},
+			Status:     corev1.NamespaceStatus{Phase: corev1.NamespaceActive},
+		}
+		stamp(&ns.ObjectMeta, child)
+		value, err := json.Marshal(ns)
 		if err != nil {
 			return err
 		}

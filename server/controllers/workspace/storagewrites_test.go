@@ -15,7 +15,6 @@ import (
 
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/storage/datastore/datastoretest"
-	"github.com/kcpsql/kcp/storage/embeddedkine"
 	"github.com/kcpsql/kcp/storage/embeddedkine/kinetest"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -81,51 +80,21 @@ func TestStorageWrites(t *testing.T) {
 			"spec":     map[string]interface{}{"owner": map[string]interface{}{"cluster": "root", "name": "a", "uid": uid}},
 		}}
 	}
-	// A new cluster: its LogicalCluster and namespaces in one transaction;
-	// a namespace left from before (no LogicalCluster) is kept.
-	leftover := []byte(`{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"kube-public","uid":"old"}}`)
-	if _, _, err := k.CreateKey(ctx, "/registry/core/namespaces/root:b/kube-public", leftover); err != nil {
+	got, err := r.storeLogicalCluster(ctx, "root:a", lc("ws-1"))
+	if err != nil {
 		t.Fatal(err)
-	}
-	got, nsStored, err := r.storeCluster(ctx, "root:b", lc("ws-1"), DefaultNamespaces...)
-	if err != nil || !nsStored {
-		t.Fatalf("storeCluster: %v (namespaces stored with it: %v)", err, nsStored)
 	}
 	phase, _, _ := unstructured.NestedString(got.Object, "status", "phase")
 	url, _, _ := unstructured.NestedString(got.Object, "status", "URL")
-	if phase != tenancy.PhaseReady || url != "https://kcp.example/clusters/root:b" || got.GetGeneration() != 1 || got.GetResourceVersion() == "" {
+	if phase != tenancy.PhaseReady || url != "https://kcp.example/clusters/root:a" || got.GetGeneration() != 1 || got.GetResourceVersion() == "" {
 		t.Errorf("stored LogicalCluster: %v", got.Object)
 	}
-	if v, rev, _ := k.GetKey(ctx, "/registry/tenancy.kcp.io/logicalclusters/root:b/cluster"); v == nil || strconv.FormatInt(rev, 10) != got.GetResourceVersion() {
-		t.Errorf("LogicalCluster stored at %d, storeCluster said %s", rev, got.GetResourceVersion())
+	again, err := r.storeLogicalCluster(ctx, "root:a", lc("ws-2"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, n := range DefaultNamespaces {
-		v, _, _ := k.GetKey(ctx, "/registry/core/namespaces/root:b/"+n)
-		switch {
-		case v == nil:
-			t.Errorf("namespace %s not stored with the LogicalCluster", n)
-		case n == "kube-public" && string(v) != string(leftover):
-			t.Errorf("the namespace left from before was replaced: %s", v)
-		case n != "kube-public" && !strings.Contains(string(v), `"phase":"Active"`):
-			t.Errorf("namespace %s: %s", n, v)
-		}
-	}
-	// A second LogicalCluster for the key is not stored, the first is
-	// answered, and the namespaces are left to the caller (whose they are
-	// depends on whose the LogicalCluster is).
-	again, nsStored, err := r.storeCluster(ctx, "root:b", lc("ws-2"), DefaultNamespaces...)
-	if err != nil || nsStored {
-		t.Fatalf("storeCluster again: %v (namespaces stored: %v)", err, nsStored)
-	}
-	if uid, _, _ := unstructured.NestedString(again.Object, "spec", "owner", "uid"); uid != "ws-1" || again.GetUID() != got.GetUID() || again.GetResourceVersion() != got.GetResourceVersion() {
-		t.Errorf("a second LogicalCluster replaced the first: owner %s uid %s rv %s, want ws-1 %s %s", uid, again.GetUID(), again.GetResourceVersion(), got.GetUID(), got.GetResourceVersion())
-	}
-	// A cluster being deleted gets no namespaces.
-	if _, nsStored, err := r.storeCluster(ctx, "root:gone", lc("ws-3"), DefaultNamespaces...); err != nil || nsStored {
-		t.Errorf("storeCluster into a cluster being deleted: %v, namespaces stored: %v", err, nsStored)
-	}
-	if v, _, _ := k.GetKey(ctx, "/registry/core/namespaces/root:gone/kube-system"); v != nil {
-		t.Errorf("stored into a cluster being deleted: %s", v)
+	if uid, _, _ := unstructured.NestedString(again.Object, "spec", "owner", "uid"); uid != "ws-1" || again.GetUID() != got.GetUID() {
+		t.Errorf("a second LogicalCluster replaced the first: owner %s uid %s, want ws-1 %s", uid, again.GetUID(), got.GetUID())
 	}
 
 	// Workspace status: over the version read only; nothing else changes.
@@ -168,8 +137,7 @@ func TestStorageWrites(t *testing.T) {
 	}
 }
 
-// countingStorage counts the creating writes that reach the storage layer:
-// a create of one key, or of several in one transaction.
+// countingStorage counts the creates that reach the storage layer.
 type countingStorage struct {
 	Storage
 	creates int
@@ -178,11 +146,6 @@ type countingStorage struct {
 func (c *countingStorage) CreateKey(ctx context.Context, key string, value []byte) (int64, bool, error) {
 	c.creates++
 	return c.Storage.CreateKey(ctx, key, value)
-}
-
-func (c *countingStorage) CreateKeys(ctx context.Context, kvs []embeddedkine.KeyValue) ([]int64, bool, error) {
-	c.creates++
-	return c.Storage.CreateKeys(ctx, kvs)
 }
 
 // TestNewWorkspaceStoredOnceWhileTheRegistryCatchesUp: a new Workspace's
@@ -224,8 +187,8 @@ func TestNewWorkspaceStoredOnceWhileTheRegistryCatchesUp(t *testing.T) {
 		if err != nil || after != registryRetry {
 			t.Fatalf("look %d before the registry routes the cluster: again after %v, %v; want %v", look, after, err, registryRetry)
 		}
-		if storage.creates != 1 {
-			t.Fatalf("look %d: %d creating writes reached the storage layer, want the 1 of the first look (LogicalCluster and 3 namespaces in one)", look, storage.creates)
+		if storage.creates != 4 {
+			t.Fatalf("look %d: %d creates reached the storage layer, want the 4 of the first look (LogicalCluster, 3 namespaces)", look, storage.creates)
 		}
 	}
 	for _, n := range DefaultNamespaces {
@@ -247,10 +210,8 @@ func TestNewWorkspaceStoredOnceWhileTheRegistryCatchesUp(t *testing.T) {
 			t.Fatalf("look %d after ten seconds: again after %v, %v; want 1s", look, after, err)
 		}
 	}
-	// Storing again: the LogicalCluster is there, so the one transaction
-	// writes nothing, and each namespace is created where it is missing.
-	if storage.creates != 5 {
-		t.Fatalf("after ten seconds: %d creating writes, want 5 (the objects stored again once: 1 + 4)", storage.creates)
+	if storage.creates != 8 {
+		t.Fatalf("after ten seconds: %d creates, want 8 (the objects stored again once)", storage.creates)
 	}
 
 	routed = true
@@ -264,8 +225,8 @@ func TestNewWorkspaceStoredOnceWhileTheRegistryCatchesUp(t *testing.T) {
 	}
 	// (Nothing is remembered after the long wait: this look stores once
 	// more before it sets the Workspace Ready.)
-	if phase, _, _ := unstructured.NestedString(back.Object, "status", "phase"); phase != tenancy.PhaseReady || storage.creates != 9 {
-		t.Errorf("once routed: phase %q after %d creating writes, want Ready after 9", phase, storage.creates)
+	if phase, _, _ := unstructured.NestedString(back.Object, "status", "phase"); phase != tenancy.PhaseReady || storage.creates != 12 {
+		t.Errorf("once routed: phase %q after %d creates, want Ready after 12", phase, storage.creates)
 	}
 	if r.stored.has("root:a", "ws-1") {
 		t.Error("a Ready workspace is still remembered")

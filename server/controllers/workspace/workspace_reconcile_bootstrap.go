@@ -63,7 +63,7 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 	if l := logicalclusters.LimitsOf(ws, "spec", "limits"); l != (tenancy.Limits{}) {
 		_ = unstructured.SetNestedField(lc.Object, map[string]interface{}{"objects": l.Objects, "bytes": l.Bytes}, "spec", "limits")
 	}
-	created, nsStored, err := r.storeCluster(ctx, child, lc, DefaultNamespaces...)
+	created, err := r.storeLogicalCluster(ctx, child, lc)
 	if err != nil {
 		return 0, err
 	}
@@ -80,10 +80,8 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 		}
 		return 0, errOrphanDeleted
 	}
-	if !nsStored {
-		if err := r.storeNamespaces(ctx, child, DefaultNamespaces...); err != nil {
-			return 0, err
-		}
+	if err := r.storeNamespaces(ctx, child, DefaultNamespaces...); err != nil {
+		return 0, err
 	}
 	if owner, ok := ownerOf(ws); ok && !r.ownerBindingServed {
 		cc, err := childClients()
