@@ -386,7 +386,7 @@ func TestAdmissionWebhookSSRF(t *testing.T) {
 "failurePolicy":"Fail","sideEffects":"None","admissionReviewVersions":["v1"]}]}`
 	}
 	for i, host := range []string{"127.0.0.1", "::1", "0.0.0.0", "localhost"} {
-		code, body := do(t, tenant, "POST", base+"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", config(fmt.Sprintf("leak%d", i), host))
+		code, body := framework.Do(t, tenant, "POST", base+"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", config(fmt.Sprintf("leak%d", i), host))
 		if code != http.StatusUnprocessableEntity || !strings.Contains(body, "clientConfig.url") {
 			t.Errorf("webhook at %s: %d, want 422 naming the url: %s", host, code, body)
 		}
@@ -396,12 +396,12 @@ func TestAdmissionWebhookSSRF(t *testing.T) {
 	// webhook matches fails (failurePolicy Fail) naming the flag.
 	if host, err := os.Hostname(); err == nil {
 		if ips, err := net.LookupIP(host); err == nil && len(ips) > 0 && (ips[0].IsLoopback() || ips[0].IsPrivate()) {
-			code, body := do(t, tenant, "POST", base+"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", config("byname", host))
+			code, body := framework.Do(t, tenant, "POST", base+"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", config("byname", host))
 			if code != http.StatusCreated {
 				t.Fatalf("webhook by host name: %d %s", code, body)
 			}
 			framework.Eventually(t, 30*time.Second, "the call through the host name refused", func() (bool, string) {
-				code, body := do(t, tenant, "POST", base+"/api/v1/namespaces/default/configmaps", `{"metadata":{"name":"probe"}}`)
+				code, body := framework.Do(t, tenant, "POST", base+"/api/v1/namespaces/default/configmaps", `{"metadata":{"name":"probe"}}`)
 				return code >= 400 && strings.Contains(body, "--webhook-allowed-networks"), fmt.Sprintf("%d %s", code, body)
 			})
 		} else {

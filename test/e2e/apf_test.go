@@ -78,7 +78,7 @@ func TestPriorityAndFairnessPerTenant(t *testing.T) {
 	// classified returns the FlowSchema UID a request as user (groups) in
 	// cluster was classified by; the admin impersonates, as the
 	// conformance spec does.
-	admin := userClient(t, s, "apf-admin", "system:masters")
+	admin := framework.UserClient(t, s, "apf-admin", "system:masters")
 	classified := func(cluster, user string, groups ...string) (string, string) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", s.URL()+"/clusters/"+cluster+"/api/v1/namespaces/default/configmaps", nil)

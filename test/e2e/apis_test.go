@@ -71,7 +71,7 @@ func database(name string, size int) string {
 
 // viewConfig is a client configuration for an APIExport's view as user.
 func viewConfig(t *testing.T, s *framework.Server, provider, export, user string, groups ...string) *rest.Config {
-	cfg := userConfig(t, s, user, groups...)
+	cfg := framework.UserConfig(t, s, user, groups...)
 	cfg.Host = s.URL() + "/services/apiexport/" + provider + "/" + export
 	return cfg
 }
@@ -205,7 +205,7 @@ func testAPISharing(t *testing.T, datastore string) {
 	unlabel := func(name string) string {
 		return `{"apiVersion":"v1","kind":"Secret","metadata":{"name":"` + name + `","namespace":"default"},"data":{"password":"eA=="}}`
 	}
-	vc := userClient(t, s, "db-operator")
+	vc := framework.UserClient(t, s, "db-operator")
 	base := s.URL() + "/services/apiexport/root:platform/databases/clusters/"
 	for _, c := range []struct {
 		method, path string
@@ -223,7 +223,7 @@ func testAPISharing(t *testing.T, datastore string) {
 		{"GET", "root:team-c/apis/platform.example.com/v1/databases", 404},
 		{"DELETE", "*/apis/platform.example.com/v1/namespaces/default/databases/db0", 403},
 	} {
-		code, body := doWith(t, vc, c.method, base+c.path, "", nil)
+		code, body := framework.DoWith(t, vc, c.method, base+c.path, "", nil)
 		if code != c.want {
 			t.Errorf("%s %s through the view: %d, want %d\n%s", c.method, c.path, code, c.want, body)
 		}
@@ -232,15 +232,15 @@ func testAPISharing(t *testing.T, datastore string) {
 	// without a selector of the caller's; an update may not take the
 	// label off, nor reach a secret without it.
 	for _, q := range []string{"", "?labelSelector=platform.example.com/db!=true", "?labelSelector=kubernetes.io/service-account.name!=x"} {
-		code, body := doWith(t, vc, "GET", base+"root:team-a/api/v1/secrets"+q, "", nil)
+		code, body := framework.DoWith(t, vc, "GET", base+"root:team-a/api/v1/secrets"+q, "", nil)
 		if code != 200 || strings.Contains(body, `"private"`) || (q != "?labelSelector=platform.example.com/db!=true" && !strings.Contains(body, `"db-creds"`)) {
 			t.Errorf("listing secrets%s through the label-limited claim: %d\n%s", q, code, body)
 		}
 	}
-	if code, body := doWith(t, vc, "PUT", base+secretPath+"db-creds", unlabel("db-creds"), nil); code != 403 || !strings.Contains(body, "only with the labels platform.example.com/db=true") {
+	if code, body := framework.DoWith(t, vc, "PUT", base+secretPath+"db-creds", unlabel("db-creds"), nil); code != 403 || !strings.Contains(body, "only with the labels platform.example.com/db=true") {
 		t.Errorf("an update taking the claim's label off: %d\n%s", code, body)
 	}
-	if code, body := doWith(t, vc, "PUT", base+secretPath+"private", strings.Replace(unlabel("private"), `"namespace":"default"`, `"namespace":"default","labels":{"platform.example.com/db":"true"}`, 1), nil); code != 404 {
+	if code, body := framework.DoWith(t, vc, "PUT", base+secretPath+"private", strings.Replace(unlabel("private"), `"namespace":"default"`, `"namespace":"default","labels":{"platform.example.com/db":"true"}`, 1), nil); code != 404 {
 		t.Errorf("an update labelling a secret outside the claim: %d\n%s", code, body)
 	}
 	if out := s.Kubectl("root:team-a", "get", "secret", "private", "-o", "jsonpath={.metadata.labels}"); strings.Contains(out, "platform.example.com") {
@@ -250,7 +250,7 @@ func testAPISharing(t *testing.T, datastore string) {
 	// narrow one only, so the claim is no longer granted at all.
 	s.Kubectl("root:platform", "patch", "apiexport", "databases", "--type=json", "-p", `[{"op":"remove","path":"/spec/permissionClaims/1/labelSelector"}]`)
 	framework.Eventually(t, 20*time.Second, "the widened claim no longer granted", func() (bool, string) {
-		code, body := doWith(t, vc, "GET", base+secretPath+"db-creds", "", nil)
+		code, body := framework.DoWith(t, vc, "GET", base+secretPath+"db-creds", "", nil)
 		return code == 403, body
 	})
 
@@ -362,7 +362,7 @@ rules: [{apiGroups: [apis.kcp.io], resources: [apiexports], resourceNames: [data
 		s.Kubectl("root", "create", "clusterrolebinding", "access-"+ws.user, "--clusterrole=access-"+ws.user, "--user="+ws.user)
 		s.Kubectl(ws.cluster, "create", "clusterrolebinding", "admin-"+ws.user, "--clusterrole=cluster-admin", "--user="+ws.user)
 	}
-	alice, bob, mallory := userClient(t, s, "alice"), userClient(t, s, "bob"), userClient(t, s, "mallory")
+	alice, bob, mallory := framework.UserClient(t, s, "alice"), framework.UserClient(t, s, "bob"), framework.UserClient(t, s, "mallory")
 	binding := func(path string) string {
 		return fmt.Sprintf(`{"apiVersion":"apis.kcp.io/v1alpha1","kind":"APIBinding","metadata":{"name":"databases"},"spec":{"reference":{"export":{"path":%q,"name":"databases"}}}}`, path)
 	}
@@ -370,23 +370,23 @@ rules: [{apiGroups: [apis.kcp.io], resources: [apiexports], resourceNames: [data
 		return s.URL() + "/clusters/" + cluster + "/apis/apis.kcp.io/v1alpha1/apibindings"
 	}
 	framework.Eventually(t, 20*time.Second, "alice's rights", func() (bool, string) {
-		code, body := doWith(t, alice, "GET", api("root:team-a"), "", nil)
+		code, body := framework.DoWith(t, alice, "GET", api("root:team-a"), "", nil)
 		return code == 200, body
 	})
 	// Binding without the verb bind (mallory), or to a workspace that does
 	// not exist, is refused with the same answer.
 	for _, c := range []struct{ who, path string }{{"mallory", "root:platform"}, {"mallory", "root:no-such-workspace"}} {
-		code, body := doWith(t, mallory, "POST", api("root:mallory"), binding(c.path), nil)
+		code, body := framework.DoWith(t, mallory, "POST", api("root:mallory"), binding(c.path), nil)
 		if code != 403 || !strings.Contains(body, `may not bind APIExport databases of workspace `+c.path) {
 			t.Errorf("%s binding %s: %d %s", c.who, c.path, code, body)
 		}
 	}
-	if code, body := doWith(t, alice, "POST", api("root:team-a"), binding("root:platform"), nil); code != 201 {
+	if code, body := framework.DoWith(t, alice, "POST", api("root:team-a"), binding("root:platform"), nil); code != 201 {
 		t.Fatalf("alice binding with the bind grant: %d %s", code, body)
 	}
 	// The bind grant gives alice nothing else in the provider workspace.
 	for _, path := range []string{"/api/v1/namespaces/default/configmaps/provider-secret", "/apis/apis.kcp.io/v1alpha1/apiresourceschemas", "/apis/apis.kcp.io/v1alpha1/apiexports/databases"} {
-		if code, body := doWith(t, alice, "GET", s.URL()+"/clusters/root:platform"+path, "", nil); code != 403 || strings.Contains(body, `"data"`) {
+		if code, body := framework.DoWith(t, alice, "GET", s.URL()+"/clusters/root:platform"+path, "", nil); code != 403 || strings.Contains(body, `"data"`) {
 			t.Errorf("alice reading root:platform%s: %d %s", path, code, body)
 		}
 	}
@@ -447,15 +447,15 @@ rules: [{apiGroups: [apis.kcp.io], resources: [apiexports], resourceNames: [data
 		{alice, "alice", "*/apis/platform.example.com/v1/databases", nil},
 		{bob, "bob", "root:team-a/apis/platform.example.com/v1/databases", nil},
 		{mallory, "mallory", "root:team-a/apis/platform.example.com/v1/namespaces/default/databases/a1", nil},
-		{userClient(t, s, "admin", "system:masters"), "impersonating alice", "*/apis/platform.example.com/v1/databases", map[string]string{"Impersonate-User": "alice"}},
+		{framework.UserClient(t, s, "admin", "system:masters"), "impersonating alice", "*/apis/platform.example.com/v1/databases", map[string]string{"Impersonate-User": "alice"}},
 	} {
-		code, body := doWith(t, c.client, "GET", view+c.path, "", c.headers)
+		code, body := framework.DoWith(t, c.client, "GET", view+c.path, "", c.headers)
 		if code != 403 || strings.Contains(body, `"a1"`) {
 			t.Errorf("%s through the view at %s: %d %s", c.who, c.path, code, body)
 		}
 	}
 	// Paths that try to leave the view.
-	admin := userClient(t, s, "admin", "system:masters")
+	admin := framework.UserClient(t, s, "admin", "system:masters")
 	for _, p := range []string{
 		"root:platform/../../../clusters/root:platform/api/v1/configmaps",
 		"*/api/v1/configmaps",
@@ -463,7 +463,7 @@ rules: [{apiGroups: [apis.kcp.io], resources: [apiexports], resourceNames: [data
 		"root:mallory/apis/platform.example.com/v1/databases",
 		"*/apis/apis.kcp.io/v1alpha1/apibindings",
 	} {
-		if code, body := doWith(t, admin, "GET", view+p, "", nil); code < 400 || strings.Contains(body, "provider-secret") || strings.Contains(body, "injected") {
+		if code, body := framework.DoWith(t, admin, "GET", view+p, "", nil); code < 400 || strings.Contains(body, "provider-secret") || strings.Contains(body, "injected") {
 			t.Errorf("the view at %s: %d %s", p, code, body)
 		}
 	}
@@ -471,5 +471,5 @@ rules: [{apiGroups: [apis.kcp.io], resources: [apiexports], resourceNames: [data
 
 func doWithType(t *testing.T, c *http.Client, method, url, body, contentType string) (int, string) {
 	t.Helper()
-	return doWith(t, c, method, url, body, map[string]string{"Content-Type": contentType})
+	return framework.DoWith(t, c, method, url, body, map[string]string{"Content-Type": contentType})
 }

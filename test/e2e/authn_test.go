@@ -87,11 +87,11 @@ var creationTimestamp = regexp.MustCompile(`"creationTimestamp":"[^"]*"`)
 func TestWhoAmIAnywhere(t *testing.T) {
 	s := framework.StartServer(t, "")
 	s.CreateWorkspaces("root:private")
-	c := userClient(t, s, "nobody")
+	c := framework.UserClient(t, s, "nobody")
 	body := `{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`
 	answers := map[string]string{}
 	for _, cluster := range []string{"root:private", "root:no-such-workspace"} {
-		code, out := do(t, c, "POST", s.URL()+"/clusters/"+cluster+"/apis/authentication.k8s.io/v1/selfsubjectreviews", body)
+		code, out := framework.Do(t, c, "POST", s.URL()+"/clusters/"+cluster+"/apis/authentication.k8s.io/v1/selfsubjectreviews", body)
 		if code != http.StatusCreated || !strings.Contains(out, `"username":"nobody"`) {
 			t.Errorf("whoami in %s: %d %s", cluster, code, out)
 		}
@@ -99,7 +99,7 @@ func TestWhoAmIAnywhere(t *testing.T) {
 		// may straddle a second, so it is not part of the comparison.
 		answers[cluster] = creationTimestamp.ReplaceAllString(strings.ReplaceAll(out, cluster, ""), "")
 		// Anything else there stays refused.
-		if code, _ := do(t, c, "GET", s.URL()+"/clusters/"+cluster+"/api/v1/namespaces", ""); code != http.StatusForbidden {
+		if code, _ := framework.Do(t, c, "GET", s.URL()+"/clusters/"+cluster+"/api/v1/namespaces", ""); code != http.StatusForbidden {
 			t.Errorf("list namespaces in %s as nobody: %d, want 403", cluster, code)
 		}
 	}

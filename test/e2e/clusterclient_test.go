@@ -397,7 +397,7 @@ func ccContains(list []logicalcluster.Name, n logicalcluster.Name) bool {
 // with a client certificate) gets the server's 403 from the library, both
 // from the informer and as the error a manager's Start returns.
 func ccRefused(ctx context.Context, t *testing.T, s *framework.Server) {
-	hc := userClient(t, s, "cc-nobody")
+	hc := framework.UserClient(t, s, "cc-nobody")
 	cfg := &rest.Config{Host: s.URL() + "/clusters/root", Transport: hc.Transport}
 	cs, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(cfg))
 	if err != nil {

@@ -27,7 +27,7 @@ func TestResourceQuota(t *testing.T) {
 		s.CreateWorkspaces(a, b)
 		for _, ws := range []string{a, b} {
 			s.Kubectl(ws, "create", "namespace", "team")
-			s.KubectlErr(ws, widgetsA, "apply", "-f", "-")
+			s.KubectlErr(ws, framework.WidgetsA, "apply", "-f", "-")
 			s.WaitEstablished(ws, "crd/widgets.example.com")
 		}
 		ctx := context.Background()

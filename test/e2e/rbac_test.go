@@ -55,9 +55,9 @@ subjects:
 	s.Kubectl("root", "create", "clusterrole", "root-only", "--verb=*", "--resource=*")
 	s.Kubectl(a, "create", "clusterrolebinding", "alice-root-only", "--clusterrole=root-only", "--user=alice")
 
-	alice := userClient(t, s, "alice", "devs")
+	alice := framework.UserClient(t, s, "alice", "devs")
 	get := func(cluster, path string) int {
-		code, _ := do(t, alice, "GET", s.URL()+"/clusters/"+cluster+path, "")
+		code, _ := framework.Do(t, alice, "GET", s.URL()+"/clusters/"+cluster+path, "")
 		return code
 	}
 	checks := []struct {

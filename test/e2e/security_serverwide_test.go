@@ -39,7 +39,7 @@ type attempt struct {
 func runAttempts(t *testing.T, s *framework.Server, rows []attempt) {
 	t.Helper()
 	for _, r := range rows {
-		code, body := do(t, r.client, r.method, s.URL()+r.path, r.body)
+		code, body := framework.Do(t, r.client, r.method, s.URL()+r.path, r.body)
 		if !slices.Contains(r.codes, code) {
 			if len(body) > 300 {
 				body = body[:300] + "..."
@@ -97,10 +97,10 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: sw-scraper}]
 		t.Fatalf("%v\n%s", err, out)
 	}
 	s.Kubectl(ws, "create", "clusterrolebinding", "sw-tenant-admin", "--clusterrole=cluster-admin", "--user=sw-tenant")
-	tenant := userClient(t, s, "sw-tenant")
-	reader := userClient(t, s, "sw-reader")
-	scraper := userClient(t, s, "sw-scraper")
-	admin := userClient(t, s, "sw-admin", "system:masters")
+	tenant := framework.UserClient(t, s, "sw-tenant")
+	reader := framework.UserClient(t, s, "sw-reader")
+	scraper := framework.UserClient(t, s, "sw-scraper")
+	admin := framework.UserClient(t, s, "sw-admin", "system:masters")
 	p := "/clusters/" + ws
 	denied := []int{http.StatusForbidden}
 
@@ -240,7 +240,7 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: ` + user + `}
 		t.Fatalf("%v\n%s", err, out)
 	}
 	s.Kubectl("root:"+ws, "create", "clusterrolebinding", user+"-admin", "--clusterrole=cluster-admin", "--user="+user)
-	return userClient(t, s, user)
+	return framework.UserClient(t, s, user)
 }
 
 // convertThrough creates a CRD converted by clientConfig, an object in v1,
@@ -249,17 +249,17 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: ` + user + `}
 func convertThrough(t *testing.T, s *framework.Server, c *http.Client, ws, plural, clientConfig string) (crdCode int, crdBody string, readCode int, readBody string) {
 	t.Helper()
 	base := s.URL() + "/clusters/root:" + ws
-	crdCode, crdBody = do(t, c, "POST", base+"/apis/apiextensions.k8s.io/v1/customresourcedefinitions", conversionCRD(plural, clientConfig))
+	crdCode, crdBody = framework.Do(t, c, "POST", base+"/apis/apiextensions.k8s.io/v1/customresourcedefinitions", conversionCRD(plural, clientConfig))
 	if crdCode != http.StatusCreated {
 		return crdCode, crdBody, 0, ""
 	}
 	kind := strings.ToUpper(plural[:1]) + plural[1:len(plural)-1]
 	framework.Eventually(t, 30*time.Second, "CRD "+plural+" served", func() (bool, string) {
-		code, body := do(t, c, "POST", base+"/apis/ssrf.example.com/v1/namespaces/default/"+plural,
+		code, body := framework.Do(t, c, "POST", base+"/apis/ssrf.example.com/v1/namespaces/default/"+plural,
 			`{"apiVersion":"ssrf.example.com/v1","kind":"`+kind+`","metadata":{"name":"probe"},"spec":{"x":1}}`)
 		return code == http.StatusCreated || code == http.StatusConflict, fmt.Sprintf("%d %s", code, body)
 	})
-	readCode, readBody = do(t, c, "GET", base+"/apis/ssrf.example.com/v2/namespaces/default/"+plural+"/probe", "")
+	readCode, readBody = framework.Do(t, c, "GET", base+"/apis/ssrf.example.com/v2/namespaces/default/"+plural+"/probe", "")
 	return
 }
 
@@ -349,7 +349,7 @@ func TestReusedWorkspaceNameHistory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out, err := s.KubectlErr(ws, widgetsA, "apply", "-f", "-"); err != nil {
+		if out, err := s.KubectlErr(ws, framework.WidgetsA, "apply", "-f", "-"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
 		s.WaitEstablished(ws, "crd/widgets.example.com")
@@ -368,7 +368,7 @@ func TestReusedWorkspaceNameHistory(t *testing.T) {
 		}
 		current, _ := strconv.ParseInt(list.ResourceVersion, 10, 64)
 		token := base64.RawURLEncoding.EncodeToString([]byte(`{"v":"meta.k8s.io/v1","rv":` + oldRV + `,"start":"default/"}`))
-		admin := userClient(t, s, "reuse-admin", "system:masters")
+		admin := framework.UserClient(t, s, "reuse-admin", "system:masters")
 		p := "/clusters/" + ws
 		gone := []int{http.StatusGone}
 		rows := []attempt{
@@ -390,7 +390,7 @@ func TestReusedWorkspaceNameHistory(t *testing.T) {
 		}
 		runAttempts(t, s, rows)
 		for _, r := range rows {
-			if _, body := do(t, r.client, r.method, s.URL()+r.path, ""); strings.Contains(body, "old-widget") ||
+			if _, body := framework.Do(t, r.client, r.method, s.URL()+r.path, ""); strings.Contains(body, "old-widget") ||
 				strings.Contains(body, base64.StdEncoding.EncodeToString([]byte(oldSecret))) || strings.Contains(body, `"name":"old","namespace":"default"`) {
 				t.Errorf("%s shows the old incarnation's data: %s", r.what, body)
 			}
@@ -400,7 +400,7 @@ func TestReusedWorkspaceNameHistory(t *testing.T) {
 		// (A create over a key with history, which PostgreSQL answered 409
 		// about once in 12 runs before kcp stopped trusting the revision
 		// kine reports for it: storage/embeddedkine TestCreateAgainAfterDelete.)
-		if out, err := s.KubectlErr(ws, widgetsA, "apply", "-f", "-"); err != nil {
+		if out, err := s.KubectlErr(ws, framework.WidgetsA, "apply", "-f", "-"); err != nil {
 			t.Fatalf("re-creating the CRD in the new incarnation: %v\n%s", err, out)
 		}
 		if uid := strings.TrimSpace(s.Kubectl(ws, "get", "crd", "widgets.example.com", "-o", "jsonpath={.metadata.uid}")); uid == oldCRD {
@@ -426,10 +426,10 @@ func TestOversizedRequests(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	s.WaitEstablished(ws, "crd/blobs.example.com")
-	admin := userClient(t, s, "big-admin", "system:masters")
+	admin := framework.UserClient(t, s, "big-admin", "system:masters")
 	big := strings.Repeat("x", 2500*1024)
 	obj := `{"apiVersion":"example.com/v1","kind":"Blob","metadata":{"name":"big","namespace":"default"},"data":"` + big + `"}`
-	code, body := do(t, admin, "POST", s.URL()+"/clusters/"+ws+"/apis/example.com/v1/namespaces/default/blobs", obj)
+	code, body := framework.Do(t, admin, "POST", s.URL()+"/clusters/"+ws+"/apis/example.com/v1/namespaces/default/blobs", obj)
 	if len(body) > 300 {
 		body = body[:300]
 	}
@@ -437,7 +437,7 @@ func TestOversizedRequests(t *testing.T) {
 		t.Errorf("creating a 2.5 MB blob = %d, want 413 saying it is too large: %s", code, body)
 	}
 	small := `{"apiVersion":"example.com/v1","kind":"Blob","metadata":{"name":"small","namespace":"default"},"data":"x"}`
-	if code, body := do(t, admin, "POST", s.URL()+"/clusters/"+ws+"/apis/example.com/v1/namespaces/default/blobs", small); code != http.StatusCreated {
+	if code, body := framework.Do(t, admin, "POST", s.URL()+"/clusters/"+ws+"/apis/example.com/v1/namespaces/default/blobs", small); code != http.StatusCreated {
 		t.Fatalf("small blob: %d %s", code, body)
 	}
 	patch := `{"data":"` + big + `"}`
@@ -471,7 +471,7 @@ func TestOversizedRequests(t *testing.T) {
 		if name == "HTTP/2" && resp.ProtoMajor != 2 {
 			t.Errorf("the HTTP/2 client spoke %s", resp.Proto)
 		}
-		if code, body := do(t, c, "GET", s.URL()+"/clusters/"+ws+"/api/v1/namespaces/default/secrets", ""); code != http.StatusOK {
+		if code, body := framework.Do(t, c, "GET", s.URL()+"/clusters/"+ws+"/api/v1/namespaces/default/secrets", ""); code != http.StatusOK {
 			t.Errorf("after the long path over %s: %d %s", name, code, body)
 		}
 	}

@@ -2,16 +2,10 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,68 +15,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/keyutil"
 
 	"github.com/kcpsql/kcp/test/e2e/framework"
 )
-
-// userClient returns an HTTP client authenticating with a client certificate
-// signed by the server's CA for the given user and groups.
-func userClient(t *testing.T, s *framework.Server, user string, groups ...string) *http.Client {
-	t.Helper()
-	tlsConfig, err := rest.TLSConfigFor(userConfig(t, s, user, groups...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A plain transport: some tests tune it (HTTP/1 only, connection reuse).
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
-}
-
-// userConfig is a client configuration of root with a client certificate
-// signed by the server's CA for the given user and groups.
-func userConfig(t *testing.T, s *framework.Server, user string, groups ...string) *rest.Config {
-	t.Helper()
-	caPEM, err := os.ReadFile(filepath.Join(s.RootDir, "ca.crt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, _ := pem.Decode(caPEM)
-	ca, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caKey, err := keyutil.PrivateKeyFromFile(filepath.Join(s.RootDir, "ca.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: user, Organization: groups},
-		NotBefore:    time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &rest.Config{Host: s.URL(), TLSClientConfig: rest.TLSClientConfig{
-		CAData:   caPEM,
-		CertData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		KeyData:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-	}}
-}
-
-func do(t *testing.T, c *http.Client, method, url, body string) (int, string) {
-	t.Helper()
-	return doWith(t, c, method, url, body, nil)
-}
 
 // TestCrossClusterAttempts is a table of requests that try to reach another
 // logical cluster's data; each must fail and leak nothing.
@@ -99,8 +34,8 @@ func TestCrossClusterAttempts(t *testing.T) {
 		StringData: map[string]string{"k": secret}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	admin := userClient(t, s, "admin-2", "system:masters")
-	alice := userClient(t, s, "alice", "devs")
+	admin := framework.UserClient(t, s, "admin-2", "system:masters")
+	alice := framework.UserClient(t, s, "alice", "devs")
 	u := s.URL()
 
 	cases := []struct {
@@ -169,7 +104,7 @@ func TestCrossClusterAttempts(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			code, body := do(t, tc.client, tc.method, u+tc.path, tc.body)
+			code, body := framework.Do(t, tc.client, tc.method, u+tc.path, tc.body)
 			ok := false
 			for _, c := range tc.codes {
 				ok = ok || c == code
@@ -186,15 +121,15 @@ func TestCrossClusterAttempts(t *testing.T) {
 	// A failed discovery request answers its message as plain text (issue
 	// 15); it tells a user without access an existing workspace and a
 	// missing one alike.
-	_, existing := do(t, alice, "GET", u+"/clusters/root:team-b/apis", "")
-	_, missing := do(t, alice, "GET", u+"/clusters/root:team-x/apis", "")
+	_, existing := framework.Do(t, alice, "GET", u+"/clusters/root:team-b/apis", "")
+	_, missing := framework.Do(t, alice, "GET", u+"/clusters/root:team-x/apis", "")
 	if existing == "" || strings.ReplaceAll(existing, "root:team-b", "X") != strings.ReplaceAll(missing, "root:team-x", "X") {
 		t.Errorf("discovery errors tell an existing workspace from a missing one:\n%s\n%s", existing, missing)
 	}
 
 	// A CRD created with a forged status (Established, a reason of the
 	// client's) is stored with kcp's initial conditions instead.
-	code, body := do(t, admin, "POST", u+"/clusters/root:team-a/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+	code, body := framework.Do(t, admin, "POST", u+"/clusters/root:team-a/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
 		`{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"forged.example.com"},"spec":{"group":"example.com","scope":"Namespaced","names":{"plural":"forged","kind":"Forged"},"versions":[{"name":"v1","served":true,"storage":true,"schema":{"openAPIV3Schema":{"type":"object"}}}]},"status":{"conditions":[{"type":"Established","status":"True","reason":"ForgedByClient","message":"x","lastTransitionTime":"2020-01-01T00:00:00Z"}]}}`)
 	if code != 201 || strings.Contains(body, "ForgedByClient") || !strings.Contains(body, "Installing") {
 		t.Errorf("a CRD created with a forged status: %d %s", code, body)
@@ -216,12 +151,12 @@ func TestCrossClusterAttempts(t *testing.T) {
 	}
 
 	// The privileged wildcard list works and names each object's cluster.
-	code, body = do(t, admin, "GET", u+"/clusters/*/api/v1/secrets", "")
+	code, body = framework.Do(t, admin, "GET", u+"/clusters/*/api/v1/secrets", "")
 	if code != 200 || !strings.Contains(body, `"kcp.io/cluster":"root:team-b"`) {
 		t.Errorf("privileged wildcard list: %d %s", code, body)
 	}
 	// Wildcard reads of discovery work for the privileged.
-	if code, body := do(t, admin, "GET", u+"/clusters/*/api/v1", ""); code != 200 {
+	if code, body := framework.Do(t, admin, "GET", u+"/clusters/*/api/v1", ""); code != 200 {
 		t.Errorf("privileged wildcard discovery: %d %s", code, body)
 	}
 }

@@ -39,9 +39,9 @@ func grantClusterRole(t *testing.T, s *framework.Server, cluster, name, rule str
 // workspace is refused, returns no data and creates nothing.
 func TestMissingClusterIsNotCreated(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, s *framework.Server) {
-		admin := userClient(t, s, "admin-2", "system:masters")
+		admin := framework.UserClient(t, s, "admin-2", "system:masters")
 		for _, m := range []string{"GET", "POST"} {
-			code, body := do(t, admin, m, s.URL()+"/clusters/root:ghost/api/v1/namespaces", `{"metadata":{"name":"x"}}`)
+			code, body := framework.Do(t, admin, m, s.URL()+"/clusters/root:ghost/api/v1/namespaces", `{"metadata":{"name":"x"}}`)
 			if code != http.StatusForbidden || !strings.Contains(body, "does not exist") {
 				t.Errorf("%s in a missing cluster: %d %s", m, code, body)
 			}
@@ -100,9 +100,9 @@ subjects:
 - {apiGroup: rbac.authorization.k8s.io, kind: User, name: lead}
 - {apiGroup: rbac.authorization.k8s.io, kind: User, name: other-lead}
 `)
-	lead := userClient(t, s, "lead")
-	other := userClient(t, s, "other-lead")
-	outsider := userClient(t, s, "outsider")
+	lead := framework.UserClient(t, s, "lead")
+	other := framework.UserClient(t, s, "other-lead")
+	outsider := framework.UserClient(t, s, "outsider")
 
 	for name, c := range map[string]*http.Client{"web": lead, "db": other} {
 		// The grants above take effect once the authorizer's cache has
@@ -110,7 +110,7 @@ subjects:
 		var code int
 		var body string
 		framework.Eventually(t, 30*time.Second, "lead to create workspace "+name, func() (bool, string) {
-			code, body = do(t, c, "POST", s.URL()+"/clusters/root:acme/apis/tenancy.kcp.io/v1alpha1/workspaces",
+			code, body = framework.Do(t, c, "POST", s.URL()+"/clusters/root:acme/apis/tenancy.kcp.io/v1alpha1/workspaces",
 				fmt.Sprintf(`{"apiVersion":"tenancy.kcp.io/v1alpha1","kind":"Workspace","metadata":{"name":%q,"annotations":{"tenancy.kcp.io/owner":"{\"username\":\"outsider\"}"}}}`, name))
 			return code != http.StatusForbidden, fmt.Sprintf("%d %s", code, body)
 		})
@@ -134,40 +134,40 @@ subjects:
 
 	// The lead is admin inside root:acme:web, with a default namespace.
 	web := s.URL() + "/clusters/root:acme:web"
-	if code, body := do(t, lead, "POST", web+"/api/v1/namespaces/default/configmaps", `{"metadata":{"name":"mine"}}`); code != http.StatusCreated {
+	if code, body := framework.Do(t, lead, "POST", web+"/api/v1/namespaces/default/configmaps", `{"metadata":{"name":"mine"}}`); code != http.StatusCreated {
 		t.Fatalf("lead creating in own workspace: %d %s", code, body)
 	}
-	if code, body := do(t, lead, "POST", web+"/api/v1/namespaces", `{"metadata":{"name":"app"}}`); code != http.StatusCreated {
+	if code, body := framework.Do(t, lead, "POST", web+"/api/v1/namespaces", `{"metadata":{"name":"app"}}`); code != http.StatusCreated {
 		t.Fatalf("lead creating a namespace: %d %s", code, body)
 	}
 	// The other lead, the outsider (despite the forged owner annotation) and
 	// an unauthenticated client cannot enter it.
 	for name, c := range map[string]*http.Client{"other-lead": other, "outsider": outsider, "anonymous": insecureClient(t, s)} {
-		code, body := do(t, c, "GET", web+"/api/v1/namespaces/default/configmaps", "")
+		code, body := framework.Do(t, c, "GET", web+"/api/v1/namespaces/default/configmaps", "")
 		if code != http.StatusForbidden && code != http.StatusUnauthorized {
 			t.Errorf("%s in root:acme:web: %d %s", name, code, body)
 		}
 		if strings.Contains(body, "mine") {
 			t.Errorf("%s saw the lead's data: %s", name, body)
 		}
-		code, _ = do(t, c, "GET", web+"/api/v1/configmaps?watch=true&timeoutSeconds=1", "")
+		code, _ = framework.Do(t, c, "GET", web+"/api/v1/configmaps?watch=true&timeoutSeconds=1", "")
 		if code != http.StatusForbidden && code != http.StatusUnauthorized {
 			t.Errorf("%s watching root:acme:web: %d", name, code)
 		}
 	}
 	// The lead's admin rights stop at the workspace: nothing in root, nothing in db.
-	if code, _ := do(t, lead, "GET", s.URL()+"/api/v1/namespaces", ""); code != http.StatusForbidden {
+	if code, _ := framework.Do(t, lead, "GET", s.URL()+"/api/v1/namespaces", ""); code != http.StatusForbidden {
 		t.Errorf("lead listing root namespaces: %d", code)
 	}
-	if code, _ := do(t, lead, "GET", s.URL()+"/clusters/root:acme:db/api/v1/namespaces", ""); code != http.StatusForbidden {
+	if code, _ := framework.Do(t, lead, "GET", s.URL()+"/clusters/root:acme:db/api/v1/namespaces", ""); code != http.StatusForbidden {
 		t.Errorf("lead entering db: %d", code)
 	}
 	// Nor can a workspace admin read across clusters.
-	if code, _ := do(t, lead, "GET", s.URL()+"/clusters/*/api/v1/configmaps", ""); code != http.StatusForbidden {
+	if code, _ := framework.Do(t, lead, "GET", s.URL()+"/clusters/*/api/v1/configmaps", ""); code != http.StatusForbidden {
 		t.Errorf("lead reading across clusters: %d", code)
 	}
 	// Invalid workspace names are refused with a clear message.
-	if code, body := do(t, lead, "POST", s.URL()+"/clusters/root:acme/apis/tenancy.kcp.io/v1alpha1/workspaces",
+	if code, body := framework.Do(t, lead, "POST", s.URL()+"/clusters/root:acme/apis/tenancy.kcp.io/v1alpha1/workspaces",
 		`{"apiVersion":"tenancy.kcp.io/v1alpha1","kind":"Workspace","metadata":{"name":"Bad.Name"}}`); code != http.StatusUnprocessableEntity || !strings.Contains(body, "DNS-1123 label") {
 		t.Errorf("invalid workspace name: %d %s", code, body)
 	}
@@ -181,8 +181,8 @@ func TestWildcardReaderRole(t *testing.T) {
 	for _, c := range []string{"root:one", "root:two"} {
 		s.Kubectl(c, "-n", "default", "create", "configmap", "hello")
 	}
-	platform := userClient(t, s, "platform-controller")
-	if code, _ := do(t, platform, "GET", s.URL()+"/clusters/*/api/v1/configmaps", ""); code != http.StatusForbidden {
+	platform := framework.UserClient(t, s, "platform-controller")
+	if code, _ := framework.Do(t, platform, "GET", s.URL()+"/clusters/*/api/v1/configmaps", ""); code != http.StatusForbidden {
 		t.Fatalf("wildcard before the grant: %d", code)
 	}
 	applyYAML(t, s, "root", `apiVersion: rbac.authorization.k8s.io/v1
@@ -202,21 +202,21 @@ subjects:
 	// RBAC takes effect when the server's RBAC cache has the binding, as on
 	// any Kubernetes API server.
 	framework.Eventually(t, 10*time.Second, "the wildcard grant to take effect", func() (bool, string) {
-		code, body := do(t, platform, "GET", s.URL()+"/clusters/*/api/v1/configmaps", "")
+		code, body := framework.Do(t, platform, "GET", s.URL()+"/clusters/*/api/v1/configmaps", "")
 		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
 	})
-	code, body := do(t, platform, "GET", s.URL()+"/clusters/*/api/v1/configmaps", "")
+	code, body := framework.Do(t, platform, "GET", s.URL()+"/clusters/*/api/v1/configmaps", "")
 	if code != http.StatusOK || !strings.Contains(body, `"kcp.io/cluster":"root:one"`) || !strings.Contains(body, `"kcp.io/cluster":"root:two"`) {
 		t.Fatalf("wildcard list with the grant: %d %s", code, body)
 	}
-	if code, _ := do(t, platform, "GET", s.URL()+"/clusters/*/api/v1/configmaps?watch=true&timeoutSeconds=1", ""); code != http.StatusOK {
+	if code, _ := framework.Do(t, platform, "GET", s.URL()+"/clusters/*/api/v1/configmaps?watch=true&timeoutSeconds=1", ""); code != http.StatusOK {
 		t.Errorf("wildcard watch with the grant: %d", code)
 	}
-	if code, _ := do(t, platform, "POST", s.URL()+"/clusters/*/api/v1/namespaces/default/configmaps", `{"metadata":{"name":"x"}}`); code != http.StatusMethodNotAllowed {
+	if code, _ := framework.Do(t, platform, "POST", s.URL()+"/clusters/*/api/v1/namespaces/default/configmaps", `{"metadata":{"name":"x"}}`); code != http.StatusMethodNotAllowed {
 		t.Errorf("wildcard write: %d", code)
 	}
 	// The grant does not open any single workspace.
-	if code, _ := do(t, platform, "GET", s.URL()+"/clusters/root:one/api/v1/configmaps", ""); code != http.StatusForbidden {
+	if code, _ := framework.Do(t, platform, "GET", s.URL()+"/clusters/root:one/api/v1/configmaps", ""); code != http.StatusForbidden {
 		t.Errorf("wildcard reader entering root:one: %d", code)
 	}
 }
@@ -270,8 +270,8 @@ func TestDeleteWorkspaceRemovesEverything(t *testing.T) {
 			t.Errorf("objects of root:keep: %d %v", kept, err)
 		}
 		// The cluster no longer exists; re-creating the workspace starts empty.
-		admin := userClient(t, s, "admin-2", "system:masters")
-		if code, _ := do(t, admin, "GET", s.URL()+"/clusters/root:doomed/api/v1/namespaces/data/configmaps", ""); code != http.StatusForbidden {
+		admin := framework.UserClient(t, s, "admin-2", "system:masters")
+		if code, _ := framework.Do(t, admin, "GET", s.URL()+"/clusters/root:doomed/api/v1/namespaces/data/configmaps", ""); code != http.StatusForbidden {
 			t.Errorf("deleted cluster still answers: %d", code)
 		}
 		s.CreateWorkspaces("root:doomed")

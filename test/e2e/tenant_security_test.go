@@ -9,7 +9,6 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,29 +19,6 @@ import (
 
 	"github.com/kcpsql/kcp/test/e2e/framework"
 )
-
-// doWith is do with extra request headers (content type, impersonation,
-// bearer token).
-func doWith(t *testing.T, c *http.Client, method, url, body string, headers map[string]string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
 
 func csrPEM(t *testing.T) string {
 	t.Helper()
@@ -115,12 +91,12 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: signer-a
 subjects:
 - {apiGroup: rbac.authorization.k8s.io, kind: User, name: csr-user}
 `)
-	creator := userClient(t, s, "creator")
-	orgAdmin := userClient(t, s, "org-a-admin")
-	nsAdmin := userClient(t, s, "ns-admin")
-	csrUser := userClient(t, s, "csr-user")
-	alice := userClient(t, s, "alice")
-	admin := userClient(t, s, "admin-2", "system:masters")
+	creator := framework.UserClient(t, s, "creator")
+	orgAdmin := framework.UserClient(t, s, "org-a-admin")
+	nsAdmin := framework.UserClient(t, s, "ns-admin")
+	csrUser := framework.UserClient(t, s, "csr-user")
+	alice := framework.UserClient(t, s, "alice")
+	admin := framework.UserClient(t, s, "admin-2", "system:masters")
 	anonymous := insecureClient(t, s)
 	u := s.URL()
 	wsURL := u + "/apis/tenancy.kcp.io/v1alpha1/workspaces"
@@ -128,7 +104,7 @@ subjects:
 		var code int
 		var body string
 		framework.Eventually(t, 30*time.Second, "creator to create "+name, func() (bool, string) {
-			code, body = do(t, creator, "POST", wsURL, fmt.Sprintf(`{"apiVersion":"tenancy.kcp.io/v1alpha1","kind":"Workspace","metadata":{"name":%q}}`, name))
+			code, body = framework.Do(t, creator, "POST", wsURL, fmt.Sprintf(`{"apiVersion":"tenancy.kcp.io/v1alpha1","kind":"Workspace","metadata":{"name":%q}}`, name))
 			return code != http.StatusForbidden, fmt.Sprintf("%d %s", code, body)
 		})
 		if code != http.StatusCreated {
@@ -163,7 +139,7 @@ subjects:
 `)
 	for _, name := range []string{"by-root-grant", "by-org-admin"} {
 		csr := fmt.Sprintf(`{"apiVersion":"certificates.k8s.io/v1","kind":"CertificateSigningRequest","metadata":{"name":%q},"spec":{"request":%q,"signerName":"example.com/signer","usages":["client auth"]}}`, name, csrPEM(t))
-		if code, body := do(t, admin, "POST", a+"/apis/certificates.k8s.io/v1/certificatesigningrequests", csr); code != http.StatusCreated {
+		if code, body := framework.Do(t, admin, "POST", a+"/apis/certificates.k8s.io/v1/certificatesigningrequests", csr); code != http.StatusCreated {
 			t.Fatalf("creating CSR %s: %d %s", name, code, body)
 		}
 	}
@@ -172,10 +148,10 @@ subjects:
 	}
 	// Wait until the grants inside org-a are in effect for everyone.
 	framework.Eventually(t, 30*time.Second, "grants in org-a", func() (bool, string) {
-		c1, _ := do(t, orgAdmin, "GET", a+"/api/v1/namespaces", "")
-		c2, _ := do(t, nsAdmin, "GET", a+"/api/v1/namespaces/default/configmaps", "")
-		c3, _ := do(t, csrUser, "GET", a+"/apis/certificates.k8s.io/v1/certificatesigningrequests", "")
-		c4, _ := do(t, orgAdmin, "GET", u+"/clusters/root:org-t/api/v1/namespaces", "")
+		c1, _ := framework.Do(t, orgAdmin, "GET", a+"/api/v1/namespaces", "")
+		c2, _ := framework.Do(t, nsAdmin, "GET", a+"/api/v1/namespaces/default/configmaps", "")
+		c3, _ := framework.Do(t, csrUser, "GET", a+"/apis/certificates.k8s.io/v1/certificatesigningrequests", "")
+		c4, _ := framework.Do(t, orgAdmin, "GET", u+"/clusters/root:org-t/api/v1/namespaces", "")
 		return c1 == 200 && c2 == 200 && c3 == 200 && c4 == 200, fmt.Sprint(c1, c2, c3, c4)
 	})
 	botToken := strings.TrimSpace(s.Kubectl("root:org-a", "-n", "default", "create", "token", "bot"))
@@ -225,7 +201,7 @@ subjects:
 	}
 	for _, tc := range cases {
 		t.Run("item "+tc.item+": "+tc.name, func(t *testing.T) {
-			code, body := doWith(t, tc.client, tc.method, tc.url, tc.body, tc.headers)
+			code, body := framework.DoWith(t, tc.client, tc.method, tc.url, tc.body, tc.headers)
 			ok := false
 			for _, c := range tc.codes {
 				ok = ok || c == code
@@ -242,65 +218,65 @@ subjects:
 		if !strings.Contains(out, `"username":"creator"`) || !strings.HasSuffix(out, " Ready") {
 			t.Errorf("LogicalCluster after the attacks: %s", out)
 		}
-		if code, body := do(t, orgAdmin, "DELETE", wsURL+"/org-a", ""); code != http.StatusForbidden {
+		if code, body := framework.Do(t, orgAdmin, "DELETE", wsURL+"/org-a", ""); code != http.StatusForbidden {
 			t.Errorf("org-a-admin deleting the Workspace org-a in root: %d %s", code, body)
 		}
 		for _, c := range []string{"root:org-a", "root:org-t"} {
-			if code, body := do(t, admin, "GET", u+"/clusters/"+c+"/api/v1/namespaces", ""); code != http.StatusOK {
+			if code, body := framework.Do(t, admin, "GET", u+"/clusters/"+c+"/api/v1/namespaces", ""); code != http.StatusOK {
 				t.Errorf("system:masters locked out of %s: %d %s", c, code, body)
 			}
 		}
-		if code, body := do(t, orgAdmin, "GET", lc+"/cluster", ""); code != http.StatusOK {
+		if code, body := framework.Do(t, orgAdmin, "GET", lc+"/cluster", ""); code != http.StatusOK {
 			t.Errorf("workspace admin reading its LogicalCluster: %d %s", code, body)
 		}
 	})
 	t.Run("item 5: the creator cannot strip the Workspace's finalizer", func(t *testing.T) {
-		code, body := doWith(t, creator, "PATCH", wsURL+"/org-x", `{"metadata":{"finalizers":null}}`, merge)
+		code, body := framework.DoWith(t, creator, "PATCH", wsURL+"/org-x", `{"metadata":{"finalizers":null}}`, merge)
 		if code != http.StatusOK || !strings.Contains(body, `"tenancy.kcp.io/workspace"`) {
 			t.Errorf("stripping the finalizer: %d %s", code, body)
 		}
-		if code, body := do(t, creator, "DELETE", wsURL+"/org-x", ""); code != http.StatusOK {
+		if code, body := framework.Do(t, creator, "DELETE", wsURL+"/org-x", ""); code != http.StatusOK {
 			t.Fatalf("deleting org-x: %d %s", code, body)
 		}
 		// The Workspace goes only with its cluster; then the name is free.
 		framework.Eventually(t, 60*time.Second, "org-x to be gone", func() (bool, string) {
-			code, body := do(t, admin, "GET", wsURL+"/org-x", "")
+			code, body := framework.Do(t, admin, "GET", wsURL+"/org-x", "")
 			return code == http.StatusNotFound, fmt.Sprint(code, body)
 		})
-		if code, body := do(t, admin, "GET", u+"/clusters/root:org-x/api/v1/namespaces", ""); code != http.StatusForbidden {
+		if code, body := framework.Do(t, admin, "GET", u+"/clusters/root:org-x/api/v1/namespaces", ""); code != http.StatusForbidden {
 			t.Errorf("root:org-x after its Workspace is gone: %d %s", code, body)
 		}
 		s.CreateWorkspaces("root:org-x")
 	})
 	t.Run("item 7: org-a's RBAC decides admission-time checks", func(t *testing.T) {
-		if code, body := do(t, orgAdmin, "PUT", a+"/apis/certificates.k8s.io/v1/certificatesigningrequests/by-org-admin/approval", approval("by-org-admin")); code != http.StatusOK {
+		if code, body := framework.Do(t, orgAdmin, "PUT", a+"/apis/certificates.k8s.io/v1/certificatesigningrequests/by-org-admin/approval", approval("by-org-admin")); code != http.StatusOK {
 			t.Errorf("cluster-admin of org-a approving a CSR in org-a: %d %s", code, body)
 		}
 		role := `{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"reader"},"rules":[{"apiGroups":[""],"resources":["configmaps"],"verbs":["get","list"]}]}`
-		if code, body := do(t, nsAdmin, "POST", a+"/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles", role); code != http.StatusCreated {
+		if code, body := framework.Do(t, nsAdmin, "POST", a+"/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles", role); code != http.StatusCreated {
 			t.Errorf("namespace admin (shared admin role) writing a Role admin entitles it to: %d %s", code, body)
 		}
 		bind := `{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{"name":"viewers"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"view"},"subjects":[{"kind":"User","apiGroup":"rbac.authorization.k8s.io","name":"someone"}]}`
-		if code, body := do(t, nsAdmin, "POST", a+"/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", bind); code != http.StatusCreated {
+		if code, body := framework.Do(t, nsAdmin, "POST", a+"/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings", bind); code != http.StatusCreated {
 			t.Errorf("namespace admin binding the shared view role: %d %s", code, body)
 		}
 	})
 	t.Run("item 9: a real service-account token of the cluster still gets in", func(t *testing.T) {
-		code, body := doWith(t, anonymous, "GET", a+"/api/v1/namespaces/default/configmaps", "", map[string]string{"Authorization": "Bearer " + botToken})
+		code, body := framework.DoWith(t, anonymous, "GET", a+"/api/v1/namespaces/default/configmaps", "", map[string]string{"Authorization": "Bearer " + botToken})
 		if code != http.StatusOK || !strings.Contains(body, "plans") {
 			t.Errorf("the bot's own token in org-a: %d %s", code, body)
 		}
 	})
 	t.Run("item 8: a missing workspace answers like a forbidden one", func(t *testing.T) {
-		_, existing := do(t, alice, "GET", u+"/clusters/root:org-b/api/v1/namespaces/default/configmaps", "")
-		_, missing := do(t, alice, "GET", u+"/clusters/root:org-q/api/v1/namespaces/default/configmaps", "")
+		_, existing := framework.Do(t, alice, "GET", u+"/clusters/root:org-b/api/v1/namespaces/default/configmaps", "")
+		_, missing := framework.Do(t, alice, "GET", u+"/clusters/root:org-q/api/v1/namespaces/default/configmaps", "")
 		if strings.ReplaceAll(existing, "org-b", "X") != strings.ReplaceAll(missing, "org-q", "X") {
 			t.Errorf("403 differs between an existing and a missing workspace:\n%s\n%s", existing, missing)
 		}
 	})
 	t.Run("item 8: the audit log keeps the full request path", func(t *testing.T) {
 		path := "/clusters/root:org-a/clusters/root:org-b/api/v1/namespaces?limit=7"
-		do(t, orgAdmin, "GET", u+path, "")
+		framework.Do(t, orgAdmin, "GET", u+path, "")
 		want := regexp.MustCompile(`"requestURI":"` + regexp.QuoteMeta(path) + `"`)
 		framework.Eventually(t, 10*time.Second, "the audit event", func() (bool, string) {
 			b, _ := os.ReadFile(auditLog)
@@ -319,20 +295,20 @@ func TestWorkspaceWithoutFinalizerIsDeletedWithItsCluster(t *testing.T) {
 func testWorkspaceWithoutFinalizer(t *testing.T, s *framework.Server) {
 	s.CreateWorkspaces("root:gone")
 	s.Kubectl("root:gone", "-n", "default", "create", "configmap", "old-data", "--from-literal=k=v")
-	admin := userClient(t, s, "admin-2", "system:masters")
+	admin := framework.UserClient(t, s, "admin-2", "system:masters")
 	// Back to back, before the controller puts its finalizer back.
 	ws := s.URL() + "/apis/tenancy.kcp.io/v1alpha1/workspaces/gone"
-	if code, body := doWith(t, admin, "PATCH", ws, `{"metadata":{"finalizers":null}}`, map[string]string{"Content-Type": "application/merge-patch+json"}); code != http.StatusOK {
+	if code, body := framework.DoWith(t, admin, "PATCH", ws, `{"metadata":{"finalizers":null}}`, map[string]string{"Content-Type": "application/merge-patch+json"}); code != http.StatusOK {
 		t.Fatalf("removing the finalizer: %d %s", code, body)
 	}
-	if code, body := do(t, admin, "DELETE", ws, ""); code != http.StatusOK {
+	if code, body := framework.Do(t, admin, "DELETE", ws, ""); code != http.StatusOK {
 		t.Fatalf("deleting the Workspace: %d %s", code, body)
 	}
-	if code, _ := do(t, admin, "GET", ws, ""); code != http.StatusNotFound {
+	if code, _ := framework.Do(t, admin, "GET", ws, ""); code != http.StatusNotFound {
 		t.Logf("the controller put its finalizer back first (GET: %d); the test shows nothing this time", code)
 	}
 	framework.Eventually(t, 30*time.Second, "root:gone to be unreachable", func() (bool, string) {
-		code, body := do(t, admin, "GET", s.URL()+"/clusters/root:gone/api/v1/namespaces/default/configmaps", "")
+		code, body := framework.Do(t, admin, "GET", s.URL()+"/clusters/root:gone/api/v1/namespaces/default/configmaps", "")
 		return code == http.StatusForbidden, fmt.Sprint(code, body)
 	})
 	s.CreateWorkspaces("root:gone")

@@ -70,11 +70,11 @@ func watchCacheIsolation(t *testing.T, s *framework.Server, cached bool) {
 		t.Errorf("after the refused annotate: %v, annotation %q", err, got.Annotations[clusterAnnotation])
 	}
 
-	admin := userClient(t, s, "admin-2", "system:masters")
+	admin := framework.UserClient(t, s, "admin-2", "system:masters")
 	u := s.URL()
 	list := func(cluster, path string, q url.Values) (int, []metav1.ObjectMeta, string) {
 		t.Helper()
-		code, body := do(t, admin, "GET", u+"/clusters/"+cluster+path+"?"+q.Encode(), "")
+		code, body := framework.Do(t, admin, "GET", u+"/clusters/"+cluster+path+"?"+q.Encode(), "")
 		var l struct {
 			Metadata metav1.ListMeta `json:"metadata"`
 			Items    []struct {
@@ -135,13 +135,13 @@ func watchCacheIsolation(t *testing.T, s *framework.Server, cached bool) {
 	// Gets at a resource version are served from the cache.
 	for _, rv := range []string{"", "0"} {
 		q := "?resourceVersion=" + rv
-		if code, body := do(t, admin, "GET", u+"/clusters/"+a+"/api/v1/namespaces/vault/secrets/key-0"+q, ""); code != 404 || strings.Contains(body, secret) {
+		if code, body := framework.Do(t, admin, "GET", u+"/clusters/"+a+"/api/v1/namespaces/vault/secrets/key-0"+q, ""); code != 404 || strings.Contains(body, secret) {
 			t.Errorf("get of team-b's secret name in %s%s: %d %s", a, q, code, body)
 		}
-		if code, body := do(t, admin, "GET", u+"/clusters/"+b+"/api/v1/namespaces/vault/configmaps/forged"+q, ""); code != 404 {
+		if code, body := framework.Do(t, admin, "GET", u+"/clusters/"+b+"/api/v1/namespaces/vault/configmaps/forged"+q, ""); code != 404 {
 			t.Errorf("get of the forged config map in %s%s: %d %s", b, q, code, body)
 		}
-		code, body := do(t, admin, "GET", u+"/clusters/"+b+"/api/v1/namespaces/vault/secrets/key-0"+q, "")
+		code, body := framework.Do(t, admin, "GET", u+"/clusters/"+b+"/api/v1/namespaces/vault/secrets/key-0"+q, "")
 		if code != 200 || !strings.Contains(body, `"kcp.io/cluster":"`+b+`"`) {
 			t.Errorf("get in %s%s: %d %s", b, q, code, body)
 		}
@@ -195,7 +195,7 @@ func watchCacheIsolation(t *testing.T, s *framework.Server, cached bool) {
 			}
 			onlyCluster("list workspaces?"+q.Encode(), c, items)
 		}
-		if code, body := do(t, admin, "GET", u+"/clusters/"+a+wsPath+"/shared?"+q.Encode(), ""); code != 404 {
+		if code, body := framework.Do(t, admin, "GET", u+"/clusters/"+a+wsPath+"/shared?"+q.Encode(), ""); code != 404 {
 			t.Errorf("get of another cluster's workspace name in %s?%s: %d %s", a, q.Encode(), code, body)
 		}
 	}

@@ -93,18 +93,18 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-
 subjects:
 - {apiGroup: rbac.authorization.k8s.io, kind: User, name: b-admin}
 `)
-			admin := userClient(t, s, "b-admin")
+			admin := framework.UserClient(t, s, "b-admin")
 			patch := `{"spec":{"limits":{"objects":1000000}}}`
 			for _, url := range []string{
 				s.URL() + "/clusters/" + b + "/apis/tenancy.kcp.io/v1alpha1/logicalclusters/cluster",
 				s.URL() + "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces/lim-b",
 			} {
-				code, body := doWith(t, admin, http.MethodPatch, url, patch, map[string]string{"Content-Type": "application/merge-patch+json"})
+				code, body := framework.DoWith(t, admin, http.MethodPatch, url, patch, map[string]string{"Content-Type": "application/merge-patch+json"})
 				if code != http.StatusForbidden {
 					t.Errorf("b's admin patching %s: %d %s", url, code, body)
 				}
 			}
-			if code, body := do(t, admin, http.MethodGet, s.URL()+"/clusters/"+b+"/api/v1/namespaces/default/configmaps/fill-3", ""); code != http.StatusOK {
+			if code, body := framework.Do(t, admin, http.MethodGet, s.URL()+"/clusters/"+b+"/api/v1/namespaces/default/configmaps/fill-3", ""); code != http.StatusOK {
 				t.Errorf("b's admin cannot read in b: %d %s", code, body)
 			}
 			if lim := s.Kubectl(b, "get", "logicalcluster", "cluster", "-o", "jsonpath={.spec.limits.objects}"); lim != "20" {

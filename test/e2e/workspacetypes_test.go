@@ -63,7 +63,7 @@ spec:
 		t.Helper()
 		cfg := s.Config(parent)
 		if user != "admin" {
-			cfg = clusterinformer.ForCluster(userConfig(t, s, user), logicalcluster.Name(parent))
+			cfg = clusterinformer.ForCluster(framework.UserConfig(t, s, user), logicalcluster.Name(parent))
 		}
 		d, err := dynamic.NewForConfig(cfg)
 		if err != nil {

@@ -1,4 +1,4 @@
-package e2e
+package crds
 
 import (
 	"net/http"
@@ -15,7 +15,7 @@ func TestCRDIsolation(t *testing.T) {
 	s := framework.StartServer(t, "")
 	const a, b = "root:sec-a", "root:sec-b"
 	s.CreateWorkspaces(a, b)
-	for c, crd := range map[string]string{a: widgetsA, b: widgetsB} {
+	for c, crd := range map[string]string{a: framework.WidgetsA, b: framework.WidgetsB} {
 		if out, err := s.KubectlErr(c, crd, "apply", "-f", "-"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
@@ -42,10 +42,10 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}]
 		t.Fatalf("%v\n%s", err, out)
 	}
 	s.Kubectl(a, "create", "clusterrolebinding", "alice-admin", "--clusterrole=cluster-admin", "--user=alice")
-	alice := userClient(t, s, "alice")
+	alice := framework.UserClient(t, s, "alice")
 
 	// Her own widgets work.
-	if code, body := do(t, alice, "GET", s.URL()+"/clusters/"+a+"/apis/example.com/v1/namespaces/default/widgets/mine", ""); code != http.StatusOK {
+	if code, body := framework.Do(t, alice, "GET", s.URL()+"/clusters/"+a+"/apis/example.com/v1/namespaces/default/widgets/mine", ""); code != http.StatusOK {
 		t.Fatalf("alice reading her own widget: %d %s", code, body)
 	}
 	crdBody := `{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"evils.example.com"},
@@ -70,7 +70,7 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}]
 		{"a CRD into b", "POST", "/clusters/" + b + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crdBody, http.StatusForbidden},
 		{"a widget into b", "POST", "/clusters/" + b + "/apis/example.com/v2/namespaces/default/widgets", `{"apiVersion":"example.com/v2","kind":"Widget","metadata":{"name":"x"}}`, http.StatusForbidden},
 	} {
-		code, body := do(t, alice, tc.method, s.URL()+tc.path, tc.body)
+		code, body := framework.Do(t, alice, tc.method, s.URL()+tc.path, tc.body)
 		if code != tc.want {
 			t.Errorf("%s: %s %s = %d, want %d: %s", tc.what, tc.method, tc.path, code, tc.want, body)
 		}
@@ -80,7 +80,7 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}]
 	}
 	// Nothing of b leaks into a's discovery or OpenAPI documents.
 	for _, p := range []string{"/apis", "/openapi/v2", "/openapi/v3", "/apis/example.com/v1", "/openapi/v3/apis/example.com/v1"} {
-		code, body := do(t, alice, "GET", s.URL()+"/clusters/"+a+p, "")
+		code, body := framework.Do(t, alice, "GET", s.URL()+"/clusters/"+a+p, "")
 		if code != http.StatusOK {
 			t.Errorf("GET %s in a = %d: %s", p, code, body)
 		}
@@ -91,7 +91,7 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}]
 	// The system CRDs are untouched and still served to a.
 	framework.MustContain(t, "system CRDs", s.Kubectl("system:crds", "get", "crd", "-o", "name"), "workspaces.tenancy.kcp.io")
 	framework.MustNotContain(t, "system CRDs", s.Kubectl("system:crds", "get", "crd", "-o", "name"), "evils")
-	if code, body := do(t, alice, "GET", s.URL()+"/clusters/"+a+"/apis/tenancy.kcp.io/v1alpha1/workspaces", ""); code != http.StatusOK {
+	if code, body := framework.Do(t, alice, "GET", s.URL()+"/clusters/"+a+"/apis/tenancy.kcp.io/v1alpha1/workspaces", ""); code != http.StatusOK {
 		t.Errorf("workspaces in a: %d %s", code, body)
 	}
 }

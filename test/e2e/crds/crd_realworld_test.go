@@ -1,4 +1,4 @@
-package e2e
+package crds
 
 import (
 	"encoding/json"
