@@ -26,21 +26,7 @@ func TestCRDIsolation(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	// alice enters a, where she is cluster-admin; b is not hers.
-	grant := `apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: alice-access}
-rules:
-- {apiGroups: ["tenancy.kcp.io"], resources: ["workspaces/content"], resourceNames: ["sec-a"], verbs: ["access"]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: alice-access}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: alice-access}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}]
-`
-	if out, err := s.KubectlErr("root", grant, "apply", "-f", "-"); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	s.GrantAccess("root", "alice", "sec-a")
 	s.Kubectl(a, "create", "clusterrolebinding", "alice-admin", "--clusterrole=cluster-admin", "--user=alice")
 	alice := framework.UserClient(t, s, "alice")
 

@@ -519,3 +519,26 @@ func NamespacedCRDWithStatus(plural, kind, specProps string) string {
 		"{type: object, properties: {spec: {type: object, properties: {"+specProps+"}}, status: {type: object, properties: {phase: {type: string}}}}}"),
 		"storage: true,", "storage: true, subresources: {status: {}},", 1)
 }
+
+// GrantAccess lets user enter the given workspaces of parent (the verb
+// "access" on workspaces/content, by a ClusterRole and ClusterRoleBinding
+// named <user>-access in parent); what the user may do inside is up to
+// each workspace's own RBAC.
+func (s *Server) GrantAccess(parent, user string, workspaces ...string) {
+	s.t.Helper()
+	grant := fmt.Sprintf(`apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: %[1]s-access}
+rules:
+- {apiGroups: [tenancy.kcp.io], resources: [workspaces/content], resourceNames: [%[2]s], verbs: [access]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: %[1]s-access}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: %[1]s-access}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: %[1]s}]
+`, user, strings.Join(workspaces, ", "))
+	if out, err := s.KubectlErr(parent, grant, "apply", "-f", "-"); err != nil {
+		s.t.Fatalf("granting %s access to %v in %s: %v\n%s", user, workspaces, parent, err, out)
+	}
+}

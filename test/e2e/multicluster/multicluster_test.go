@@ -138,21 +138,7 @@ spec: {reference: {export: {path: "`+compute+`", name: kubernetes}}}
 	// A user with "use" on the SyncTargets may. alice may enter team-a and
 	// compute (granted in root), is admin of team-a, and gets "use" on
 	// synctargets in compute, by ordinary RBAC there.
-	grant := `apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: alice-access}
-rules:
-- {apiGroups: [tenancy.kcp.io], resources: [workspaces/content], resourceNames: [team-a, compute], verbs: [access]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: alice-access}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: alice-access}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}]
-`
-	if out, err := s.KubectlErr("root", grant, "apply", "-f", "-"); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	s.GrantAccess("root", "alice", "team-a", "compute")
 	s.Kubectl(teamA, "create", "clusterrolebinding", "alice-admin", "--clusterrole=cluster-admin", "--user=alice")
 	if out, err := s.KubectlErr(teamA, "", "--as=alice", "apply", "-f", placementYAML("eu")); err == nil || !strings.Contains(out, `"alice" may not use the SyncTargets`) {
 		t.Errorf("alice without use permission: want a refusal, got %v\n%s", err, out)
