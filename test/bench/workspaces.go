@@ -72,22 +72,22 @@ func (s *server) createWorkspaces(pairs [][2]string) error {
 	// load the server more the more workspaces there are; a watch opened
 	// only after the creates would replay all their events at the end);
 	// if it ends, one list and a watch from there.
-	deadline := time.Now().Add(30 * time.Minute)
-	waitCtx, stopWaiting := context.WithDeadline(ctx, deadline)
+	waitCtx, stopWaiting := context.WithTimeout(ctx, 30*time.Minute)
 	defer stopWaiting()
+	wanted := map[string]map[string]bool{}
+	for _, p := range pairs {
+		if wanted[p[0]] == nil {
+			wanted[p[0]] = map[string]bool{}
+		}
+		wanted[p[0]][p[1]] = true
+	}
 	waited := make(chan error, len(dyns))
 	for parent, d := range dyns {
-		wanted := map[string]bool{}
-		for _, p := range pairs {
-			if p[0] == parent {
-				wanted[p[1]] = true
-			}
-		}
 		w, err := d.Watch(waitCtx, metav1.ListOptions{ResourceVersion: since[parent]})
 		if err != nil {
 			return err
 		}
-		go func() { waited <- waitReady(waitCtx, d, parent, wanted, w) }()
+		go func() { waited <- waitReady(waitCtx, d, parent, wanted[parent], w) }()
 	}
 	if err := parallel(len(pairs), func(i int) error {
 		p := pairs[i]
