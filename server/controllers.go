@@ -36,6 +36,7 @@ import (
 	"github.com/kcpsql/kcp/server/controllers/workspace"
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/leaderelection"
+	"github.com/kcpsql/kcp/server/localwatch"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/negotiated"
 	"github.com/kcpsql/kcp/server/resourcequota"
@@ -57,8 +58,8 @@ const workspaceWorkers = 32
 
 func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, rbac *clusterrbac.Authorizer,
 	clusters *logicalclusters.Registry, crds *crdserving.Server, negotiatedAPIs *negotiated.Index, boundAPIs *boundapis.Index, apf *clusterapf.FlowControl, deleteClusterData func(context.Context, logicalcluster.Name) (int, error),
-	stored, rows clusterinformer.RangeFunc, watched clusterinformer.WatchFunc, writes workspace.Storage) {
-	shared := &clusterinformer.Shared{}
+	stored, rows clusterinformer.RangeFunc, watched clusterinformer.WatchFunc, writes workspace.Storage, local *localwatch.Storages) {
+	shared := &clusterinformer.Shared{Local: local}
 	var campaign atomic.Pointer[leaderelection.Campaign]
 	s.AddPostStartHookOrDie("kcp-service-account-tokens", func(hc genericapiserver.PostStartHookContext) error {
 		return o.TokenGetter.Start(hc.Context, hc.LoopbackClientConfig)
@@ -87,7 +88,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 		})
 	}
 	s.AddPostStartHookOrDie("kcp-cluster-rbac", func(hc genericapiserver.PostStartHookContext) error {
-		return rbac.Start(hc.Context, hc.LoopbackClientConfig)
+		return rbac.Start(hc.Context, hc.LoopbackClientConfig, local)
 	})
 	s.AddPostStartHookOrDie("kcp-tenancy", func(hc genericapiserver.PostStartHookContext) error {
 		if err := systemcrds.Install(hc.Context, clusterinformer.ForCluster(hc.LoopbackClientConfig, crdserving.SystemCluster)); err != nil {
@@ -127,7 +128,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			return err
 		}
 		writers := func(ctx context.Context) {
-			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), !o.StoreDefaults, clusters, crds, deleteClusterData, namespaces, stored, rows, watched, writes)
+			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), !o.StoreDefaults, clusters, crds, deleteClusterData, namespaces, stored, rows, watched, writes, local)
 			if c, err := synctarget.NewController(hc.LoopbackClientConfig, o.SyncTargetHeartbeatTimeout); err == nil {
 				go c.Run(ctx, 2)
 			} else {
@@ -201,7 +202,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 // this replica loses the lease).
 func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM string, servedDefaults bool,
 	clusters *logicalclusters.Registry, crds *crdserving.Server, deleteClusterData func(context.Context, logicalcluster.Name) (int, error),
-	namespaces *clusterinformer.Namespaces, stored, rows clusterinformer.RangeFunc, watched clusterinformer.WatchFunc, writes workspace.Storage) {
+	namespaces *clusterinformer.Namespaces, stored, rows clusterinformer.RangeFunc, watched clusterinformer.WatchFunc, writes workspace.Storage, local *localwatch.Storages) {
 	if c, err := namespacedeletion.NewController(loopback, namespaces); err == nil {
 		go c.Run(ctx, 2)
 	} else {
@@ -213,6 +214,7 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 	var gcFeeds []clusterinformer.Consumer
 	if gcErr == nil {
 		gc.ReadRows(rows)
+		gc.WatchLocal(local)
 		gcFeeds = append(gcFeeds, gc.Feed(tenancy.WorkspacesResource, tenancy.WorkspacesResource.GroupVersion().WithKind("Workspace"), false))
 	}
 	if c, err := workspace.NewController(loopback, serverURL, writes, deleteClusterData, clusters.Names, clusters.State, clusters.Limits, gcFeeds...); err == nil {
@@ -225,7 +227,7 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 	} else {
 		klog.ErrorS(err, "workspace controller")
 	}
-	if c, err := namespacedefaults.NewController(loopback, caPEM, clusters.State, namespaces, servedDefaults); err == nil {
+	if c, err := namespacedefaults.NewController(loopback, caPEM, clusters.State, namespaces, servedDefaults, local); err == nil {
 		go c.Run(ctx, 2)
 	} else {
 		klog.ErrorS(err, "namespace defaults controller")

@@ -37,6 +37,7 @@ import (
 	"github.com/kcpsql/kcp/server/exportview"
 	"github.com/kcpsql/kcp/server/incarnations"
 	"github.com/kcpsql/kcp/server/inmemory"
+	"github.com/kcpsql/kcp/server/localwatch"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/memreturn"
 	"github.com/kcpsql/kcp/server/negotiated"
@@ -173,7 +174,10 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	if err != nil {
 		return err
 	}
-	chain, err := createServerChain(completed, crds)
+	// The server's informers of built-in resources list and watch them in
+	// process, from the storages the chain installs (server/localwatch).
+	local := localwatch.New()
+	chain, err := createServerChain(completed, crds, local)
 	if err != nil {
 		return err
 	}
@@ -184,7 +188,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	deleteClusterData := func(ctx context.Context, c logicalcluster.Name) (int, error) {
 		return clusterdata.DeleteAll(ctx, db, o.Datastore.Dialect, kine, c)
 	}
-	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, negotiatedAPIs, boundAPIs, apf, deleteClusterData, kine.Range, kine.RangeRows, kine.Watch, kine)
+	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, negotiatedAPIs, boundAPIs, apf, deleteClusterData, kine.Range, kine.RangeRows, kine.Watch, kine, local)
 	if err := chain.GenericAPIServer.AddReadyzChecks(kine.Health); err != nil {
 		return err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/server/crdserving"
+	"github.com/kcpsql/kcp/server/localwatch"
 	"github.com/kcpsql/kcp/server/rbacescalation"
 	"github.com/kcpsql/kcp/server/tokenreview"
 	"github.com/kcpsql/kcp/server/workloadapis"
@@ -35,7 +36,7 @@ import (
 // APIs, aggregator) like upstream's generic control plane does, with one
 // change: TokenReview validates tokens in the review's logical cluster, and
 // RBAC's escalation check sees the ClusterRoles root shares.
-func createServerChain(c genericcp.CompletedConfig, crds *crdserving.Server) (*aggregatorapiserver.APIAggregator, error) {
+func createServerChain(c genericcp.CompletedConfig, crds *crdserving.Server, local *localwatch.Storages) (*aggregatorapiserver.APIAggregator, error) {
 	notFound := notfoundhandler.New(c.ControlPlane.Generic.Serializer, genericapifilters.NoMuxAndDiscoveryIncompleteKey)
 	apiExtensions, err := c.APIExtensions.New(genericapiserver.NewEmptyDelegateWithCustomHandler(notFound))
 	if err != nil {
@@ -58,6 +59,7 @@ func createServerChain(c genericcp.CompletedConfig, crds *crdserving.Server) (*a
 	providers = workloadapis.Providers(providers)
 	providers = tokenreview.WrapProviders(providers, c.ControlPlane.Generic.Authentication.Authenticator, c.ControlPlane.Generic.Authentication.APIAudiences)
 	providers = rbacescalation.WrapProviders(providers, c.ControlPlane.Generic.Authorization.Authorizer)
+	providers = local.WrapProviders(providers)
 	if err := native.InstallAPIs(providers...); err != nil {
 		return nil, fmt.Errorf("installing APIs: %w", err)
 	}

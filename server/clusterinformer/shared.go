@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kcpsql/kcp/client/clusterinformer"
+	"github.com/kcpsql/kcp/server/localwatch"
 	"github.com/kcpsql/kcp/storage/sharedmaps"
 )
 
@@ -22,6 +23,10 @@ import (
 type Namespaces = clusterinformer.Informer[*corev1.Namespace]
 
 type Shared struct {
+	// Local, when set, lists and watches the namespaces in process
+	// (package localwatch) rather than over the loopback.
+	Local *localwatch.Storages
+
 	namespacesOnce sync.Once
 	namespaces     *Namespaces
 	namespacesErr  error
@@ -37,7 +42,9 @@ func (s *Shared) Namespaces(serverCtx context.Context, loopback *rest.Config) (*
 			s.namespacesErr = err
 			return
 		}
-		s.namespaces = clusterinformer.Typed[*corev1.Namespace](cs.CoreV1().Namespaces(), clusterinformer.WithTrim(shareNamespaceMaps))
+		overLoopback := clusterinformer.ListWatch(cs.CoreV1().Namespaces().List, cs.CoreV1().Namespaces().Watch)
+		lw := s.Local.Or(corev1.SchemeGroupVersion.WithResource("namespaces"), localwatch.Versioned(corev1.SchemeGroupVersion), overLoopback)
+		s.namespaces = clusterinformer.New[*corev1.Namespace](lw, clusterinformer.WithTrim(shareNamespaceMaps))
 		s.namespaces.Start(serverCtx)
 	})
 	return s.namespaces, s.namespacesErr

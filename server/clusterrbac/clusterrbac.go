@@ -23,6 +23,7 @@ import (
 	rbacauthorizer "k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac"
 
 	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/localwatch"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -46,7 +47,7 @@ type indexers struct {
 // Start runs the informers on the server's loopback config and returns once
 // they have synced and the authorizer answers (or ctx ends): called from a
 // post-start hook, it keeps /readyz from reporting ready before RBAC does.
-func (a *Authorizer) Start(ctx context.Context, loopback *rest.Config) error {
+func (a *Authorizer) Start(ctx context.Context, loopback *rest.Config, local *localwatch.Storages) error {
 	client, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return err
@@ -55,7 +56,7 @@ func (a *Authorizer) Start(ctx context.Context, loopback *rest.Config) error {
 	var ix indexers
 	var synced []cache.InformerSynced
 	run := func(resource string, into *cache.Indexer, obj runtime.Object) {
-		lw := cache.NewListWatchFromClient(rc, resource, "", fields.Everything())
+		lw := local.FromClient(rc, rbacv1.SchemeGroupVersion, resource, fields.Everything())
 		var ctrl cache.Controller
 		*into, ctrl = clusterinformer.New(lw, obj, clusterinformer.ClusterIndexers, nil)
 		go ctrl.RunWithContext(ctx)

@@ -24,6 +24,7 @@ import (
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
+	"github.com/kcpsql/kcp/server/localwatch"
 	"github.com/kcpsql/kcp/storage/keys"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -53,7 +54,8 @@ type Controller struct {
 	wildcard  metadata.Interface
 
 	// rows reads what is stored of a resource (nil: list through the API).
-	rows clusterinformer.RangeFunc
+	rows  clusterinformer.RangeFunc
+	local *localwatch.Storages
 
 	mu        sync.RWMutex
 	resources map[schema.GroupVersionResource]*resourceInfo
@@ -159,8 +161,11 @@ func (c *Controller) watch(ctx context.Context, gvr schema.GroupVersionResource,
 	}
 	res := c.wildcard.Resource(gvr)
 	lw := clusterinformer.ListWatch(res.List, res.Watch)
+	if local, ok := c.local.ListWatch(gvr, localwatch.Metadata(gvk)); ok {
+		lw = local
+	}
 	if c.rows != nil && listedFromRows.Has(gvr.GroupResource()) {
-		lw = clusterinformer.ListWatch(c.listRows(gvr, gvk), res.Watch)
+		lw = clusterinformer.ListWatch(c.listRows(gvr, gvk), lw.WatchFuncWithContext)
 	}
 	_, ctrl := clusterinformer.NewShared(lw, &metav1.PartialObjectMetadata{}, c.consumer(info))
 	go ctrl.RunWithContext(ctx)
@@ -185,6 +190,11 @@ var listedFromRows = sets.New(
 // ReadRows makes the collector list the resources of listedFromRows with
 // rows (embeddedkine's RangeRows: stored objects only). Call before Run.
 func (c *Controller) ReadRows(rows clusterinformer.RangeFunc) { c.rows = rows }
+
+// WatchLocal makes the collector list and watch the built-in resources in
+// process (package localwatch) rather than over the loopback, as metadata
+// either way. Call before Run.
+func (c *Controller) WatchLocal(local *localwatch.Storages) { c.local = local }
 
 // listRows lists a resource's stored objects as of one revision, as the
 // API server would list them (cluster annotation, resourceVersion).

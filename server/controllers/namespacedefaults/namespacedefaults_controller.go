@@ -19,6 +19,7 @@ import (
 
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
+	"github.com/kcpsql/kcp/server/localwatch"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -47,7 +48,7 @@ type Controller struct {
 // writes only when one was deleted or a kube-root-ca.crt changed, and
 // keeps no cache of them (it watches their changes and reads the few it
 // acts on).
-func NewController(loopback *rest.Config, caPEM string, state func(logicalcluster.Name) (exists, terminating bool), namespaces *clusterinformer.Namespaces, served bool) (*Controller, error) {
+func NewController(loopback *rest.Config, caPEM string, state func(logicalcluster.Name) (exists, terminating bool), namespaces *clusterinformer.Namespaces, served bool, local *localwatch.Storages) (*Controller, error) {
 	wildcard, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
@@ -71,7 +72,7 @@ func NewController(loopback *rest.Config, caPEM string, state func(logicalcluste
 	saSelector := fields.OneTermEqualSelector("metadata.name", DefaultServiceAccount)
 	cmSelector := fields.OneTermEqualSelector("metadata.name", RootCAConfigMap)
 	if served {
-		c.watchServed(rc, caPEM, saSelector, cmSelector)
+		c.watchServed(rc, caPEM, saSelector, cmSelector, local)
 		return c, nil
 	}
 	// Every event names a namespace to look at: the namespace itself, or the
@@ -102,7 +103,7 @@ func NewController(loopback *rest.Config, caPEM string, state func(logicalcluste
 		return obj, nil
 	}
 	run := func(resource string, selector fields.Selector, obj runtime.Object) cache.Indexer {
-		lw := cache.NewListWatchFromClient(rc, resource, "", selector)
+		lw := local.FromClient(rc, corev1.SchemeGroupVersion, resource, selector)
 		indexer, ctrl := clusterinformer.NewTrimmed(lw, obj, nil, handler, trim)
 		c.informers = append(c.informers, ctrl)
 		return indexer
@@ -151,7 +152,7 @@ func namespaceKey(obj interface{}) string {
 // (a watch that could not be resumed), the namespaces whose default is
 // missing from the list, or whose kube-root-ca.crt is wrong, are looked
 // at. The reconciler reads what it acts on from the API.
-func (c *Controller) watchServed(rc rest.Interface, caPEM string, saSelector, cmSelector fields.Selector) {
+func (c *Controller) watchServed(rc rest.Interface, caPEM string, saSelector, cmSelector fields.Selector, local *localwatch.Storages) {
 	enqueue := func(obj interface{}) {
 		if k := namespaceKey(obj); k != "" {
 			c.queue.Add(k)
@@ -194,8 +195,8 @@ func (c *Controller) watchServed(rc rest.Interface, caPEM string, saSelector, cm
 		onReplace: func(list []interface{}) { missing(list, wrongCA) },
 	}
 	c.informers = append(c.informers,
-		newWatchOnly(cache.NewListWatchFromClient(rc, "serviceaccounts", "", saSelector), &corev1.ServiceAccount{}, sas),
-		newWatchOnly(cache.NewListWatchFromClient(rc, "configmaps", "", cmSelector), &corev1.ConfigMap{}, cms))
+		newWatchOnly(local.FromClient(rc, corev1.SchemeGroupVersion, "serviceaccounts", saSelector), &corev1.ServiceAccount{}, sas),
+		newWatchOnly(local.FromClient(rc, corev1.SchemeGroupVersion, "configmaps", cmSelector), &corev1.ConfigMap{}, cms))
 	// A default deleted right after its namespace was created may be heard
 	// of before the shared namespace informer has the namespace (the
 	// informer-based mode looks again when it does; this one hears of no

@@ -1,0 +1,218 @@
+package localwatch
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/client-go/tools/cache"
+	api "k8s.io/kubernetes/pkg/apis/core"
+	_ "k8s.io/kubernetes/pkg/apis/core/install"
+
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// fakeStorage stands in for a REST storage: what it was asked, what it
+// answers. The server's real storages are exercised by the e2e tests
+// (namespace defaults, garbage collection, RBAC, namespace lifecycle all
+// read through this package).
+type fakeStorage struct {
+	rest.TableConvertor
+	list       *api.NamespaceList
+	refusals   int   // 429 "storage is (re)initializing" answers before the list
+	err        error // every list's answer, when set
+	calls      int
+	watcher    *watch.FakeWatcher
+	gotCluster logicalcluster.Name
+	gotNS      string
+	gotOpts    *metainternalversion.ListOptions
+}
+
+func (f *fakeStorage) NewList() runtime.Object { return &api.NamespaceList{} }
+func (f *fakeStorage) New() runtime.Object     { return &api.Namespace{} }
+func (f *fakeStorage) Destroy()                {}
+
+func (f *fakeStorage) seen(ctx context.Context, o *metainternalversion.ListOptions) {
+	f.gotCluster, _ = logicalcluster.From(ctx)
+	f.gotNS, _ = genericapirequest.NamespaceFrom(ctx)
+	f.gotOpts = o
+}
+
+func (f *fakeStorage) List(ctx context.Context, o *metainternalversion.ListOptions) (runtime.Object, error) {
+	f.seen(ctx, o)
+	f.calls++
+	if f.err != nil {
+		return nil, f.err
+	}
+	if f.refusals > 0 {
+		f.refusals--
+		return nil, apierrors.NewTooManyRequests("storage is (re)initializing", 1)
+	}
+	return f.list, nil
+}
+
+func (f *fakeStorage) Watch(ctx context.Context, o *metainternalversion.ListOptions) (watch.Interface, error) {
+	f.seen(ctx, o)
+	return f.watcher, nil
+}
+
+func namespace(name string, labels map[string]string) *api.Namespace {
+	return &api.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "7", Labels: labels,
+		Annotations: map[string]string{logicalcluster.Annotation: "root:a"}}}
+}
+
+var nsGVR = corev1.SchemeGroupVersion.WithResource("namespaces")
+
+func newStorages(f *fakeStorage) *Storages {
+	s := New()
+	s.storages[nsGVR] = f
+	return s
+}
+
+func cacheWatch(lw cache.ListerWatcher, o metav1.ListOptions) (watch.Interface, error) {
+	return cache.ToListerWatcherWithContext(lw).WatchWithContext(context.Background(), o)
+}
+
+func next(t *testing.T, w watch.Interface) watch.Event {
+	t.Helper()
+	select {
+	case e, ok := <-w.ResultChan():
+		if !ok {
+			t.Fatal("the watch ended")
+		}
+		return e
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event")
+	}
+	return watch.Event{}
+}
+
+func TestListConvertsCopiesAndAddressesEveryCluster(t *testing.T) {
+	stored := namespace("default", map[string]string{"team": "a"})
+	f := &fakeStorage{list: &api.NamespaceList{ListMeta: metav1.ListMeta{ResourceVersion: "42"}, Items: []api.Namespace{*stored}}, refusals: 2}
+	lw, ok := newStorages(f).ListWatch(nsGVR, Versioned(corev1.SchemeGroupVersion))
+	if !ok {
+		t.Fatal("namespaces not found")
+	}
+	if _, ok := newStorages(f).ListWatch(corev1.SchemeGroupVersion.WithResource("widgets"), Versioned(corev1.SchemeGroupVersion)); ok {
+		t.Fatal("a resource without a storage here must fall back to the loopback")
+	}
+	obj, err := lw.ListWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "0", LabelSelector: "team=a"})
+	if err != nil {
+		t.Fatalf("list after two refusals of a filling cache: %v", err)
+	}
+	if f.gotCluster != logicalcluster.Wildcard || f.gotNS != "" {
+		t.Fatalf("list asked cluster %q namespace %q, want every cluster and namespace", f.gotCluster, f.gotNS)
+	}
+	if f.gotOpts.ResourceVersion != "0" || f.gotOpts.LabelSelector.String() != "team=a" {
+		t.Fatalf("list options not passed on: %+v", f.gotOpts)
+	}
+	list := obj.(*metav1.List)
+	if list.ResourceVersion != "42" || len(list.Items) != 1 {
+		t.Fatalf("list: resourceVersion %q, %d items", list.ResourceVersion, len(list.Items))
+	}
+	ns, ok := list.Items[0].Object.(*corev1.Namespace)
+	if !ok {
+		t.Fatalf("item is %T, want *v1.Namespace", list.Items[0].Object)
+	}
+	if ns.Name != "default" || ns.Labels["team"] != "a" || ns.Annotations[logicalcluster.Annotation] != "root:a" || ns.APIVersion != "v1" || ns.Kind != "Namespace" {
+		t.Fatalf("converted item: %+v", ns)
+	}
+	// The informer's copy is its own: changing it must not change what the
+	// storage (the watch cache) holds.
+	ns.Labels["team"] = "b"
+	if f.list.Items[0].Labels["team"] != "a" {
+		t.Fatal("changing a listed object changed the storage's")
+	}
+}
+
+func TestListGivesUpOnOtherErrors(t *testing.T) {
+	f := &fakeStorage{err: apierrors.NewTooManyRequests("too many requests", 1)}
+	lw, _ := newStorages(f).ListWatch(nsGVR, Versioned(corev1.SchemeGroupVersion))
+	if _, err := lw.ListWithContext(context.Background(), metav1.ListOptions{}); !apierrors.IsTooManyRequests(err) || f.calls != 1 {
+		t.Fatalf("a 429 that is not a filling cache: err %v after %d calls, want it returned at once", err, f.calls)
+	}
+}
+
+func TestWatchConvertsEventsAndStops(t *testing.T) {
+	f := &fakeStorage{watcher: watch.NewFake()}
+	s := newStorages(f)
+	lw := WithFieldSelector(s.Or(nsGVR, Metadata(corev1.SchemeGroupVersion.WithKind("Namespace")), nil), fields.OneTermEqualSelector("metadata.name", "default"))
+	w, err := cacheWatch(lw, metav1.ListOptions{ResourceVersion: "42", AllowWatchBookmarks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.gotCluster != logicalcluster.Wildcard || f.gotOpts.FieldSelector.String() != "metadata.name=default" || !f.gotOpts.Watch || !f.gotOpts.AllowWatchBookmarks || f.gotOpts.ResourceVersion != "42" {
+		t.Fatalf("watch asked cluster %q with %+v", f.gotCluster, f.gotOpts)
+	}
+	stored := namespace("default", nil)
+	stored.OwnerReferences = []metav1.OwnerReference{{Name: "owner", UID: "u1"}}
+	go f.watcher.Add(stored)
+	e := next(t, w)
+	m, ok := e.Object.(*metav1.PartialObjectMetadata)
+	if e.Type != watch.Added || !ok || m.Name != "default" || m.ResourceVersion != "7" || m.Kind != "Namespace" || m.APIVersion != "v1" ||
+		m.Annotations[logicalcluster.Annotation] != "root:a" || len(m.OwnerReferences) != 1 {
+		t.Fatalf("event %s %#v", e.Type, e.Object)
+	}
+	m.OwnerReferences[0].Name = "changed"
+	m.Annotations["x"] = "y"
+	if stored.OwnerReferences[0].Name != "owner" || stored.Annotations["x"] != "" {
+		t.Fatal("changing a watched object's metadata changed the storage's")
+	}
+	status := &metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired}
+	go f.watcher.Error(status)
+	if e := next(t, w); e.Type != watch.Error || e.Object != status {
+		t.Fatalf("an error event must pass as it is, got %s %#v", e.Type, e.Object)
+	}
+	if _, open := <-w.ResultChan(); open {
+		t.Fatal("the watch must end after an error event")
+	}
+	if !f.watcher.IsStopped() {
+		t.Fatal("the storage's watch was not stopped")
+	}
+}
+
+func TestWatchStopsWithoutEvents(t *testing.T) {
+	f := &fakeStorage{watcher: watch.NewFake()}
+	w, err := cacheWatch(newStorages(f).Or(nsGVR, Versioned(corev1.SchemeGroupVersion), nil), metav1.ListOptions{ResourceVersion: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Stop()
+	w.Stop() // twice is fine
+	select {
+	case _, open := <-w.ResultChan():
+		if open {
+			t.Fatal("event after Stop")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop of an idle watch did not end it")
+	}
+	if !f.watcher.IsStopped() {
+		t.Fatal("the storage's watch was not stopped")
+	}
+}
+
+func TestWatchReportsObjectsItCannotConvert(t *testing.T) {
+	f := &fakeStorage{watcher: watch.NewFake()}
+	w, err := cacheWatch(newStorages(f).Or(nsGVR, func(runtime.Object) (runtime.Object, error) { return nil, errors.New("no conversion") }, nil), metav1.ListOptions{ResourceVersion: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go f.watcher.Add(namespace("default", nil))
+	e := next(t, w)
+	status, ok := e.Object.(*metav1.Status)
+	if e.Type != watch.Error || !ok || status.Code != 500 {
+		t.Fatalf("got %s %#v, want a 500 error event", e.Type, e.Object)
+	}
+}
