@@ -260,12 +260,7 @@ func (l *listWatch) list(ctx context.Context, o metav1.ListOptions) (runtime.Obj
 	if err != nil {
 		return nil, err
 	}
-	var list runtime.Object
-	err = retryInitializing(ctx, func() error {
-		var err error
-		list, err = l.storage.List(everywhere(ctx), opts)
-		return err
-	})
+	list, err := retryInitializing(ctx, func() (runtime.Object, error) { return l.storage.List(everywhere(ctx), opts) })
 	if err != nil {
 		return nil, err
 	}
@@ -295,12 +290,7 @@ func (l *listWatch) watch(ctx context.Context, o metav1.ListOptions) (watch.Inte
 		return nil, err
 	}
 	opts.Watch = true
-	var w watch.Interface
-	err = retryInitializing(ctx, func() error {
-		var err error
-		w, err = l.storage.Watch(everywhere(ctx), opts)
-		return err
-	})
+	w, err := retryInitializing(ctx, func() (watch.Interface, error) { return l.storage.Watch(everywhere(ctx), opts) })
 	if err != nil {
 		return nil, err
 	}
@@ -368,16 +358,17 @@ const (
 // retryInitializing calls read until it returns something other than a
 // filling watch cache's refusal, ctx ends or initializingMaxWait has
 // passed (the refusal is then returned).
-func retryInitializing(ctx context.Context, read func() error) error {
+func retryInitializing[T any](ctx context.Context, read func() (T, error)) (T, error) {
 	deadline := time.Now().Add(initializingMaxWait)
 	for {
-		err := read()
+		out, err := read()
 		if err == nil || !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "storage is (re)initializing") || time.Now().After(deadline) {
-			return err
+			return out, err
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			var none T
+			return none, ctx.Err()
 		case <-time.After(initializingPoll):
 		}
 	}
