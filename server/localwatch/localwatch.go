@@ -294,10 +294,19 @@ func (l *listWatch) watch(ctx context.Context, o metav1.ListOptions) (watch.Inte
 	if err != nil {
 		return nil, err
 	}
-	cw := &convertingWatch{inner: w, convert: l.convert, gvr: l.gvr, result: make(chan watch.Event), done: make(chan struct{})}
+	// The buffer lets run keep taking events off the watch cache's watcher
+	// while the informer's goroutine waits for a core: without it, the
+	// cache ended about 120 of these watches for falling behind while 2,000
+	// workspaces were created on 2 cores (each then resumed), with it
+	// about 15 (docs/performance.md). A full buffer holds pointers to
+	// 1,024 objects the informer is about to cache anyway.
+	cw := &convertingWatch{inner: w, convert: l.convert, gvr: l.gvr, result: make(chan watch.Event, resultBuffer), done: make(chan struct{})}
 	go cw.run()
 	return cw, nil
 }
+
+// resultBuffer is how many converted events a watch holds for its reader.
+const resultBuffer = 1024
 
 // convertingWatch hands on a storage watch's events with their objects
 // converted; an error event's status passes as it is.
