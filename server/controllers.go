@@ -73,14 +73,14 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 		return nil
 	})
 	s.AddPostStartHookOrDie("kcp-resource-quota", func(hc genericapiserver.PostStartHookContext) error {
-		return resourcequota.Start(hc.Context, hc.LoopbackClientConfig)
+		return resourcequota.Start(hc.Context, hc.LoopbackClientConfig, local)
 	})
 	s.AddPostStartHookOrDie("kcp-admission-policies-webhooks", func(hc genericapiserver.PostStartHookContext) error {
 		namespaces, err := shared.Namespaces(hc.Context, hc.LoopbackClientConfig)
 		if err != nil {
 			return err
 		}
-		return clusteradmission.Start(hc.Context, hc.LoopbackClientConfig, namespaces)
+		return clusteradmission.Start(hc.Context, hc.LoopbackClientConfig, namespaces, local)
 	})
 	if apf != nil {
 		s.AddPostStartHookOrDie("kcp-tenant-priority-and-fairness", func(hc genericapiserver.PostStartHookContext) error {
@@ -159,7 +159,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			} else {
 				klog.ErrorS(err, "API binding status controller")
 			}
-			if c, err := sharestatus.NewController(hc.LoopbackClientConfig); err == nil {
+			if c, err := sharestatus.NewController(hc.LoopbackClientConfig, local); err == nil {
 				go c.Run(ctx, 2)
 			} else {
 				klog.ErrorS(err, "share status controller")

@@ -42,6 +42,7 @@ import (
 	"k8s.io/component-base/featuregate"
 
 	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/localwatch"
 	"github.com/kcpsql/kcp/server/outbound"
 	"github.com/kcpsql/kcp/server/percluster"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
@@ -124,14 +125,14 @@ func (p *Plugin) ValidateInitialization() error {
 // stops stacks as they come and go. It returns once the watches have their
 // first lists (or after 30 s), so that a ready server enforces the policies
 // it has stored.
-func Start(ctx context.Context, loopback *rest.Config, namespaces *clusterinformer.Namespaces) error {
+func Start(ctx context.Context, loopback *rest.Config, namespaces *clusterinformer.Namespaces, local *localwatch.Storages) error {
 	p := instance
 	clients, err := clusterinformer.NewClients(loopback)
 	if err != nil {
 		return err
 	}
 	p.clients = clients
-	if p.shared, err = startShared(ctx, loopback, namespaces); err != nil {
+	if p.shared, err = startShared(ctx, loopback, namespaces, local); err != nil {
 		return err
 	}
 	return p.stacks.Start(ctx, loopback)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kcpsql/kcp/client/clusterinformer"
 	serverinformer "github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/localwatch"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -43,20 +44,24 @@ type sharedInformers struct {
 // refused ("not loaded yet"), the server's own start-up writes included.
 // The plugins of a cluster with policies wait for it themselves (their
 // ready function) before they admit a request.
-func startShared(ctx context.Context, loopback *rest.Config, namespaces *clusterinformer.Informer[*corev1.Namespace]) (*sharedInformers, error) {
+func startShared(ctx context.Context, loopback *rest.Config, namespaces *clusterinformer.Informer[*corev1.Namespace], local *localwatch.Storages) (*sharedInformers, error) {
 	cs, err := kubernetes.NewForConfig(serverinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
 	}
 	a := cs.AdmissionregistrationV1()
+	gv := admissionregistrationv1.SchemeGroupVersion
+	vap, vapb := a.ValidatingAdmissionPolicies(), a.ValidatingAdmissionPolicyBindings()
+	mapo, mapb := a.MutatingAdmissionPolicies(), a.MutatingAdmissionPolicyBindings()
+	vwc, mwc := a.ValidatingWebhookConfigurations(), a.MutatingWebhookConfigurations()
 	s := &sharedInformers{
 		namespaces: namespaces,
-		vap:        clusterinformer.Typed[*admissionregistrationv1.ValidatingAdmissionPolicy](a.ValidatingAdmissionPolicies()),
-		vapb:       clusterinformer.Typed[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](a.ValidatingAdmissionPolicyBindings()),
-		mapo:       clusterinformer.Typed[*admissionregistrationv1.MutatingAdmissionPolicy](a.MutatingAdmissionPolicies()),
-		mapb:       clusterinformer.Typed[*admissionregistrationv1.MutatingAdmissionPolicyBinding](a.MutatingAdmissionPolicyBindings()),
-		vwc:        clusterinformer.Typed[*admissionregistrationv1.ValidatingWebhookConfiguration](a.ValidatingWebhookConfigurations()),
-		mwc:        clusterinformer.Typed[*admissionregistrationv1.MutatingWebhookConfiguration](a.MutatingWebhookConfigurations()),
+		vap:        clusterinformer.New[*admissionregistrationv1.ValidatingAdmissionPolicy](localwatch.OrTyped(local, gv.WithResource("validatingadmissionpolicies"), vap.List, vap.Watch)),
+		vapb:       clusterinformer.New[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](localwatch.OrTyped(local, gv.WithResource("validatingadmissionpolicybindings"), vapb.List, vapb.Watch)),
+		mapo:       clusterinformer.New[*admissionregistrationv1.MutatingAdmissionPolicy](localwatch.OrTyped(local, gv.WithResource("mutatingadmissionpolicies"), mapo.List, mapo.Watch)),
+		mapb:       clusterinformer.New[*admissionregistrationv1.MutatingAdmissionPolicyBinding](localwatch.OrTyped(local, gv.WithResource("mutatingadmissionpolicybindings"), mapb.List, mapb.Watch)),
+		vwc:        clusterinformer.New[*admissionregistrationv1.ValidatingWebhookConfiguration](localwatch.OrTyped(local, gv.WithResource("validatingwebhookconfigurations"), vwc.List, vwc.Watch)),
+		mwc:        clusterinformer.New[*admissionregistrationv1.MutatingWebhookConfiguration](localwatch.OrTyped(local, gv.WithResource("mutatingwebhookconfigurations"), mwc.List, mwc.Watch)),
 	}
 	for _, st := range []interface{ Start(context.Context) }{s.vap, s.vapb, s.mapo, s.mapb, s.vwc, s.mwc} {
 		st.Start(ctx)

@@ -42,8 +42,8 @@ func (s *Shared) Namespaces(serverCtx context.Context, loopback *rest.Config) (*
 			s.namespacesErr = err
 			return
 		}
-		overLoopback := clusterinformer.ListWatch(cs.CoreV1().Namespaces().List, cs.CoreV1().Namespaces().Watch)
-		lw := s.Local.Or(corev1.SchemeGroupVersion.WithResource("namespaces"), localwatch.Versioned(corev1.SchemeGroupVersion), overLoopback)
+		ns := cs.CoreV1().Namespaces()
+		lw := localwatch.OrTyped(s.Local, corev1.SchemeGroupVersion.WithResource("namespaces"), ns.List, ns.Watch)
 		s.namespaces = clusterinformer.New[*corev1.Namespace](lw, clusterinformer.WithTrim(shareNamespaceMaps))
 		s.namespaces.Start(serverCtx)
 	})

@@ -44,6 +44,8 @@ import (
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 
+	"github.com/kcpsql/kcp/client/clusterinformer"
+
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -203,6 +205,14 @@ func (s *Storages) Or(gvr schema.GroupVersionResource, convert Convert, fallback
 		return lw
 	}
 	return fallback
+}
+
+// OrTyped is Or whose fallback is a typed client's List and Watch (aimed at
+// /clusters/*), with the objects as gvr's version: what
+// clusterinformer.Typed over that client would read.
+func OrTyped[L runtime.Object](s *Storages, gvr schema.GroupVersionResource,
+	list func(context.Context, metav1.ListOptions) (L, error), watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
+	return s.Or(gvr, Versioned(gvr.GroupVersion()), clusterinformer.ListWatch(list, watchFn))
 }
 
 // FromClient is cache.NewListWatchFromClient(c, resource, "", selector)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/kubernetes/pkg/quota/v1/install"
 
 	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/localwatch"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -54,7 +55,7 @@ func Register(plugins *admission.Plugins) {
 // controller recounts at once after the deletions this replica admitted
 // (its status writes carry resourceVersions, so replicas never overwrite
 // each other's counts).
-func Start(ctx context.Context, loopback *rest.Config) error {
+func Start(ctx context.Context, loopback *rest.Config, local *localwatch.Storages) error {
 	clients, err := clusterinformer.NewClients(loopback)
 	if err != nil {
 		return err
@@ -68,7 +69,7 @@ func Start(ctx context.Context, loopback *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	lw := cache.NewListWatchFromClient(client.CoreV1().RESTClient(), "resourcequotas", "", fields.Everything())
+	lw := local.FromClient(client.CoreV1().RESTClient(), corev1.SchemeGroupVersion, "resourcequotas", fields.Everything())
 	indexer, informer := clusterinformer.New(lw, &corev1.ResourceQuota{}, clusterinformer.ClusterIndexers, ctrl.handler())
 	st.indexer, st.synced, st.controller = indexer, informer.HasSynced, ctrl
 	evals, err := evaluators(&listers{clients: clients})

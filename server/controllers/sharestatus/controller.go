@@ -18,6 +18,7 @@ import (
 
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
+	"github.com/kcpsql/kcp/server/localwatch"
 )
 
 const name = "kcp-share-status"
@@ -32,7 +33,7 @@ type Controller struct {
 }
 
 // NewController watches Deployments of all logical clusters.
-func NewController(loopback *rest.Config) (*Controller, error) {
+func NewController(loopback *rest.Config, local *localwatch.Storages) (*Controller, error) {
 	wild, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
@@ -47,7 +48,7 @@ func NewController(loopback *rest.Config) (*Controller, error) {
 			c.queue.Add(key)
 		}
 	}
-	lw := cache.NewListWatchFromClient(wild.AppsV1().RESTClient(), "deployments", "", fields.Everything())
+	lw := local.FromClient(wild.AppsV1().RESTClient(), appsv1.SchemeGroupVersion, "deployments", fields.Everything())
 	c.deployments, c.informer = clusterinformer.New(lw, &appsv1.Deployment{}, clusterinformer.ClusterIndexers,
 		cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o interface{}) { enqueue(o) }})
 	return c, nil
