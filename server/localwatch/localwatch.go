@@ -45,7 +45,6 @@ import (
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 
 	"github.com/kcpsql/kcp/client/clusterinformer"
-
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
