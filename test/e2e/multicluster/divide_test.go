@@ -15,7 +15,6 @@ import (
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 	"github.com/kcpsql/kcp/syncer"
 	"github.com/kcpsql/kcp/test/e2e/framework"
-	"github.com/kcpsql/kcp/test/physical"
 )
 
 // TestDivideSpreadAndFailover is issue 16's placement on three real
@@ -26,10 +25,7 @@ import (
 // one cluster per region (spreadByLabel), undisturbed by team-a. Then one
 // cluster dies and team-a's replicas are divided over the two left.
 func TestDivideSpreadAndFailover(t *testing.T) {
-	bins, err := physical.EnsureBinaries(t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bins := binaries(t)
 	s := framework.StartServer(t, "", "--synctarget-heartbeat-timeout=6s", "--placement-eviction-delay=2s")
 	const compute, teamA, teamB = "root:compute", "root:team-a", "root:team-b"
 	s.CreateWorkspaces(compute, teamA, teamB)

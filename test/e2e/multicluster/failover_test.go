@@ -12,7 +12,6 @@ import (
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 	"github.com/kcpsql/kcp/syncer"
 	"github.com/kcpsql/kcp/test/e2e/framework"
-	"github.com/kcpsql/kcp/test/physical"
 )
 
 // TestFailover kills the physical cluster a namespace runs on (its
@@ -21,10 +20,7 @@ import (
 // the Deployment is Available there; when the dead cluster comes back, its
 // syncer deletes the stale copy.
 func TestFailover(t *testing.T) {
-	bins, err := physical.EnsureBinaries(t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bins := binaries(t)
 	s := framework.StartServer(t, "", "--synctarget-heartbeat-timeout=6s", "--placement-eviction-delay=2s")
 	const compute, team = "root:compute", "root:shop"
 	s.CreateWorkspaces(compute, team)

@@ -36,10 +36,7 @@ import (
 // does not collide, deletion goes downstream first, and a syncer restart
 // catches up with what happened while it was down.
 func TestTransparentMultiCluster(t *testing.T) {
-	bins, err := physical.EnsureBinaries(t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bins := binaries(t)
 	for _, d := range framework.Dialects {
 		t.Run(string(d), func(t *testing.T) { testTransparentMultiCluster(t, bins, framework.DatastoreFor(t, d), false) })
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 	"github.com/kcpsql/kcp/syncer"
 	"github.com/kcpsql/kcp/test/e2e/framework"
-	"github.com/kcpsql/kcp/test/physical"
 )
 
 // TestAPINegotiation: two physical clusters serve the same CRD with
@@ -30,10 +29,7 @@ import (
 // color is refused, a widget runs on the physical cluster and its status
 // comes back. A workspace's own CRD of the same name wins.
 func TestAPINegotiation(t *testing.T) {
-	bins, err := physical.EnsureBinaries(t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bins := binaries(t)
 	s := framework.StartServer(t, "", "--synctarget-heartbeat-timeout=10s")
 	const compute, team, local = "root:compute", "root:apps", "root:own"
 	s.CreateWorkspaces(compute, team, local)

@@ -15,6 +15,17 @@ import (
 	"github.com/kcpsql/kcp/test/physical"
 )
 
+// binaries are the pinned upstream binaries the physical clusters run
+// (built once, reused by every test).
+func binaries(t *testing.T) physical.Binaries {
+	t.Helper()
+	bins, err := physical.EnsureBinaries(t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bins
+}
+
 // startPhysical starts physical clusters side by side; they stop with the
 // test.
 func startPhysical(t *testing.T, bins physical.Binaries, names ...string) map[string]*physical.Cluster {

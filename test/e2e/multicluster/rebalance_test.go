@@ -17,7 +17,6 @@ import (
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 	"github.com/kcpsql/kcp/syncer"
 	"github.com/kcpsql/kcp/test/e2e/framework"
-	"github.com/kcpsql/kcp/test/physical"
 )
 
 // TestRebalanceAndSyncerDeath is issue 16's rebalancing and the death of
@@ -31,10 +30,7 @@ import (
 // back its stale copy goes, and the cluster joins again the same way:
 // never below 6 available.
 func TestRebalanceAndSyncerDeath(t *testing.T) {
-	bins, err := physical.EnsureBinaries(t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bins := binaries(t)
 	s := framework.StartServer(t, "", "--synctarget-heartbeat-timeout=6s", "--placement-eviction-delay=2s")
 	const compute, team = "root:compute", "root:team"
 	s.CreateWorkspaces(compute, team)

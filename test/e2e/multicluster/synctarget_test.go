@@ -22,26 +22,13 @@ import (
 // synctargets`, stays invisible to other workspaces, and turns NotReady
 // when the syncer stops.
 func TestSyncTargetHeartbeat(t *testing.T) {
-	bins, err := physical.EnsureBinaries(t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bins := binaries(t)
 	s := framework.StartServer(t, "", "--synctarget-heartbeat-timeout=6s")
 	const compute = "root:compute"
 	s.CreateWorkspaces(compute, "root:other")
 	// Registration with the plugin, from inside the compute workspace.
 	dir := t.TempDir()
-	adminCopy := filepath.Join(dir, "admin.kubeconfig")
-	raw, err := os.ReadFile(s.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(adminCopy, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := s.KubectlPlugin(adminCopy, "kcp", "ws", "use", compute); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	adminCopy := adminIn(t, s, compute)
 	kcpConfig, manifest := filepath.Join(dir, "pc1-syncer.kubeconfig"), filepath.Join(dir, "syncer-pc1.yaml")
 	out, err := s.KubectlPlugin(adminCopy, "kcp", "workload", "sync", "pc1", "--labels", "region=eu,provider=laptop",
 		"-o", manifest, "--kcp-kubeconfig-out", kcpConfig)
