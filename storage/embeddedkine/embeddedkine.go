@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,6 +110,8 @@ type Kine struct {
 	rows kineserver.Backend
 	// Health says whether the datastore stores writes (/readyz).
 	Health *Health
+	// notifyCounts count what the PostgreSQL listener did (tests).
+	notifyCounts
 }
 
 // DeleteKey deletes one key through kine's log, so watchers see it, if its
@@ -263,8 +266,14 @@ func Start(cfg Config) (*Kine, error) {
 	os.Unsetenv("KINE_SCHEMA_MIGRATION")
 	ctx, cancel := context.WithCancel(context.Background())
 	wg := &sync.WaitGroup{}
+	endpoint, writer := cfg.Datastore.KineEndpoint(), ""
+	if cfg.Datastore.Dialect == datastore.Postgres {
+		var named *url.URL
+		named, writer = namedWriter(cfg.Datastore.URL)
+		endpoint = named.String()
+	}
 	_, backend, err := drivers.New(ctx, wg, &drivers.Config{
-		Endpoint:             cfg.Datastore.KineEndpoint(),
+		Endpoint:             endpoint,
 		ConnectionPoolConfig: cfg.Pool,
 		CompactInterval:      cfg.CompactInterval,
 		CompactTimeout:       cfg.CompactTimeout,
@@ -334,7 +343,7 @@ func Start(cfg Config) (*Kine, error) {
 	k := &Kine{Endpoint: "unix://" + socket, grpc: gs, cancel: cancel, wg: wg, socket: socket, backend: backend, bridge: bridge, fanout: fan, rows: rows, Health: health}
 	if cfg.Notify && cfg.Datastore.Dialect == datastore.Postgres {
 		wg.Add(1)
-		go func() { defer wg.Done(); k.listen(ctx, cfg.Datastore.URL.String()) }()
+		go func() { defer wg.Done(); k.listen(ctx, cfg.Datastore.URL.String(), writer) }()
 	}
 	return k, nil
 }
