@@ -64,6 +64,9 @@ type checkedWrites struct {
 	// createdRow finds the revision of the row that created key with
 	// exactly these bytes and lease (nil: look through kine).
 	createdRow func(ctx context.Context, key string, value []byte, lease int64) (rev int64, found bool, err error)
+	// notify tells the other replicas after each write (nil: no one to
+	// tell, or they poll).
+	notify *notifier
 }
 
 // rowAt reads a row of the kine table by its id (its revision): the
@@ -141,6 +144,9 @@ func (b checkedWrites) confirmedByRow(ctx context.Context, key string, value []b
 // before the writer takes it is not started (f gets the cancelled context
 // and fails at once, as before).
 func (b checkedWrites) write(ctx context.Context, f func(context.Context)) {
+	if b.notify != nil {
+		defer b.notify.wrote()
+	}
 	switch {
 	case b.serial != nil:
 		b.serial.run(func() {

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,7 +47,8 @@ type Config struct {
 	EmulatedVersion  string
 	Pool             generic.ConnectionPoolConfig
 	// Notify wakes the poller on PostgreSQL notifications of other
-	// replicas' writes instead of waiting for PollInterval.
+	// replicas' writes instead of waiting for PollInterval, and sends such
+	// notifications after this replica's writes (through DB; none without).
 	Notify bool
 	// ServedDefaultsCA, when set, serves every namespace's service account
 	// "default" and config map "kube-root-ca.crt" (holding this CA), and
@@ -266,14 +266,8 @@ func Start(cfg Config) (*Kine, error) {
 	os.Unsetenv("KINE_SCHEMA_MIGRATION")
 	ctx, cancel := context.WithCancel(context.Background())
 	wg := &sync.WaitGroup{}
-	endpoint, writer := cfg.Datastore.KineEndpoint(), ""
-	if cfg.Datastore.Dialect == datastore.Postgres {
-		var named *url.URL
-		named, writer = namedWriter(cfg.Datastore.URL)
-		endpoint = named.String()
-	}
 	_, backend, err := drivers.New(ctx, wg, &drivers.Config{
-		Endpoint:             endpoint,
+		Endpoint:             cfg.Datastore.KineEndpoint(),
 		ConnectionPoolConfig: cfg.Pool,
 		CompactInterval:      cfg.CompactInterval,
 		CompactTimeout:       cfg.CompactTimeout,
@@ -303,6 +297,11 @@ func Start(cfg Config) (*Kine, error) {
 		checked.serial = newSerialWriter(ctx)
 	} else if n := maxWriters(cfg.Pool.MaxOpen); n > 0 {
 		checked.writers = make(chan struct{}, n)
+	}
+	writer := ""
+	if cfg.Notify && cfg.Datastore.Dialect == datastore.Postgres && cfg.DB != nil {
+		writer = writerName()
+		checked.notify = newNotifier(ctx, wg, cfg.DB, writer)
 	}
 	backend = checked
 	rows := backend

@@ -3,8 +3,9 @@ package embeddedkine
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
-	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,50 +13,72 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// NotifyChannel is the PostgreSQL channel the kine table's trigger notifies
-// (migrations/postgres/0003_notify.up.sql).
+// NotifyChannel is the PostgreSQL channel on which replicas tell each other
+// that they wrote (payload: the writer's name).
 const NotifyChannel = "kcp_kine"
+
+// notifySpacing is the least time between two notifications of one
+// replica: the writes in between share the next one.
+const notifySpacing = 2 * time.Millisecond
+
+// writerName is a name for this replica's notifications, unique among the
+// replicas of a datastore: kcp-5c1e0a9b3f7d.
+func writerName() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "kcp-" + hex.EncodeToString(b[:])
+}
+
+// notifier tells the other replicas that this one wrote: NOTIFY on
+// NotifyChannel with its writer name, sent on its own connection after a
+// write returns rather than by a trigger in the write's transaction. Inserts
+// into kine commit one at a time (the commit-order lock of
+// migrations/postgres/0006), and a NOTIFY in the inserting transaction did
+// its work while that lock was held (docs/performance.md). Writes that come
+// while a notification is being sent, or within notifySpacing of the last,
+// share the next one. A failed NOTIFY is not retried: the other replicas'
+// kine finds the rows at its next poll (every second).
+type notifier struct {
+	pending chan struct{}
+}
+
+// wrote records that a write was made (it may have failed: a notification
+// too many costs the others one cheap query).
+func (n *notifier) wrote() {
+	select {
+	case n.pending <- struct{}{}:
+	default:
+	}
+}
+
+// newNotifier starts sending notifications through db until ctx ends.
+func newNotifier(ctx context.Context, wg *sync.WaitGroup, db *sql.DB, writer string) *notifier {
+	n := &notifier{pending: make(chan struct{}, 1)}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-n.pending:
+			}
+			if _, err := db.ExecContext(ctx, "SELECT pg_notify($1, $2)", NotifyChannel, writer); err != nil && ctx.Err() == nil {
+				klog.V(2).InfoS("telling other replicas of a write failed; they find it at their next poll", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(notifySpacing):
+			}
+		}
+	}()
+	return n
+}
 
 // wakeKey is a key that never exists; listing it costs one indexed lookup
 // and makes kine compare the current revision with what it has seen.
 const wakeKey = "/kcp.io/wake-up"
-
-// maxApplicationName is the longest application_name PostgreSQL keeps
-// (NAMEDATALEN-1 bytes); it cuts longer ones.
-const maxApplicationName = 63
-
-// namedWriter returns the datastore URL for kine's connections with an
-// application_name of this replica's own: the URL's application_name (or
-// "kcp") followed by a random suffix, such as kcp-5c1e0a9b3f7d. The trigger
-// on kine's table sends the writing session's application_name with its
-// notification (migrations/postgres/0008), so a replica can tell its own
-// writes from the others'. writer is that name; it is empty, and the URL
-// unchanged, where PostgreSQL would not keep the name as given (a name
-// outside printable ASCII, which it rewrites): the replica then wakes for
-// its own writes too, as before.
-func namedWriter(u *url.URL) (named *url.URL, writer string) {
-	q := u.Query()
-	base := q.Get("application_name")
-	if base == "" {
-		base = "kcp"
-	}
-	for i := 0; i < len(base); i++ {
-		if base[i] < 0x20 || base[i] > 0x7e {
-			return u, ""
-		}
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	suffix := "-" + hex.EncodeToString(b[:])
-	if len(base) > maxApplicationName-len(suffix) {
-		base = base[:maxApplicationName-len(suffix)]
-	}
-	writer = base + suffix
-	q.Set("application_name", writer)
-	c := *u
-	c.RawQuery = q.Encode()
-	return &c, writer
-}
 
 // listen wakes kine's poller whenever another replica writes: kine checks
 // for new revisions when a list observes a newer current revision, so a
