@@ -4,12 +4,15 @@ package garbagecollector
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -161,13 +164,15 @@ func (c *Controller) watch(ctx context.Context, gvr schema.GroupVersionResource,
 	}
 	res := c.wildcard.Resource(gvr)
 	lw := clusterinformer.ListWatch(res.List, res.Watch)
-	if local, ok := c.local.ListWatch(gvr, localwatch.Metadata(gvk)); ok {
+	trim := c.trim
+	if local, ok := c.local.ListWatch(gvr, trimmedCopy(gvk)); ok {
 		lw = local
+		trim = c.trimStored
 	}
 	if c.rows != nil && listedFromRows.Has(gvr.GroupResource()) {
 		lw = clusterinformer.ListWatch(c.listRows(gvr, gvk), lw.WatchFuncWithContext)
 	}
-	_, ctrl := clusterinformer.NewShared(lw, &metav1.PartialObjectMetadata{}, c.consumer(info))
+	_, ctrl := clusterinformer.NewShared(lw, &metav1.PartialObjectMetadata{}, c.consumer(info, trim))
 	go ctrl.RunWithContext(ctx)
 }
 
@@ -219,7 +224,7 @@ func (c *Controller) Feed(gvr schema.GroupVersionResource, gvk schema.GroupVersi
 	info := &resourceInfo{gvr: gvr, namespaced: namespaced, indexer: cache.NewIndexer(clusterinformer.KeyFunc, c.indexers())}
 	c.resources[gvr] = info
 	c.kinds[gvk] = info
-	return c.consumer(info)
+	return c.consumer(info, c.trim)
 }
 
 func (c *Controller) indexers() cache.Indexers {
@@ -236,7 +241,7 @@ func (c *Controller) indexers() cache.Indexers {
 
 // consumer is how the collector's cache of a resource is fed: trimmed to
 // metadata, keeping only tracked objects, hearing of every deletion.
-func (c *Controller) consumer(info *resourceInfo) clusterinformer.Consumer {
+func (c *Controller) consumer(info *resourceInfo, trim cache.TransformFunc) clusterinformer.Consumer {
 	return clusterinformer.Consumer{
 		Indexer: info.indexer,
 		Handler: cache.ResourceEventHandlerFuncs{
@@ -244,7 +249,7 @@ func (c *Controller) consumer(info *resourceInfo) clusterinformer.Consumer {
 			UpdateFunc: func(old, obj interface{}) { c.changed(info, old, obj) },
 			DeleteFunc: func(obj interface{}) { c.deleted(info, obj) },
 		},
-		Trim: c.trim,
+		Trim: trim,
 		Keep: tracked,
 	}
 }
@@ -284,6 +289,42 @@ func (c *Controller) trim(obj interface{}) (interface{}, error) {
 	out := &metav1.PartialObjectMetadata{ObjectMeta: clusterinformer.TrimmedMeta(&m.ObjectMeta)}
 	out.DeletionTimestamp, out.Finalizers, out.OwnerReferences = m.DeletionTimestamp, m.Finalizers, m.OwnerReferences
 	return out, nil
+}
+
+// trimStored is trim for a resource watched in process, whose metadata
+// objects trimmedCopy has made already (the rows it may list first are
+// unstructured and are trimmed).
+func (c *Controller) trimStored(obj interface{}) (interface{}, error) {
+	if _, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		return obj, nil
+	}
+	return c.trim(obj)
+}
+
+// trimmedCopy is the collector's copy of an object held by the API
+// server's storage (package localwatch): what trim keeps, copied, and
+// nothing else. localwatch.Metadata would first copy all of the object's
+// metadata, labels and annotations included, for trim to drop them. The
+// object is read through its accessors (the watch cache hands some objects
+// wrapped for its serialization cache), and only read.
+func trimmedCopy(gvk schema.GroupVersionKind) localwatch.Convert {
+	apiVersion, kind := gvk.GroupVersion().String(), gvk.Kind
+	return func(obj runtime.Object) (runtime.Object, error) {
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			return nil, err
+		}
+		in := metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), UID: m.GetUID(),
+			ResourceVersion: m.GetResourceVersion(), Annotations: m.GetAnnotations()}
+		out := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: kind},
+			ObjectMeta: clusterinformer.TrimmedMeta(&in)}
+		out.DeletionTimestamp = m.GetDeletionTimestamp().DeepCopy()
+		out.Finalizers = slices.Clone(m.GetFinalizers())
+		for _, o := range m.GetOwnerReferences() {
+			out.OwnerReferences = append(out.OwnerReferences, *o.DeepCopy())
+		}
+		return out, nil
+	}
 }
 
 func itemFor(info *resourceInfo, m *metav1.PartialObjectMetadata, owner bool) item {

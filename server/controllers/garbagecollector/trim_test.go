@@ -3,8 +3,11 @@ package garbagecollector
 import (
 	"reflect"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -45,5 +48,52 @@ func TestTrim(t *testing.T) {
 		Annotations: map[string]string{logicalcluster.Annotation: "root:b"}}})
 	if b.(*metav1.PartialObjectMetadata).Annotations[logicalcluster.Annotation] != "root:b" {
 		t.Error("an object of another cluster got the first cluster's annotations")
+	}
+}
+
+// TestTrimmedCopy: an object of the API server's storage becomes the
+// collector's trimmed metadata directly: what trim keeps, as copies (the
+// storage's object does not change when the copy does), the cluster's
+// shared annotation map, and nothing trim would drop; trimStored then
+// leaves it as it is, and trims the rows listed before the watch.
+func TestTrimmedCopy(t *testing.T) {
+	now := metav1.Now()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Name: "p", Namespace: "ns", UID: "u1", ResourceVersion: "9", DeletionTimestamp: &now, Generation: 3,
+		CreationTimestamp: now, Finalizers: []string{"f"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "u0"}},
+		Labels:          map[string]string{"app": "x"},
+		Annotations:     map[string]string{logicalcluster.Annotation: "root:a", "note": "big"},
+	}}
+	before := pod.DeepCopy()
+	got, err := trimmedCopy(corev1.SchemeGroupVersion.WithKind("Pod"))(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := got.(*metav1.PartialObjectMetadata)
+	if m.APIVersion != "v1" || m.Kind != "Pod" || m.Name != "p" || m.Namespace != "ns" || m.UID != "u1" || m.ResourceVersion != "9" ||
+		m.DeletionTimestamp == nil || !reflect.DeepEqual(m.Finalizers, pod.Finalizers) || !reflect.DeepEqual(m.OwnerReferences, pod.OwnerReferences) {
+		t.Errorf("the copy lost what the collector reads: %+v", m)
+	}
+	if m.Labels != nil || len(m.Annotations) != 1 || m.Annotations[logicalcluster.Annotation] != "root:a" ||
+		!m.CreationTimestamp.IsZero() || m.Generation != 0 {
+		t.Errorf("the copy keeps what trim drops: %+v", m.ObjectMeta)
+	}
+	m.Finalizers[0] = "changed"
+	m.OwnerReferences[0].Name = "changed"
+	m.DeletionTimestamp.Time = now.Add(time.Hour)
+	if !reflect.DeepEqual(pod, before) {
+		t.Error("changing the copy changed the storage's object")
+	}
+	c := &Controller{}
+	if again, _ := c.trimStored(got); again != got {
+		t.Error("trimStored copied an object that trimmedCopy had trimmed")
+	}
+	row := &unstructured.Unstructured{}
+	row.SetName("cm")
+	row.SetLabels(map[string]string{"app": "x"})
+	row.SetAnnotations(map[string]string{logicalcluster.Annotation: "root:a"})
+	if r, _ := c.trimStored(row); r.(*metav1.PartialObjectMetadata).Labels != nil || r.(*metav1.PartialObjectMetadata).Name != "cm" {
+		t.Errorf("trimStored did not trim a listed row: %+v", r)
 	}
 }
