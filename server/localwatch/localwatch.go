@@ -130,8 +130,8 @@ func (s *Storages) Has(gvr schema.GroupVersionResource) bool {
 }
 
 // Convert makes the object an informer caches from the internal version
-// the storage holds; it is given the informer's own copy (or, for
-// metadata, the object to read from: see Metadata).
+// the storage holds. It is given the storage's object, to read only: what
+// it returns must be the informer's own (Versioned converts a deep copy).
 type Convert func(obj runtime.Object) (runtime.Object, error)
 
 // Versioned converts to gv's type of the object (corev1.Namespace for a
@@ -144,38 +144,6 @@ func Versioned(gv schema.GroupVersion) Convert {
 			obj = obj.DeepCopyObject()
 		}
 		return legacyscheme.Scheme.ConvertToVersion(obj, gv)
-	}
-}
-
-// Metadata makes a PartialObjectMetadata of gvk's object, as a metadata
-// client would have decoded it, without managed fields (no reader of
-// metadata informers uses them).
-func Metadata(gvk schema.GroupVersionKind) Convert {
-	apiVersion, kind := gvk.GroupVersion().String(), gvk.Kind
-	return func(obj runtime.Object) (runtime.Object, error) {
-		m, err := meta.Accessor(obj)
-		if err != nil {
-			return nil, err
-		}
-		om := metav1.ObjectMeta{
-			Name:                       m.GetName(),
-			GenerateName:               m.GetGenerateName(),
-			Namespace:                  m.GetNamespace(),
-			UID:                        m.GetUID(),
-			ResourceVersion:            m.GetResourceVersion(),
-			Generation:                 m.GetGeneration(),
-			CreationTimestamp:          m.GetCreationTimestamp(),
-			DeletionTimestamp:          m.GetDeletionTimestamp(),
-			DeletionGracePeriodSeconds: m.GetDeletionGracePeriodSeconds(),
-			Labels:                     m.GetLabels(),
-			Annotations:                m.GetAnnotations(),
-			OwnerReferences:            m.GetOwnerReferences(),
-			Finalizers:                 m.GetFinalizers(),
-		}
-		return &metav1.PartialObjectMetadata{
-			TypeMeta:   metav1.TypeMeta{APIVersion: apiVersion, Kind: kind},
-			ObjectMeta: *om.DeepCopy(),
-		}, nil
 	}
 }
 

@@ -147,7 +147,7 @@ func TestListGivesUpOnOtherErrors(t *testing.T) {
 func TestWatchConvertsEventsAndStops(t *testing.T) {
 	f := &fakeStorage{watcher: watch.NewFake()}
 	s := newStorages(f)
-	lw := WithFieldSelector(s.Or(nsGVR, Metadata(corev1.SchemeGroupVersion.WithKind("Namespace")), nil), fields.OneTermEqualSelector("metadata.name", "default"))
+	lw := WithFieldSelector(s.Or(nsGVR, Versioned(corev1.SchemeGroupVersion), nil), fields.OneTermEqualSelector("metadata.name", "default"))
 	w, err := cacheWatch(lw, metav1.ListOptions{ResourceVersion: "42", AllowWatchBookmarks: true})
 	if err != nil {
 		t.Fatal(err)
@@ -159,15 +159,15 @@ func TestWatchConvertsEventsAndStops(t *testing.T) {
 	stored.OwnerReferences = []metav1.OwnerReference{{Name: "owner", UID: "u1"}}
 	go f.watcher.Add(stored)
 	e := next(t, w)
-	m, ok := e.Object.(*metav1.PartialObjectMetadata)
-	if e.Type != watch.Added || !ok || m.Name != "default" || m.ResourceVersion != "7" || m.Kind != "Namespace" || m.APIVersion != "v1" ||
+	m, ok := e.Object.(*corev1.Namespace)
+	if e.Type != watch.Added || !ok || m.Name != "default" || m.ResourceVersion != "7" ||
 		m.Annotations[logicalcluster.Annotation] != "root:a" || len(m.OwnerReferences) != 1 {
 		t.Fatalf("event %s %#v", e.Type, e.Object)
 	}
 	m.OwnerReferences[0].Name = "changed"
 	m.Annotations["x"] = "y"
 	if stored.OwnerReferences[0].Name != "owner" || stored.Annotations["x"] != "" {
-		t.Fatal("changing a watched object's metadata changed the storage's")
+		t.Fatal("changing a watched object changed the storage's")
 	}
 	status := &metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired}
 	go f.watcher.Error(status)
