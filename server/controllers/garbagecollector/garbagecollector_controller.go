@@ -303,8 +303,8 @@ func (c *Controller) trimStored(obj interface{}) (interface{}, error) {
 
 // trimmedCopy is the collector's copy of an object held by the API
 // server's storage (package localwatch): what trim keeps, copied, and
-// nothing else. localwatch.Metadata would first copy all of the object's
-// metadata, labels and annotations included, for trim to drop them. The
+// nothing else, rather than all of the object's metadata, labels and
+// annotations included, for trim to drop them at once. The
 // object is read through its accessors (the watch cache hands some objects
 // wrapped for its serialization cache), and only read.
 func trimmedCopy(gvk schema.GroupVersionKind) localwatch.Convert {
