@@ -186,7 +186,14 @@ func OrTyped[L runtime.Object](s *Storages, gvr schema.GroupVersionResource,
 // for gv's resource in every cluster (c aimed at /clusters/*), listed and
 // watched in process as gv's type when the server has the storage here.
 func (s *Storages) FromClient(c cache.Getter, gv schema.GroupVersion, resource string, selector fields.Selector) cache.ListerWatcher {
-	lw, ok := s.ListWatch(gv.WithResource(resource), Versioned(gv))
+	return s.FromClientAs(c, gv, resource, selector, Versioned(gv))
+}
+
+// FromClientAs is FromClient with the objects convert makes when the
+// storage is here (a reader that needs less than the whole object); over
+// the loopback the objects are gv's, whole.
+func (s *Storages) FromClientAs(c cache.Getter, gv schema.GroupVersion, resource string, selector fields.Selector, convert Convert) cache.ListerWatcher {
+	lw, ok := s.ListWatch(gv.WithResource(resource), convert)
 	if !ok {
 		return cache.NewListWatchFromClient(c, resource, metav1.NamespaceAll, selector)
 	}

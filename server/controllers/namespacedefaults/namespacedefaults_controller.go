@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -195,7 +196,7 @@ func (c *Controller) watchServed(rc rest.Interface, caPEM string, saSelector, cm
 		onReplace: func(list []interface{}) { missing(list, wrongCA) },
 	}
 	c.informers = append(c.informers,
-		newWatchOnly(local.FromClient(rc, corev1.SchemeGroupVersion, "serviceaccounts", saSelector), &corev1.ServiceAccount{}, sas),
+		newWatchOnly(local.FromClientAs(rc, corev1.SchemeGroupVersion, "serviceaccounts", saSelector, serviceAccountKey), &corev1.ServiceAccount{}, sas),
 		newWatchOnly(local.FromClient(rc, corev1.SchemeGroupVersion, "configmaps", cmSelector), &corev1.ConfigMap{}, cms))
 	// A default deleted right after its namespace was created may be heard
 	// of before the shared namespace informer has the namespace (the
@@ -220,6 +221,22 @@ func (c *Controller) watchServed(rc rest.Interface, caPEM string, saSelector, cm
 			return client.ConfigMaps(ns).Get(ctx, RootCAConfigMap, metav1.GetOptions{})
 		})
 	}
+}
+
+// serviceAccountKey is the controller's copy of a stored service account
+// (watched in process): what namespaceKey reads of it (its namespace and
+// cluster), its name, and the resourceVersion its watch resumes from. The
+// watch only tells the controller which namespace lost its default, so
+// nothing else of the object (secrets, labels, the rest of its metadata)
+// is copied; the storage's object is only read.
+func serviceAccountKey(obj runtime.Object) (runtime.Object, error) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, err
+	}
+	in := metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), UID: m.GetUID(),
+		ResourceVersion: m.GetResourceVersion(), Annotations: m.GetAnnotations()}
+	return &corev1.ServiceAccount{ObjectMeta: clusterinformer.TrimmedMeta(&in)}, nil
 }
 
 // readLive reads one object of cluster cl through the API; nil if there
