@@ -1,3 +1,5 @@
+-- Superseded by 0009, which drops this trigger: kcp now sends the
+-- notification itself after a write. Kept as it ran.
 -- The notification names the session that wrote: its application_name.
 -- kcp names each replica's kine connections uniquely (the URL's
 -- application_name, or kcp, with a random suffix: kcp-5c1e0a9b3f7d), and a
