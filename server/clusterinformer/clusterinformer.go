@@ -242,3 +242,11 @@ func TrimmedMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
 	}
 	return out
 }
+
+// TrimmedMetaOf is TrimmedMeta of an object read through its accessors (an
+// object of the API server's storage, which its watch cache may hand
+// wrapped for its serialization cache). It only reads the object.
+func TrimmedMetaOf(m metav1.Object) metav1.ObjectMeta {
+	return TrimmedMeta(&metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), UID: m.GetUID(),
+		ResourceVersion: m.GetResourceVersion(), Annotations: m.GetAnnotations()})
+}

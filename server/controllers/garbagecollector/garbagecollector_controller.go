@@ -314,10 +314,8 @@ func trimmedCopy(gvk schema.GroupVersionKind) localwatch.Convert {
 		if err != nil {
 			return nil, err
 		}
-		in := metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), UID: m.GetUID(),
-			ResourceVersion: m.GetResourceVersion(), Annotations: m.GetAnnotations()}
 		out := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: kind},
-			ObjectMeta: clusterinformer.TrimmedMeta(&in)}
+			ObjectMeta: clusterinformer.TrimmedMetaOf(m)}
 		out.DeletionTimestamp = m.GetDeletionTimestamp().DeepCopy()
 		out.Finalizers = slices.Clone(m.GetFinalizers())
 		for _, o := range m.GetOwnerReferences() {

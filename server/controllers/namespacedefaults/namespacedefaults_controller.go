@@ -234,9 +234,7 @@ func serviceAccountKey(obj runtime.Object) (runtime.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	in := metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), UID: m.GetUID(),
-		ResourceVersion: m.GetResourceVersion(), Annotations: m.GetAnnotations()}
-	return &corev1.ServiceAccount{ObjectMeta: clusterinformer.TrimmedMeta(&in)}, nil
+	return &corev1.ServiceAccount{ObjectMeta: clusterinformer.TrimmedMetaOf(m)}, nil
 }
 
 // readLive reads one object of cluster cl through the API; nil if there
