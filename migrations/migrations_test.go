@@ -215,3 +215,54 @@ func TestPlacementViews(t *testing.T) {
 		})
 	}
 }
+
+// TestDownUndoesUp: every down migration applies on both dialects and
+// leaves none of the schema's tables, views or functions behind, and the
+// schema migrates up again from there.
+func TestDownUndoesUp(t *testing.T) {
+	for name, dsn := range dsns {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			ds := freshDatastore(t, dsn)
+			if _, err := migrations.Up(ctx, ds); err != nil {
+				t.Fatal(err)
+			}
+			if err := migrations.Down(ctx, ds); err != nil {
+				t.Fatalf("down: %v", err)
+			}
+			if st, err := migrations.Version(ctx, ds); err != nil || st.Version != 0 || st.Dirty {
+				t.Fatalf("after down: %+v, %v", st, err)
+			}
+			db, err := ds.Open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			q := `SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' AND tbl_name <> '` + migrations.Table + `'`
+			if ds.Dialect == datastore.Postgres {
+				q = `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+					WHERE n.nspname = 'public' AND c.relname NOT LIKE '` + migrations.Table + `%'
+					UNION ALL SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'`
+			}
+			rows, err := db.Query(q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var left []string
+			for rows.Next() {
+				var n string
+				if err := rows.Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				left = append(left, n)
+			}
+			rows.Close()
+			if len(left) != 0 {
+				t.Errorf("left behind by the down migrations: %v", left)
+			}
+			if st, err := migrations.Up(ctx, ds); err != nil || st.Version != st.Latest || st.Dirty {
+				t.Fatalf("up again: %+v, %v", st, err)
+			}
+		})
+	}
+}
