@@ -63,9 +63,15 @@ func newNotifier(ctx context.Context, wg *sync.WaitGroup, db *sql.DB, writer str
 				return
 			case <-n.pending:
 			}
-			if _, err := db.ExecContext(ctx, "SELECT pg_notify($1, $2)", NotifyChannel, writer); err != nil && ctx.Err() == nil {
+			// Later than kine's poll interval (a second by default) the
+			// notification is of no use: the others have polled. Bounded, a
+			// datastore that does not answer holds one of kcp's connections
+			// for at most that long.
+			nctx, cancel := context.WithTimeout(ctx, time.Second)
+			if _, err := db.ExecContext(nctx, "SELECT pg_notify($1, $2)", NotifyChannel, writer); err != nil && ctx.Err() == nil {
 				klog.V(2).InfoS("telling other replicas of a write failed; they find it at their next poll", "err", err)
 			}
+			cancel()
 			select {
 			case <-ctx.Done():
 				return
