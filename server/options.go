@@ -170,7 +170,7 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 	fs.StringVar(&o.Datastore, "datastore", o.Datastore,
 		"Where objects are stored. Empty: <root-dir>/kcp.db. sqlite:///path/to/file.db for another SQLite file, or postgres://user:password@host:5432/dbname (the database is created if missing).")
 	fs.BoolVar(&o.DatastoreNotify, "datastore-notify", o.DatastoreNotify,
-		"PostgreSQL only: wake up on LISTEN/NOTIFY when another replica writes, instead of polling every second. Turn off only to measure the difference.")
+		"PostgreSQL only: tell the other replicas of this one's writes (NOTIFY) and wake up when they write (LISTEN), instead of each polling every second. Turn off only to measure the difference: the other replicas then see this one's writes only when they poll.")
 	fs.IntVar(&o.DatastoreMaxConnections, "datastore-max-connections", o.DatastoreMaxConnections,
 		"PostgreSQL only: the most connections this server opens to the database (three quarters for kine's reads and writes, the rest for its own queries; one more listens for other replicas' writes). They stay open while idle for up to 2 minutes, so that a busy server does not connect per request. Keep the sum over all replicas, plus other clients, below the database's max_connections (PostgreSQL's default is 100). Requests beyond it wait for a connection. 0: no bound.")
 	fs.BoolVar(&o.StoreDefaults, "store-defaults", o.StoreDefaults,
