@@ -298,8 +298,8 @@ func Start(cfg Config) (*Kine, error) {
 	} else if n := maxWriters(cfg.Pool.MaxOpen); n > 0 {
 		checked.writers = make(chan struct{}, n)
 	}
-	writer := ""
-	if cfg.Notify && cfg.Datastore.Dialect == datastore.Postgres && cfg.DB != nil {
+	notify, writer := cfg.Notify && cfg.Datastore.Dialect == datastore.Postgres, ""
+	if notify && cfg.DB != nil {
 		writer = writerName()
 		checked.notify = newNotifier(ctx, wg, cfg.DB, writer)
 	}
@@ -340,7 +340,7 @@ func Start(cfg Config) (*Kine, error) {
 		}
 	}()
 	k := &Kine{Endpoint: "unix://" + socket, grpc: gs, cancel: cancel, wg: wg, socket: socket, backend: backend, bridge: bridge, fanout: fan, rows: rows, Health: health}
-	if cfg.Notify && cfg.Datastore.Dialect == datastore.Postgres {
+	if notify {
 		wg.Add(1)
 		go func() { defer wg.Done(); k.listen(ctx, cfg.Datastore.URL.String(), writer) }()
 	}

@@ -275,20 +275,25 @@ func tracked(obj interface{}) bool {
 // trimmed object.
 // Objects of a fed resource (Feed) come whole, as unstructured objects.
 func (c *Controller) trim(obj interface{}) (interface{}, error) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		obj = &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
-			Name: u.GetName(), Namespace: u.GetNamespace(), UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(),
-			Annotations: u.GetAnnotations(), DeletionTimestamp: u.GetDeletionTimestamp(),
-			Finalizers: u.GetFinalizers(), OwnerReferences: u.GetOwnerReferences(),
-		}}
+	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		return trimmed(o), nil
+	case *metav1.PartialObjectMetadata:
+		return trimmed(o), nil
 	}
-	m, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return obj, nil
+	return obj, nil
+}
+
+// trimmed is what trim keeps of an object read through its accessors, as
+// copies: the object is only read.
+func trimmed(m metav1.Object) *metav1.PartialObjectMetadata {
+	out := &metav1.PartialObjectMetadata{ObjectMeta: clusterinformer.TrimmedMetaOf(m)}
+	out.DeletionTimestamp = m.GetDeletionTimestamp().DeepCopy()
+	out.Finalizers = slices.Clone(m.GetFinalizers())
+	for _, o := range m.GetOwnerReferences() {
+		out.OwnerReferences = append(out.OwnerReferences, *o.DeepCopy())
 	}
-	out := &metav1.PartialObjectMetadata{ObjectMeta: clusterinformer.TrimmedMeta(&m.ObjectMeta)}
-	out.DeletionTimestamp, out.Finalizers, out.OwnerReferences = m.DeletionTimestamp, m.Finalizers, m.OwnerReferences
-	return out, nil
+	return out
 }
 
 // trimStored is trim for a resource watched in process, whose metadata
@@ -314,13 +319,8 @@ func trimmedCopy(gvk schema.GroupVersionKind) localwatch.Convert {
 		if err != nil {
 			return nil, err
 		}
-		out := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: apiVersion, Kind: kind},
-			ObjectMeta: clusterinformer.TrimmedMetaOf(m)}
-		out.DeletionTimestamp = m.GetDeletionTimestamp().DeepCopy()
-		out.Finalizers = slices.Clone(m.GetFinalizers())
-		for _, o := range m.GetOwnerReferences() {
-			out.OwnerReferences = append(out.OwnerReferences, *o.DeepCopy())
-		}
+		out := trimmed(m)
+		out.TypeMeta = metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
 		return out, nil
 	}
 }
