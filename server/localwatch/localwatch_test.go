@@ -99,6 +99,8 @@ func next(t *testing.T, w watch.Interface) watch.Event {
 
 func TestListConvertsCopiesAndAddressesEveryCluster(t *testing.T) {
 	stored := namespace("default", map[string]string{"team": "a"})
+	stored.Spec.Finalizers = []api.FinalizerName{api.FinalizerKubernetes}
+	stored.OwnerReferences = []metav1.OwnerReference{{Name: "owner"}}
 	f := &fakeStorage{list: &api.NamespaceList{ListMeta: metav1.ListMeta{ResourceVersion: "42"}, Items: []api.Namespace{*stored}}, refusals: 2}
 	lw, ok := newStorages(f).ListWatch(nsGVR, Versioned(corev1.SchemeGroupVersion))
 	if !ok {
@@ -130,9 +132,18 @@ func TestListConvertsCopiesAndAddressesEveryCluster(t *testing.T) {
 	}
 	// The informer's copy is its own: changing it must not change what the
 	// storage (the watch cache) holds.
+	// Every map and slice is its own, not only the labels (the conversion
+	// takes over a copy instead of copying twice).
+	if len(ns.Spec.Finalizers) != 1 || ns.Spec.Finalizers[0] != corev1.FinalizerKubernetes || len(ns.OwnerReferences) != 1 {
+		t.Fatalf("converted item lost its finalizers or owners: %+v", ns)
+	}
 	ns.Labels["team"] = "b"
-	if f.list.Items[0].Labels["team"] != "a" {
-		t.Fatal("changing a listed object changed the storage's")
+	ns.Annotations[logicalcluster.Annotation] = "root:b"
+	ns.Spec.Finalizers[0] = "other"
+	ns.OwnerReferences[0].Name = "other"
+	if got := f.list.Items[0]; got.Labels["team"] != "a" || got.Annotations[logicalcluster.Annotation] != "root:a" ||
+		got.Spec.Finalizers[0] != api.FinalizerKubernetes || got.OwnerReferences[0].Name != "owner" {
+		t.Fatalf("changing a listed object changed the storage's: %+v", got)
 	}
 }
 
