@@ -3,7 +3,10 @@
 package namespacedefaults
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/kubernetes/pkg/apis/core"
 
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
@@ -197,7 +201,7 @@ func (c *Controller) watchServed(rc rest.Interface, caPEM string, saSelector, cm
 	}
 	c.informers = append(c.informers,
 		newWatchOnly(local.FromClientAs(rc, corev1.SchemeGroupVersion, "serviceaccounts", saSelector, serviceAccountKey), &corev1.ServiceAccount{}, sas),
-		newWatchOnly(local.FromClient(rc, corev1.SchemeGroupVersion, "configmaps", cmSelector), &corev1.ConfigMap{}, cms))
+		newWatchOnly(local.FromClientAs(rc, corev1.SchemeGroupVersion, "configmaps", cmSelector, configMapCA(caPEM)), &corev1.ConfigMap{}, cms))
 	// A default deleted right after its namespace was created may be heard
 	// of before the shared namespace informer has the namespace (the
 	// informer-based mode looks again when it does; this one hears of no
@@ -235,6 +239,39 @@ func serviceAccountKey(obj runtime.Object) (runtime.Object, error) {
 		return nil, err
 	}
 	return &corev1.ServiceAccount{ObjectMeta: clusterinformer.TrimmedMetaOf(m)}, nil
+}
+
+// configMapCA makes the copy of a kube-root-ca.crt config map (watched in
+// process) that watchServed reads: its identity (as serviceAccountKey)
+// and its data, which wrongCA checks. A config map that holds just the
+// expected CA shares one data map with all others like it (read only, as
+// all of the watch's objects are); any other gets copies of its data. The
+// storage's object is only read: the copy is not a converted deep copy of
+// the whole object (one per namespace at a restart, with the whole CA).
+func configMapCA(caPEM string) localwatch.Convert {
+	caData := map[string]string{"ca.crt": caPEM}
+	return func(obj runtime.Object) (runtime.Object, error) {
+		if c, ok := obj.(runtime.CacheableObject); ok {
+			obj = c.GetObject() // a watch event's object, wrapped for its serialization cache
+		}
+		cm, ok := obj.(*core.ConfigMap)
+		if !ok {
+			return nil, fmt.Errorf("the config maps' storage holds a %T", obj)
+		}
+		out := &corev1.ConfigMap{ObjectMeta: clusterinformer.TrimmedMetaOf(cm)}
+		if len(cm.Data) == 1 && cm.Data["ca.crt"] == caPEM && len(cm.BinaryData) == 0 {
+			out.Data = caData
+			return out, nil
+		}
+		out.Data = maps.Clone(cm.Data)
+		if cm.BinaryData != nil {
+			out.BinaryData = make(map[string][]byte, len(cm.BinaryData))
+			for k, v := range cm.BinaryData {
+				out.BinaryData[k] = bytes.Clone(v)
+			}
+		}
+		return out, nil
+	}
 }
 
 // readLive reads one object of cluster cl through the API; nil if there
