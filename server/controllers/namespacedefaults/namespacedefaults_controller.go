@@ -100,7 +100,7 @@ func NewController(loopback *rest.Config, caPEM string, state func(logicalcluste
 			return &corev1.ServiceAccount{ObjectMeta: clusterinformer.TrimmedMeta(&o.ObjectMeta)}, nil
 		case *corev1.ConfigMap:
 			out := &corev1.ConfigMap{ObjectMeta: clusterinformer.TrimmedMeta(&o.ObjectMeta), Data: o.Data, BinaryData: o.BinaryData}
-			if len(o.Data) == 1 && o.Data["ca.crt"] == caPEM {
+			if holdsOnlyCA(o.Data, caPEM) {
 				out.Data = caData
 			}
 			return out, nil
@@ -165,7 +165,7 @@ func (c *Controller) watchServed(rc rest.Interface, caPEM string, saSelector, cm
 	}
 	wrongCA := func(obj interface{}) bool {
 		cm, ok := obj.(*corev1.ConfigMap)
-		return ok && (len(cm.Data) != 1 || cm.Data["ca.crt"] != caPEM || len(cm.BinaryData) != 0)
+		return ok && (!holdsOnlyCA(cm.Data, caPEM) || len(cm.BinaryData) != 0)
 	}
 	// missing enqueues every live namespace that the relisted objects do
 	// not cover (or cover with a wrong config map).
@@ -241,6 +241,12 @@ func serviceAccountKey(obj runtime.Object) (runtime.Object, error) {
 	return &corev1.ServiceAccount{ObjectMeta: clusterinformer.TrimmedMetaOf(m)}, nil
 }
 
+// holdsOnlyCA says whether a kube-root-ca.crt config map's data is what
+// the controller publishes: the key ca.crt with caPEM, and nothing else.
+func holdsOnlyCA(data map[string]string, caPEM string) bool {
+	return len(data) == 1 && data["ca.crt"] == caPEM
+}
+
 // configMapCA makes the copy of a kube-root-ca.crt config map (watched in
 // process) that watchServed reads: its identity (as serviceAccountKey)
 // and its data, which wrongCA checks. A config map that holds just the
@@ -259,7 +265,7 @@ func configMapCA(caPEM string) localwatch.Convert {
 			return nil, fmt.Errorf("the config maps' storage holds a %T", obj)
 		}
 		out := &corev1.ConfigMap{ObjectMeta: clusterinformer.TrimmedMetaOf(cm)}
-		if len(cm.Data) == 1 && cm.Data["ca.crt"] == caPEM && len(cm.BinaryData) == 0 {
+		if holdsOnlyCA(cm.Data, caPEM) && len(cm.BinaryData) == 0 {
 			out.Data = caData
 			return out, nil
 		}
