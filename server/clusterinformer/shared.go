@@ -43,7 +43,10 @@ func (s *Shared) Namespaces(serverCtx context.Context, loopback *rest.Config) (*
 			return
 		}
 		ns := cs.CoreV1().Namespaces()
-		lw := localwatch.OrTyped(s.Local, corev1.SchemeGroupVersion.WithResource("namespaces"), ns.List, ns.Watch)
+		// In process, the list copies no managed fields nor labels and
+		// annotations that shareNamespaceMaps would drop at once.
+		lw := s.Local.Or(corev1.SchemeGroupVersion.WithResource("namespaces"), localwatch.Trimmed(corev1.SchemeGroupVersion),
+			clusterinformer.ListWatch(ns.List, ns.Watch))
 		s.namespaces = clusterinformer.New[*corev1.Namespace](lw, clusterinformer.WithTrim(shareNamespaceMaps))
 		s.namespaces.Start(serverCtx)
 	})

@@ -56,7 +56,9 @@ func (a *Authorizer) Start(ctx context.Context, loopback *rest.Config, local *lo
 	var ix indexers
 	var synced []cache.InformerSynced
 	run := func(resource string, into *cache.Indexer, obj runtime.Object) {
-		lw := local.FromClient(rc, rbacv1.SchemeGroupVersion, resource, fields.Everything())
+		// The authorizer reads rules, subjects, role references and labels
+		// (the bootstrap label), never managed fields.
+		lw := local.FromClientAs(rc, rbacv1.SchemeGroupVersion, resource, fields.Everything(), localwatch.Trimmed(rbacv1.SchemeGroupVersion))
 		var ctrl cache.Controller
 		*into, ctrl = clusterinformer.New(lw, obj, clusterinformer.ClusterIndexers, nil)
 		go ctrl.RunWithContext(ctx)

@@ -3,6 +3,9 @@ package localwatch
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"reflect"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -226,4 +230,95 @@ func TestWatchReportsObjectsItCannotConvert(t *testing.T) {
 	if e.Type != watch.Error || !ok || status.Code != 500 {
 		t.Fatalf("got %s %#v, want a 500 error event", e.Type, e.Object)
 	}
+}
+
+// cacheable wraps an object as the watch cache wraps watch events' objects
+// for its serialization cache: GetObject hands out a deep copy.
+type cacheable struct{ obj runtime.Object }
+
+func (c cacheable) CacheEncode(_ runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
+	return encode(c.obj, w)
+}
+func (c cacheable) GetObject() runtime.Object        { return c.obj.DeepCopyObject() }
+func (c cacheable) GetObjectKind() schema.ObjectKind { return c.obj.GetObjectKind() }
+func (c cacheable) DeepCopyObject() runtime.Object   { return cacheable{c.obj.DeepCopyObject()} }
+
+func sameMap(a, b map[string]string) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+func TestTrimmedDropsManagedFieldsAndSharesMapsWithoutTouchingTheStorage(t *testing.T) {
+	stored := func(name string) *api.Namespace {
+		ns := namespace(name, map[string]string{"kubernetes.io/metadata.name": "default"})
+		ns.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kcp", Operation: metav1.ManagedFieldsOperationUpdate}}
+		ns.Spec.Finalizers = []api.FinalizerName{api.FinalizerKubernetes}
+		ns.OwnerReferences = []metav1.OwnerReference{{Name: "owner"}}
+		ns.Finalizers = []string{"f"}
+		ns.Status.Phase = api.NamespaceActive
+		return ns
+	}
+	var items []api.Namespace
+	for i := range 3 {
+		items = append(items, *stored(fmt.Sprint("ns-", i)))
+	}
+	f := &fakeStorage{list: &api.NamespaceList{ListMeta: metav1.ListMeta{ResourceVersion: "42"}, Items: items}, watcher: watch.NewFake()}
+	lw, _ := newStorages(f).ListWatch(nsGVR, Trimmed(corev1.SchemeGroupVersion))
+	obj, err := lw.ListWithContext(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := obj.(*metav1.List)
+	var got []*corev1.Namespace
+	for i, it := range list.Items {
+		ns, ok := it.Object.(*corev1.Namespace)
+		if !ok {
+			t.Fatalf("item %d is %T, want *v1.Namespace", i, it.Object)
+		}
+		want := stored(fmt.Sprint("ns-", i))
+		if ns.Name != want.Name || ns.ResourceVersion != "7" || ns.APIVersion != "v1" || ns.Kind != "Namespace" ||
+			ns.Labels["kubernetes.io/metadata.name"] != "default" || len(ns.Labels) != 1 ||
+			ns.Annotations[logicalcluster.Annotation] != "root:a" || len(ns.Annotations) != 1 ||
+			len(ns.Spec.Finalizers) != 1 || ns.Spec.Finalizers[0] != corev1.FinalizerKubernetes ||
+			len(ns.OwnerReferences) != 1 || ns.OwnerReferences[0].Name != "owner" ||
+			len(ns.Finalizers) != 1 || ns.Finalizers[0] != "f" || ns.Status.Phase != corev1.NamespaceActive {
+			t.Fatalf("item %d lost something but its managed fields: %+v", i, ns)
+		}
+		if ns.ManagedFields != nil {
+			t.Fatalf("item %d kept its managed fields", i)
+		}
+		if sameMap(ns.Labels, f.list.Items[i].Labels) || sameMap(ns.Annotations, f.list.Items[i].Annotations) {
+			t.Fatalf("item %d holds the storage's own labels or annotations", i)
+		}
+		got = append(got, ns)
+	}
+	// Equal labels and annotations are one map from the second object on.
+	if !sameMap(got[1].Labels, got[2].Labels) || !sameMap(got[1].Annotations, got[2].Annotations) {
+		t.Fatal("equal labels and annotations are not shared")
+	}
+	// What is not shared is the informer's own; the storage keeps its
+	// managed fields.
+	got[0].Spec.Finalizers[0] = "other"
+	got[0].OwnerReferences[0].Name = "other"
+	got[0].Finalizers[0] = "other"
+	if s := f.list.Items[0]; s.Spec.Finalizers[0] != api.FinalizerKubernetes || s.OwnerReferences[0].Name != "owner" ||
+		s.Finalizers[0] != "f" || len(s.ManagedFields) != 1 || len(s.Labels) != 1 || len(s.Annotations) != 1 {
+		t.Fatalf("changing a listed object changed the storage's: %+v", s)
+	}
+
+	// A watch event's object, wrapped as the watch cache wraps it.
+	w, err := cacheWatch(lw, metav1.ListOptions{ResourceVersion: "42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	event := stored("ns-9")
+	go f.watcher.Add(cacheable{event})
+	e := next(t, w)
+	ns, ok := e.Object.(*corev1.Namespace)
+	if !ok || ns.Name != "ns-9" || ns.ManagedFields != nil || !sameMap(ns.Labels, got[1].Labels) || !sameMap(ns.Annotations, got[1].Annotations) {
+		t.Fatalf("watched object not trimmed and shared: %#v", e.Object)
+	}
+	if len(event.ManagedFields) != 1 || sameMap(ns.Labels, event.Labels) {
+		t.Fatal("the watched storage object was changed or its labels handed out")
+	}
+	w.Stop()
 }

@@ -400,8 +400,8 @@ func (s cacheSource) listObjects(ctx context.Context, opts storage.ListOptions, 
 	for i, it := range items {
 		at := objs.Index(i)
 		obj := at.Addr().Interface().(runtime.Object)
-		if it.Object != nil {
-			err = ConvertObject(it.Object, obj)
+		if def := it.Default(); def != nil {
+			err = ConvertObject(def, obj)
 		} else {
 			var got runtime.Object
 			if got, _, err = s.codec.Decode(it.Value, nil, obj); err == nil && got != obj {

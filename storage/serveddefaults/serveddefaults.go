@@ -699,13 +699,30 @@ func (b *Backend) merge(ctx context.Context, key, end string, limit, revision in
 }
 
 // Item is one object of ListObjects: a stored row (Value, as the API
-// server wrote it) or a served default (Object, of the resource's v1 type,
-// never shared with another Item).
+// server wrote it) or a served default (Default).
 type Item struct {
 	Key      string
 	Revision int64
 	Value    []byte
-	Object   runtime.Object
+	// Object is a served default made already (a reader's own list);
+	// ListObjects leaves it nil and lets Default make each one when it is
+	// read.
+	Object runtime.Object
+	b      *Backend
+	k      *kind
+	p      *parent
+}
+
+// Default is the served default of the item, of the resource's v1 type and
+// never shared with another Item; nil for a stored row. ListObjects makes
+// no default before it is asked for: a watch cache fills from every
+// default of a resource (300,000 config maps at 100,000 workspaces), and
+// made all at once they would all be held until the last was converted.
+func (it Item) Default() runtime.Object {
+	if it.Object != nil || it.k == nil {
+		return it.Object
+	}
+	return it.k.object(it.b, it.p)
 }
 
 // ListObjects lists [key, end) at the current revision as List does, with
@@ -733,7 +750,7 @@ func (b *Backend) ListObjects(ctx context.Context, key, end string) (rev int64, 
 		if e.kv != nil {
 			items[i] = Item{Key: e.key, Revision: e.kv.ModRevision, Value: e.kv.Value}
 		} else {
-			items[i] = Item{Key: e.key, Revision: e.p.createRev, Object: e.k.object(b, e.p)}
+			items[i] = Item{Key: e.key, Revision: e.p.createRev, b: b, k: e.k, p: e.p}
 		}
 	}
 	return rev, items, true, nil

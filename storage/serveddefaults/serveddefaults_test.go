@@ -541,13 +541,16 @@ func TestListObjects(t *testing.T) {
 				t.Errorf("%s at revision %d, through the etcd API %d", it.Key, it.Revision, kv.ModRevision)
 			}
 			value := it.Value
-			if it.Object != nil {
+			if def := it.Default(); def != nil {
 				served++
 				if it.Value != nil {
 					t.Errorf("%s: both a value and an object", it.Key)
 				}
+				if again := it.Default(); again == def {
+					t.Errorf("%s: Default handed out the same object twice", it.Key)
+				}
 				var buf bytes.Buffer
-				if err := protobuf.NewSerializer(clientgoscheme.Scheme, clientgoscheme.Scheme).Encode(it.Object, &buf); err != nil {
+				if err := protobuf.NewSerializer(clientgoscheme.Scheme, clientgoscheme.Scheme).Encode(def, &buf); err != nil {
 					t.Fatal(err)
 				}
 				value = buf.Bytes()

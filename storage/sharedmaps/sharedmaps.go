@@ -12,6 +12,7 @@ package sharedmaps
 
 import (
 	"hash/maphash"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -46,8 +47,20 @@ var seed = maphash.MakeSeed()
 // Of returns a map equal to m that other callers may get too. m itself is
 // returned when it is empty, too large, or the first or second of its
 // content (the second becomes the shared one).
-func Of(m map[string]string) map[string]string {
+func Of(m map[string]string) map[string]string { return share(m, false) }
+
+// Copy is Of for a map the caller may only read (another cache's object):
+// the shared map equal to m, or else a copy of m, never m itself. A nil
+// map stays nil and an empty one empty. Where the content is shared
+// already, nothing is copied: a cache filled from another cache's objects
+// never holds a map of its own for them, not even briefly.
+func Copy(m map[string]string) map[string]string { return share(m, true) }
+
+func share(m map[string]string, copied bool) map[string]string {
 	if len(m) == 0 || len(m) > MaxEntries {
+		if copied {
+			return maps.Clone(m)
+		}
 		return m
 	}
 	size := 0
@@ -55,6 +68,9 @@ func Of(m map[string]string) map[string]string {
 		size += len(k) + len(v) + 2
 	}
 	if size > MaxBytes {
+		if copied {
+			return maps.Clone(m)
+		}
 		return m
 	}
 	keys := make([]string, 0, len(m))
@@ -81,6 +97,9 @@ func Of(m map[string]string) map[string]string {
 	}
 	if got, ok := table.maps[key]; ok {
 		return got
+	}
+	if copied {
+		m = maps.Clone(m)
 	}
 	if _, ok := table.seen[h]; !ok {
 		table.seen[h] = struct{}{}
