@@ -196,6 +196,15 @@ func (k *Kine) RangeRows(ctx context.Context, prefix string, fn func(key string,
 	})
 }
 
+// RangeChanged is Range over what is stored, the tombstones of deleted
+// served defaults included (serveddefaults.IsTombstone): of the served
+// defaults, only those that were changed or deleted. A reader that must
+// find those (the namespace defaults controller) reads them without every
+// namespace's default.
+func (k *Kine) RangeChanged(ctx context.Context, prefix string, fn func(key string, value []byte, revision int64) error) (int64, error) {
+	return rangeOf(ctx, k.rows, prefix, fn)
+}
+
 func rangeOf(ctx context.Context, backend kineserver.Backend, prefix string, fn func(key string, value []byte, revision int64) error) (int64, error) {
 	if !strings.HasSuffix(prefix, "/") {
 		return 0, fmt.Errorf("range %q: a prefix ends in /", prefix)

@@ -239,3 +239,74 @@ func TestReplicasStartTogetherOnPostgres(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultsChangedWhileNoReplicaRunsControllers: a namespace's default
+// service account is deleted and its kube-root-ca.crt changed while no
+// replica runs the controllers (the holder of their lease was killed and
+// the lease has not expired). The replica that takes the controllers over
+// finds both when its namespace-defaults controller first lists (from the
+// stored rows: the tombstone and the changed config map) and puts them
+// back, without a watch event to tell it.
+func TestDefaultsChangedWhileNoReplicaRunsControllers(t *testing.T) {
+	a := framework.StartServer(t, framework.FreshPostgres(t))
+	b := framework.StartReplica(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	a.CreateWorkspaces("root:team")
+	var holder string
+	framework.Eventually(t, 30*time.Second, "a replica to hold the controllers' lease", func() (bool, string) {
+		l, err := b.Client("root").CoordinationV1().Leases("kube-system").Get(ctx, "kcp-controllers", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return false, fmt.Sprint(err)
+		}
+		holder = *l.Spec.HolderIdentity
+		return true, ""
+	})
+	leader, other := b, a
+	if strings.Contains(a.LogTail(100000), holder) {
+		leader, other = a, b
+	}
+	core := other.Client("root:team").CoreV1()
+	framework.Eventually(t, 20*time.Second, "the other replica to serve the workspace's defaults", func() (bool, string) {
+		_, err := core.ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	cm, err := core.ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := cm.Data["ca.crt"]
+	if ca == "" {
+		t.Fatalf("kube-root-ca.crt holds no CA: %v", cm.Data)
+	}
+
+	leader.Kill() // the lease stays held until it expires
+	if containsLeader(other.LogTail(100000)) {
+		t.Fatal("the other replica ran the controllers before the leader was killed")
+	}
+	if err := core.ServiceAccounts("default").Delete(ctx, "default", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cm.Data = map[string]string{"ca.crt": "tampered"}
+	if _, err := core.ConfigMaps("default").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if containsLeader(other.LogTail(100000)) {
+		t.Fatal("the other replica took the controllers over before the defaults were changed: the test proves nothing")
+	}
+	if _, err := core.ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err == nil {
+		t.Fatal("the deleted default service account is still served")
+	}
+
+	framework.Eventually(t, 90*time.Second, "the replica taking the controllers over to restore the defaults", func() (bool, string) {
+		_, saErr := core.ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		got, cmErr := core.ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		if saErr != nil || cmErr != nil {
+			return false, fmt.Sprintf("service account: %v; config map: %v", saErr, cmErr)
+		}
+		return len(got.Data) == 1 && got.Data["ca.crt"] == ca, fmt.Sprintf("kube-root-ca.crt holds %v", got.Data)
+	})
+	if !containsLeader(other.LogTail(100000)) {
+		t.Errorf("the defaults came back but the other replica never ran the controllers:\n%s", other.LogTail(40))
+	}
+}

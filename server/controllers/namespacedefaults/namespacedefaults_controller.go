@@ -53,7 +53,12 @@ type Controller struct {
 // writes only when one was deleted or a kube-root-ca.crt changed, and
 // keeps no cache of them (it watches their changes and reads the few it
 // acts on).
-func NewController(loopback *rest.Config, caPEM string, state func(logicalcluster.Name) (exists, terminating bool), namespaces *clusterinformer.Namespaces, served bool, local *localwatch.Storages) (*Controller, error) {
+//
+// changed, when set, reads the stored rows of a resource with the
+// tombstones of deleted served defaults (embeddedkine's RangeChanged): in
+// served mode a relist then reads only the defaults that were changed or
+// deleted, not every namespace's.
+func NewController(loopback *rest.Config, caPEM string, state func(logicalcluster.Name) (exists, terminating bool), namespaces *clusterinformer.Namespaces, served bool, local *localwatch.Storages, changed clusterinformer.RangeFunc) (*Controller, error) {
 	wildcard, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
@@ -77,7 +82,7 @@ func NewController(loopback *rest.Config, caPEM string, state func(logicalcluste
 	saSelector := fields.OneTermEqualSelector("metadata.name", DefaultServiceAccount)
 	cmSelector := fields.OneTermEqualSelector("metadata.name", RootCAConfigMap)
 	if served {
-		c.watchServed(rc, caPEM, saSelector, cmSelector, local)
+		c.watchServed(rc, caPEM, saSelector, cmSelector, local, changed)
 		return c, nil
 	}
 	// Every event names a namespace to look at: the namespace itself, or the
@@ -157,7 +162,7 @@ func namespaceKey(obj interface{}) string {
 // (a watch that could not be resumed), the namespaces whose default is
 // missing from the list, or whose kube-root-ca.crt is wrong, are looked
 // at. The reconciler reads what it acts on from the API.
-func (c *Controller) watchServed(rc rest.Interface, caPEM string, saSelector, cmSelector fields.Selector, local *localwatch.Storages) {
+func (c *Controller) watchServed(rc rest.Interface, caPEM string, saSelector, cmSelector fields.Selector, local *localwatch.Storages, changed clusterinformer.RangeFunc) {
 	enqueue := func(obj interface{}) {
 		if k := namespaceKey(obj); k != "" {
 			c.queue.Add(k)
@@ -199,9 +204,27 @@ func (c *Controller) watchServed(rc rest.Interface, caPEM string, saSelector, cm
 		onDelete:  enqueue,
 		onReplace: func(list []interface{}) { missing(list, wrongCA) },
 	}
+	saLW := local.FromClientAs(rc, corev1.SchemeGroupVersion, "serviceaccounts", saSelector, serviceAccountKey)
+	cmLW := local.FromClientAs(rc, corev1.SchemeGroupVersion, "configmaps", cmSelector, configMapCA(caPEM))
+	if changed != nil {
+		// A (re)list reads the stored rows only: a deleted default is a
+		// tombstone there, a changed kube-root-ca.crt a row of its own.
+		// Every other namespace has its defaults, served.
+		sas.onReplace, cms.onReplace = nil, nil
+		saLW = listingChanged(changed, saLW, "serviceaccounts", DefaultServiceAccount, func(ns string, value []byte) {
+			if isTombstone(value) {
+				c.queue.Add(ns)
+			}
+		})
+		cmLW = listingChanged(changed, cmLW, "configmaps", RootCAConfigMap, func(ns string, value []byte) {
+			if isTombstone(value) || storedWrongCA(value, caPEM) {
+				c.queue.Add(ns)
+			}
+		})
+	}
 	c.informers = append(c.informers,
-		newWatchOnly(local.FromClientAs(rc, corev1.SchemeGroupVersion, "serviceaccounts", saSelector, serviceAccountKey), &corev1.ServiceAccount{}, sas),
-		newWatchOnly(local.FromClientAs(rc, corev1.SchemeGroupVersion, "configmaps", cmSelector, configMapCA(caPEM)), &corev1.ConfigMap{}, cms))
+		newWatchOnly(saLW, &corev1.ServiceAccount{}, sas),
+		newWatchOnly(cmLW, &corev1.ConfigMap{}, cms))
 	// A default deleted right after its namespace was created may be heard
 	// of before the shared namespace informer has the namespace (the
 	// informer-based mode looks again when it does; this one hears of no
