@@ -113,13 +113,7 @@ func TestTwoReplicasOnPostgres(t *testing.T) {
 		}
 	}
 
-	holder := func() string {
-		l, err := b.Client("root").CoordinationV1().Leases("kube-system").Get(ctx, "kcp-controllers", metav1.GetOptions{})
-		if err != nil || l.Spec.HolderIdentity == nil {
-			return ""
-		}
-		return *l.Spec.HolderIdentity
-	}
+	holder := func() string { return controllersLeaseHolder(ctx, b) }
 	before := holder()
 	if before == "" {
 		t.Fatal("no replica holds the controllers' lease")
@@ -149,6 +143,30 @@ func containsLeader(log string) bool {
 	return strings.Contains(log, "this replica runs the controllers")
 }
 
+// controllersLeaseHolder is the holder of the controllers' lease, read
+// through s; "" if none.
+func controllersLeaseHolder(ctx context.Context, s *framework.Server) string {
+	l, err := s.Client("root").CoordinationV1().Leases("kube-system").Get(ctx, "kcp-controllers", metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// controllersLeader waits for one of two replicas to hold the controllers'
+// lease and returns it, the other replica and the holder's identity.
+func controllersLeader(t *testing.T, ctx context.Context, a, b *framework.Server) (leader, other *framework.Server, holder string) {
+	t.Helper()
+	framework.Eventually(t, 30*time.Second, "a replica to hold the controllers' lease", func() (bool, string) {
+		holder = controllersLeaseHolder(ctx, b)
+		return holder != "", "no holder"
+	})
+	if strings.Contains(a.LogTail(100000), holder) {
+		return a, b, holder
+	}
+	return b, a, holder
+}
+
 // TestStopReleasesControllersLease: a replica stopped gracefully (SIGTERM,
 // as in a rolling update) gives the controllers' lease up on its way out,
 // so another replica runs the controllers at once instead of after the
@@ -157,24 +175,9 @@ func TestStopReleasesControllersLease(t *testing.T) {
 	a := framework.StartServer(t, framework.FreshPostgres(t))
 	b := framework.StartReplica(t, a)
 	ctx := context.Background()
-	holder := func(s *framework.Server) string {
-		l, err := s.Client("root").CoordinationV1().Leases("kube-system").Get(ctx, "kcp-controllers", metav1.GetOptions{})
-		if err != nil || l.Spec.HolderIdentity == nil {
-			return ""
-		}
-		return *l.Spec.HolderIdentity
-	}
-	var before string
-	framework.Eventually(t, 30*time.Second, "a replica to hold the controllers' lease", func() (bool, string) {
-		before = holder(b)
-		return before != "", "no holder"
-	})
-	leader, other := b, a
-	if strings.Contains(a.LogTail(100000), before) {
-		leader, other = a, b
-	}
+	leader, other, before := controllersLeader(t, ctx, a, b)
 	leader.Stop()
-	if after := holder(other); after == before {
+	if after := controllersLeaseHolder(ctx, other); after == before {
 		t.Errorf("after a graceful stop the stopped replica still holds the controllers' lease (%q): the other replica waits for it to expire", after)
 	}
 	// The other replica runs the controllers: a new workspace becomes ready.
@@ -253,19 +256,7 @@ func TestDefaultsChangedWhileNoReplicaRunsControllers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	a.CreateWorkspaces("root:team")
-	var holder string
-	framework.Eventually(t, 30*time.Second, "a replica to hold the controllers' lease", func() (bool, string) {
-		l, err := b.Client("root").CoordinationV1().Leases("kube-system").Get(ctx, "kcp-controllers", metav1.GetOptions{})
-		if err != nil || l.Spec.HolderIdentity == nil {
-			return false, fmt.Sprint(err)
-		}
-		holder = *l.Spec.HolderIdentity
-		return true, ""
-	})
-	leader, other := b, a
-	if strings.Contains(a.LogTail(100000), holder) {
-		leader, other = a, b
-	}
+	leader, other, _ := controllersLeader(t, ctx, a, b)
 	core := other.Client("root:team").CoreV1()
 	framework.Eventually(t, 20*time.Second, "the other replica to serve the workspace's defaults", func() (bool, string) {
 		_, err := core.ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
