@@ -165,3 +165,68 @@ spec:
 		return true, ""
 	})
 }
+
+// TestStoredDefaults: under `kcp start --store-defaults` the namespace
+// defaults are written as objects (the controller caches namespaces and
+// defaults, as upstream's controllers do) instead of served: every
+// namespace of a new workspace and a namespace created later get their
+// default service account and kube-root-ca.crt; a deleted one comes back,
+// a changed CA is put back, and all of it is there after a restart.
+func TestStoredDefaults(t *testing.T) {
+	s := framework.StartServer(t, "", "--store-defaults")
+	ws := "root:stored"
+	s.CreateWorkspaces(ws)
+	ctx := context.Background()
+	core := s.Client(ws).CoreV1()
+	haveDefaults := func(ns string) {
+		t.Helper()
+		framework.Eventually(t, 30*time.Second, "the defaults of namespace "+ns, func() (bool, string) {
+			if _, err := core.ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{}); err != nil {
+				return false, err.Error()
+			}
+			cm, err := core.ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(cm.Data) == 1 && strings.Contains(cm.Data["ca.crt"], "BEGIN CERTIFICATE"), fmt.Sprint(cm.Data)
+		})
+	}
+	for _, ns := range []string{"default", "kube-system", "kube-public"} {
+		haveDefaults(ns)
+	}
+	want, err := core.ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Kubectl(ws, "create", "namespace", "app")
+	haveDefaults("app")
+
+	s.Kubectl(ws, "-n", "app", "delete", "serviceaccount", "default")
+	s.Kubectl(ws, "-n", "app", "patch", "configmap", "kube-root-ca.crt", "--type=merge", "-p", `{"data":{"ca.crt":"tampered"}}`)
+	framework.Eventually(t, 30*time.Second, "the deleted service account and the changed CA of app to be put back", func() (bool, string) {
+		_, saErr := core.ServiceAccounts("app").Get(ctx, "default", metav1.GetOptions{})
+		cm, err := core.ConfigMaps("app").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		if saErr != nil || err != nil {
+			return false, fmt.Sprintf("service account: %v; config map: %v", saErr, err)
+		}
+		return cm.Data["ca.crt"] == want.Data["ca.crt"], fmt.Sprint(cm.Data)
+	})
+
+	s.Stop()
+	s.Start()
+	for _, ns := range []string{"default", "kube-system", "kube-public", "app"} {
+		haveDefaults(ns)
+	}
+	// Stored, not served: SQL auditing finds each namespace's defaults
+	// (when served, only one that was changed or put back has a row).
+	db := openDatastore(t, s)
+	for _, q := range []string{
+		`SELECT count(*) FROM kcp_objects WHERE cluster = 'root:stored' AND resource = 'serviceaccounts' AND name = 'default'`,
+		`SELECT count(*) FROM kcp_objects WHERE cluster = 'root:stored' AND resource = 'configmaps' AND name = 'kube-root-ca.crt'`,
+	} {
+		var n int
+		if err := db.QueryRow(q).Scan(&n); err != nil || n != 4 {
+			t.Errorf("%s: %d rows (%v), want one per namespace (4)", q, n, err)
+		}
+	}
+}
