@@ -113,6 +113,15 @@ func TestDefaultNamespaces(t *testing.T) {
 	if got, _ := c.CoreV1().ConfigMaps("kube-public").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{}); got.Labels["mine"] != "yes" {
 		t.Errorf("putting the CA back dropped the config map's labels: %v", got.Labels)
 	}
+	// Binary data beside the right CA is taken out too.
+	s.Kubectl(ws, "-n", "kube-public", "patch", "configmap", "kube-root-ca.crt", "--type=merge", "-p", `{"binaryData":{"blob":"AAE="}}`)
+	framework.Eventually(t, 20*time.Second, "the binary data of kube-public's kube-root-ca.crt to be taken out", func() (bool, string) {
+		got, err := c.CoreV1().ConfigMaps("kube-public").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(got.BinaryData) == 0 && len(got.Data) == 1 && got.Data["ca.crt"] == want.Data["ca.crt"], fmt.Sprint(got.Data, got.BinaryData)
+	})
 	if out := s.Kubectl(ws, "get", "namespaces", "-o", "name"); strings.Count(out, "namespace/") != 3 {
 		t.Errorf("a new workspace should have exactly default, kube-system and kube-public:\n%s", out)
 	}
@@ -203,13 +212,15 @@ func TestStoredDefaults(t *testing.T) {
 
 	s.Kubectl(ws, "-n", "app", "delete", "serviceaccount", "default")
 	s.Kubectl(ws, "-n", "app", "patch", "configmap", "kube-root-ca.crt", "--type=merge", "-p", `{"data":{"ca.crt":"tampered"}}`)
-	framework.Eventually(t, 30*time.Second, "the deleted service account and the changed CA of app to be put back", func() (bool, string) {
+	s.Kubectl(ws, "-n", "default", "patch", "configmap", "kube-root-ca.crt", "--type=merge", "-p", `{"binaryData":{"blob":"AAE="}}`)
+	framework.Eventually(t, 30*time.Second, "the deleted service account, the changed CA and the added binary data to be put right", func() (bool, string) {
 		_, saErr := core.ServiceAccounts("app").Get(ctx, "default", metav1.GetOptions{})
 		cm, err := core.ConfigMaps("app").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
-		if saErr != nil || err != nil {
-			return false, fmt.Sprintf("service account: %v; config map: %v", saErr, err)
+		withBinary, err2 := core.ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		if saErr != nil || err != nil || err2 != nil {
+			return false, fmt.Sprintf("service account: %v; config maps: %v, %v", saErr, err, err2)
 		}
-		return cm.Data["ca.crt"] == want.Data["ca.crt"], fmt.Sprint(cm.Data)
+		return cm.Data["ca.crt"] == want.Data["ca.crt"] && len(withBinary.BinaryData) == 0, fmt.Sprint(cm.Data, withBinary.BinaryData)
 	})
 
 	s.Stop()

@@ -60,7 +60,7 @@ func storedWrongCA(value []byte, caPEM string) bool {
 	if err := json.Unmarshal(value, &cm); err != nil {
 		return true
 	}
-	return !holdsOnlyCA(cm.Data, caPEM) || len(cm.BinaryData) != 0
+	return !holdsOnlyCA(cm.Data, cm.BinaryData, caPEM)
 }
 
 // isTombstone says whether a stored row records a deleted served default.

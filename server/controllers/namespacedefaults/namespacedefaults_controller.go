@@ -105,7 +105,7 @@ func NewController(loopback *rest.Config, caPEM string, state func(logicalcluste
 			return &corev1.ServiceAccount{ObjectMeta: clusterinformer.TrimmedMeta(&o.ObjectMeta)}, nil
 		case *corev1.ConfigMap:
 			out := &corev1.ConfigMap{ObjectMeta: clusterinformer.TrimmedMeta(&o.ObjectMeta), Data: o.Data, BinaryData: o.BinaryData}
-			if holdsOnlyCA(o.Data, caPEM) {
+			if holdsOnlyCA(o.Data, o.BinaryData, caPEM) {
 				out.Data = caData
 			}
 			return out, nil
@@ -170,7 +170,7 @@ func (c *Controller) watchServed(rc rest.Interface, caPEM string, saSelector, cm
 	}
 	wrongCA := func(obj interface{}) bool {
 		cm, ok := obj.(*corev1.ConfigMap)
-		return ok && (!holdsOnlyCA(cm.Data, caPEM) || len(cm.BinaryData) != 0)
+		return ok && !holdsOnlyCA(cm.Data, cm.BinaryData, caPEM)
 	}
 	// missing enqueues every live namespace that the relisted objects do
 	// not cover (or cover with a wrong config map).
@@ -265,9 +265,10 @@ func serviceAccountKey(obj runtime.Object) (runtime.Object, error) {
 }
 
 // holdsOnlyCA says whether a kube-root-ca.crt config map's data is what
-// the controller publishes: the key ca.crt with caPEM, and nothing else.
-func holdsOnlyCA(data map[string]string, caPEM string) bool {
-	return len(data) == 1 && data["ca.crt"] == caPEM
+// the controller publishes: the key ca.crt with caPEM, and nothing else,
+// no binary data either (the reconciler puts any other content right).
+func holdsOnlyCA(data map[string]string, binary map[string][]byte, caPEM string) bool {
+	return len(data) == 1 && data["ca.crt"] == caPEM && len(binary) == 0
 }
 
 // configMapCA makes the copy of a kube-root-ca.crt config map (watched in
@@ -288,7 +289,7 @@ func configMapCA(caPEM string) localwatch.Convert {
 			return nil, fmt.Errorf("the config maps' storage holds a %T", obj)
 		}
 		out := &corev1.ConfigMap{ObjectMeta: clusterinformer.TrimmedMetaOf(cm)}
-		if holdsOnlyCA(cm.Data, caPEM) && len(cm.BinaryData) == 0 {
+		if holdsOnlyCA(cm.Data, cm.BinaryData, caPEM) {
 			out.Data = caData
 			return out, nil
 		}

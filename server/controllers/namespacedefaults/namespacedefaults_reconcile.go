@@ -74,7 +74,7 @@ func (r *reconciler) reconcile(ctx context.Context, cluster logicalcluster.Name,
 		if _, err := c.ConfigMaps(namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
 			return err
 		}
-	case !holdsOnlyCA(cm.Data, r.caPEM):
+	case !holdsOnlyCA(cm.Data, cm.BinaryData, r.caPEM):
 		c, err := lazyClient()
 		if err != nil {
 			return err
