@@ -65,7 +65,14 @@ datastore. Later starts reuse all of it. Use the server with:
   kubectl ws create team-a --enter       # a workspace: a logical cluster of its own
   kubectl get namespaces                 # now in root:team-a
 
-Any client reaches a workspace at https://127.0.0.1:6443/clusters/<path>.`,
+Any client reaches a workspace at https://127.0.0.1:6443/clusters/<path>.
+
+Memory: a start fills the caches with every stored object, and the process
+needs about twice what it keeps while it does (about 36 KiB per workspace,
+16-18 KiB once settled). With hundreds of thousands of workspaces, set
+GOMEMLIMIT a little below the machine's or container's memory: a
+1,000,000-workspace server started in 24 GiB with GOMEMLIMIT=19GiB
+(docs/operations.md).`,
 		SilenceUsage: true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
 			rest.SetDefaultWarningHandler(rest.NoWarnings{})
