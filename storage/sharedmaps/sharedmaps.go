@@ -57,17 +57,8 @@ func Of(m map[string]string) map[string]string { return share(m, false) }
 func Copy(m map[string]string) map[string]string { return share(m, true) }
 
 func share(m map[string]string, copied bool) map[string]string {
-	if len(m) == 0 || len(m) > MaxEntries {
-		if copied {
-			return maps.Clone(m)
-		}
-		return m
-	}
-	size := 0
-	for k, v := range m {
-		size += len(k) + len(v) + 2
-	}
-	if size > MaxBytes {
+	size, ok := shareable(m)
+	if !ok {
 		if copied {
 			return maps.Clone(m)
 		}
@@ -108,4 +99,16 @@ func share(m map[string]string, copied bool) map[string]string {
 	delete(table.seen, h)
 	table.maps[key] = m
 	return m
+}
+
+// shareable reports whether m is small enough to share (not empty, at most
+// MaxEntries entries and MaxBytes of content) and its content's size.
+func shareable(m map[string]string) (size int, ok bool) {
+	if len(m) == 0 || len(m) > MaxEntries {
+		return 0, false
+	}
+	for k, v := range m {
+		size += len(k) + len(v) + 2
+	}
+	return size, size <= MaxBytes
 }

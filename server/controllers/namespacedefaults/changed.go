@@ -14,7 +14,6 @@ import (
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/storage/keys"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
-	"github.com/kcpsql/kcp/storage/serveddefaults"
 )
 
 // listingChanged is lw (a watch of resource's defaults) whose list reads
@@ -62,6 +61,3 @@ func storedWrongCA(value []byte, caPEM string) bool {
 	}
 	return !holdsOnlyCA(cm.Data, cm.BinaryData, caPEM)
 }
-
-// isTombstone says whether a stored row records a deleted served default.
-func isTombstone(value []byte) bool { return serveddefaults.IsTombstone(value) }

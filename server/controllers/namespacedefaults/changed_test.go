@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/storage/serveddefaults"
 )
 
 const tombstone = `{"kcp.io/deleted-default":{"parentUID":"u1"}}`
@@ -93,7 +94,7 @@ func TestStoredWrongCA(t *testing.T) {
 			t.Errorf("%s: wrong = %v, want %v", c.name, got, c.wrong)
 		}
 	}
-	if !isTombstone([]byte(tombstone)) || isTombstone([]byte(`{"data":{}}`)) {
+	if !serveddefaults.IsTombstone([]byte(tombstone)) || serveddefaults.IsTombstone([]byte(`{"data":{}}`)) {
 		t.Fatal("tombstones are not told from config maps")
 	}
 }

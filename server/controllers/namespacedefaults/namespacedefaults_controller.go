@@ -26,6 +26,7 @@ import (
 	"github.com/kcpsql/kcp/server/controllers/worker"
 	"github.com/kcpsql/kcp/server/localwatch"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
+	"github.com/kcpsql/kcp/storage/serveddefaults"
 )
 
 const (
@@ -54,10 +55,10 @@ type Controller struct {
 // keeps no cache of them (it watches their changes and reads the few it
 // acts on).
 //
-// changed, when set, reads the stored rows of a resource with the
-// tombstones of deleted served defaults (embeddedkine's RangeChanged): in
-// served mode a relist then reads only the defaults that were changed or
-// deleted, not every namespace's.
+// changed reads the stored rows of a resource with the tombstones of
+// deleted served defaults (embeddedkine's RangeChanged): in served mode a
+// relist reads only the defaults that were changed or deleted, not every
+// namespace's.
 func NewController(loopback *rest.Config, caPEM string, state func(logicalcluster.Name) (exists, terminating bool), namespaces *clusterinformer.Namespaces, served bool, local *localwatch.Storages, changed clusterinformer.RangeFunc) (*Controller, error) {
 	wildcard, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
@@ -158,10 +159,10 @@ func namespaceKey(obj interface{}) string {
 
 // watchServed watches the defaults without caching them: every namespace
 // has them (served) until one is deleted or a kube-root-ca.crt is
-// changed, which is all the controller needs to hear of. After a relist
-// (a watch that could not be resumed), the namespaces whose default is
-// missing from the list, or whose kube-root-ca.crt is wrong, are looked
-// at. The reconciler reads what it acts on from the API.
+// changed, which is all the controller needs to hear of. A (re)list reads
+// only the stored rows (listingChanged): the namespaces of a tombstone or
+// of a wrong kube-root-ca.crt are looked at. The reconciler reads what it
+// acts on from the API.
 func (c *Controller) watchServed(rc rest.Interface, caPEM string, saSelector, cmSelector fields.Selector, local *localwatch.Storages, changed clusterinformer.RangeFunc) {
 	enqueue := func(obj interface{}) {
 		if k := namespaceKey(obj); k != "" {
@@ -172,56 +173,30 @@ func (c *Controller) watchServed(rc rest.Interface, caPEM string, saSelector, cm
 		cm, ok := obj.(*corev1.ConfigMap)
 		return ok && !holdsOnlyCA(cm.Data, cm.BinaryData, caPEM)
 	}
-	// missing enqueues every live namespace that the relisted objects do
-	// not cover (or cover with a wrong config map).
-	missing := func(list []interface{}, wrong func(interface{}) bool) {
-		have := make(map[string]bool, len(list))
-		for _, o := range list {
-			if k := namespaceKey(o); k != "" && (wrong == nil || !wrong(o)) {
-				have[k] = true
-			}
-		}
-		for _, o := range c.namespaces.Indexer().List() {
-			ns, ok := o.(*corev1.Namespace)
-			if !ok || ns.DeletionTimestamp != nil {
-				continue
-			}
-			if k := namespaceKey(ns); !have[k] {
-				c.queue.Add(k)
-			}
-		}
-	}
-	sas := &changes{
-		onDelete:  enqueue,
-		onReplace: func(list []interface{}) { missing(list, nil) },
-	}
+	sas := &changes{onDelete: enqueue}
 	cms := &changes{
 		onChange: func(obj interface{}) {
 			if wrongCA(obj) {
 				enqueue(obj)
 			}
 		},
-		onDelete:  enqueue,
-		onReplace: func(list []interface{}) { missing(list, wrongCA) },
+		onDelete: enqueue,
 	}
-	saLW := local.FromClientAs(rc, corev1.SchemeGroupVersion, "serviceaccounts", saSelector, serviceAccountKey)
-	cmLW := local.FromClientAs(rc, corev1.SchemeGroupVersion, "configmaps", cmSelector, configMapCA(caPEM))
-	if changed != nil {
-		// A (re)list reads the stored rows only: a deleted default is a
-		// tombstone there, a changed kube-root-ca.crt a row of its own.
-		// Every other namespace has its defaults, served.
-		sas.onReplace, cms.onReplace = nil, nil
-		saLW = listingChanged(changed, saLW, "serviceaccounts", DefaultServiceAccount, func(ns string, value []byte) {
-			if isTombstone(value) {
+	// A (re)list reads the stored rows only: a deleted default is a
+	// tombstone there, a changed kube-root-ca.crt a row of its own. Every
+	// other namespace has its defaults, served.
+	saLW := listingChanged(changed, local.FromClientAs(rc, corev1.SchemeGroupVersion, "serviceaccounts", saSelector, serviceAccountKey),
+		"serviceaccounts", DefaultServiceAccount, func(ns string, value []byte) {
+			if serveddefaults.IsTombstone(value) {
 				c.queue.Add(ns)
 			}
 		})
-		cmLW = listingChanged(changed, cmLW, "configmaps", RootCAConfigMap, func(ns string, value []byte) {
-			if isTombstone(value) || storedWrongCA(value, caPEM) {
+	cmLW := listingChanged(changed, local.FromClientAs(rc, corev1.SchemeGroupVersion, "configmaps", cmSelector, configMapCA(caPEM)),
+		"configmaps", RootCAConfigMap, func(ns string, value []byte) {
+			if serveddefaults.IsTombstone(value) || storedWrongCA(value, caPEM) {
 				c.queue.Add(ns)
 			}
 		})
-	}
 	c.informers = append(c.informers,
 		newWatchOnly(saLW, &corev1.ServiceAccount{}, sas),
 		newWatchOnly(cmLW, &corev1.ConfigMap{}, cms))

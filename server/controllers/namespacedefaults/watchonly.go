@@ -14,9 +14,8 @@ import (
 // watch says on (one entry per object would be a cache of every
 // namespace's defaults, which the controller needs only when one changes).
 type changes struct {
-	onChange  func(obj interface{}) // added or updated
-	onDelete  func(obj interface{})
-	onReplace func(list []interface{}) // a list (the first, or after a watch that could not be resumed)
+	onChange func(obj interface{}) // added or updated
+	onDelete func(obj interface{})
 
 	once   sync.Once
 	synced chan struct{}
@@ -36,9 +35,6 @@ func (c *changes) Delete(obj interface{}) error {
 	return nil
 }
 func (c *changes) Replace(list []interface{}, _ string) error {
-	if c.onReplace != nil {
-		c.onReplace(list)
-	}
 	c.once.Do(func() { close(c.synced) })
 	return nil
 }
