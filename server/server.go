@@ -138,7 +138,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	boundAPIs.OnExportChange(func(logicalcluster.Name, string) { crds.InvalidateExports() })
 	crds.Listen(boundAPIs.CRDHandler())
 	apibindingadmission.SetBound(boundAPIs.Bound)
-	apibindingadmission.SetUsers(apibindingadmission.Users{Consumers: boundAPIs.Consumers, ExportsUsing: boundAPIs.ExportsUsing})
+	apibindingadmission.SetUsers(apibindingadmission.Users{Consumers: boundAPIs.Consumers, ExportsUsing: boundAPIs.ExportsUsing, ConsumersOutside: boundAPIs.ConsumersOutside})
 	placementadmission.SetNegotiated(negotiatedAPIs.Resources)
 	placementadmission.SetBuiltInSchemas(negotiatedAPIs.BuiltInSchemas)
 	crdlimits.SetCRDs(crds.LocalCRDs)

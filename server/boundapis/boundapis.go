@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -163,13 +164,10 @@ func exportOf(u *unstructured.Unstructured) apis.ExportName {
 
 func exportKey(e apis.ExportName) string { return e.Path + "|" + e.Name }
 
-// Start runs the three watches and returns once they have synced.
-func (x *Index) Start(ctx context.Context, loopback *rest.Config) error {
-	d, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
-	if err != nil {
-		return err
-	}
-	bindingIdx := cache.Indexers{
+// bindingIndexers index APIBindings by cluster, by the export they name
+// and by the export's workspace.
+func bindingIndexers() cache.Indexers {
+	idx := cache.Indexers{
 		byExport: func(o interface{}) ([]string, error) {
 			return []string{exportKey(exportOf(o.(*unstructured.Unstructured)))}, nil
 		},
@@ -177,8 +175,25 @@ func (x *Index) Start(ctx context.Context, loopback *rest.Config) error {
 			return []string{exportOf(o.(*unstructured.Unstructured)).Path}, nil
 		},
 	}
-	for k, v := range clusterinformer.ClusterIndexers {
-		bindingIdx[k] = v
+	maps.Copy(idx, clusterinformer.ClusterIndexers)
+	return idx
+}
+
+// exportIndexers index APIExports by cluster and by identity.
+func exportIndexers() cache.Indexers {
+	idx := cache.Indexers{byIdentity: func(o interface{}) ([]string, error) {
+		u := o.(*unstructured.Unstructured)
+		return []string{apis.Identity(string(clusterinformer.ClusterOf(u)), u.GetName(), u.GetUID())}, nil
+	}}
+	maps.Copy(idx, clusterinformer.ClusterIndexers)
+	return idx
+}
+
+// Start runs the three watches and returns once they have synced.
+func (x *Index) Start(ctx context.Context, loopback *rest.Config) error {
+	d, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
+	if err != nil {
+		return err
 	}
 	onBinding := func(o interface{}) {
 		if u := unwrap(o); u != nil {
@@ -225,15 +240,8 @@ func (x *Index) Start(ctx context.Context, loopback *rest.Config) error {
 		return indexer
 	}
 	x.schemas = watch(apis.SchemasResource, clusterinformer.ClusterIndexers, onSchema)
-	exportIdx := cache.Indexers{byIdentity: func(o interface{}) ([]string, error) {
-		u := o.(*unstructured.Unstructured)
-		return []string{apis.Identity(string(clusterinformer.ClusterOf(u)), u.GetName(), u.GetUID())}, nil
-	}}
-	for k, v := range clusterinformer.ClusterIndexers {
-		exportIdx[k] = v
-	}
-	x.exports = watch(apis.ExportsResource, exportIdx, onExport)
-	x.bindings = watch(apis.BindingsResource, bindingIdx, onBinding)
+	x.exports = watch(apis.ExportsResource, exportIndexers(), onExport)
+	x.bindings = watch(apis.BindingsResource, bindingIndexers(), onBinding)
 	var synced []cache.InformerSynced
 	for _, inf := range informers {
 		go inf.RunWithContext(ctx)
@@ -609,6 +617,36 @@ func (x *Index) Bound(cluster logicalcluster.Name, name string) (binding string,
 // the export name of provider.
 func (x *Index) Consumers(provider logicalcluster.Name, name string) []logicalcluster.Name {
 	return x.consumers(exportKey(apis.ExportName{Path: string(provider), Name: name}), byExport)
+}
+
+// ConsumersOutside returns, for each APIExport of the workspace tree under
+// root (root and every workspace below it), the workspaces outside that
+// tree with an APIBinding (bound or not) of it, sorted. Deleting the tree
+// would leave those consumers' bound objects stored but unreachable.
+func (x *Index) ConsumersOutside(root logicalcluster.Name) map[apis.ExportName][]logicalcluster.Name {
+	if x.exports == nil {
+		return nil
+	}
+	var out map[apis.ExportName][]logicalcluster.Name
+	for _, provider := range x.exports.ListIndexFuncValues(clusterinformer.ByCluster) {
+		if !logicalcluster.Name(provider).Within(root) {
+			continue
+		}
+		objs, _ := x.exports.ByIndex(clusterinformer.ByCluster, provider)
+		for _, o := range objs {
+			export := apis.ExportName{Path: provider, Name: o.(*unstructured.Unstructured).GetName()}
+			consumers := slices.DeleteFunc(x.consumers(exportKey(export), byExport), func(c logicalcluster.Name) bool { return c.Within(root) })
+			if len(consumers) == 0 {
+				continue
+			}
+			slices.Sort(consumers)
+			if out == nil {
+				out = map[apis.ExportName][]logicalcluster.Name{}
+			}
+			out[export] = consumers
+		}
+	}
+	return out
 }
 
 // ExportsUsing returns the names of provider's APIExports that list the

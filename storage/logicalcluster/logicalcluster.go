@@ -52,6 +52,12 @@ func (n Name) Base() string {
 	return string(n[strings.LastIndexByte(string(n), ':')+1:])
 }
 
+// Within reports whether n is tree or a workspace below it (root:acme:web
+// is within root:acme; root:acme-2 is not).
+func (n Name) Within(tree Name) bool {
+	return n == tree || strings.HasPrefix(string(n), string(tree)+":")
+}
+
 // Join returns the child path n:label.
 func (n Name) Join(label string) Name { return Name(string(n) + ":" + label) }
 

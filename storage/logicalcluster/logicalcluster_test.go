@@ -60,3 +60,23 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestWithin(t *testing.T) {
+	for _, c := range []struct {
+		n, tree Name
+		want    bool
+	}{
+		{"root:acme", "root:acme", true},
+		{"root:acme:web", "root:acme", true},
+		{"root:acme:web:db", "root:acme", true},
+		{"root:acme-2", "root:acme", false},
+		{"root:acmeweb", "root:acme", false},
+		{"root", "root:acme", false},
+		{"root:other:acme", "root:acme", false},
+		{"root:acme", "root", true},
+	} {
+		if got := c.n.Within(c.tree); got != c.want {
+			t.Errorf("%q.Within(%q) = %v, want %v", c.n, c.tree, got, c.want)
+		}
+	}
+}

@@ -261,6 +261,15 @@ func testAPISharing(t *testing.T, datastore string) {
 	if out, err := s.KubectlErr("root:platform", "", "delete", "apiresourceschema", "v1.databases.platform.example.com"); err == nil || !strings.Contains(out, "is served by APIExport(s) [databases]") {
 		t.Fatalf("deleting a schema the export serves: want a refusal, got %v\n%s", err, out)
 	}
+	// Nor the provider's whole workspace, which would delete the export
+	// with it (the rest of this test goes on using root:platform).
+	if out, err := s.KubectlErr("root", "", "delete", "workspace", "platform", "--wait=false"); err == nil ||
+		!strings.Contains(out, "workspace root:platform cannot be deleted while workspaces outside it bind its APIs (APIExport databases of root:platform is bound by 2 workspace(s) ([root:team-a root:team-b]))") {
+		t.Fatalf("deleting the provider's workspace: want a refusal naming the export and its consumers, got %v\n%s", err, out)
+	}
+	if out := s.Kubectl("root", "get", "workspace", "platform", "-o", "jsonpath={.metadata.deletionTimestamp}/{.status.phase}"); out != "/Ready" {
+		t.Fatalf("the provider's workspace after the refused delete: %q, want no deletionTimestamp and Ready", out)
+	}
 
 	// A new schema version: spec.engine is pruned (refused by kubectl's
 	// strict validation) until the provider switches the export to it.
@@ -301,6 +310,37 @@ func testAPISharing(t *testing.T, datastore string) {
 	}
 	if out, err := s.KubectlErr("root:team-b", "", "get", "databases"); err == nil {
 		t.Fatalf("root:team-b still serves databases after unbinding and a restart:\n%s", out)
+	}
+
+	// A provider deeper in a tree holds the tree's deletion back, for
+	// consumers outside it only: root:org binds its child's export too, and
+	// once root:outsider unbinds, deleting root:org deletes it all.
+	s.CreateWorkspaces("root:org:inner")
+	publishDatabases(t, s, "root:org:inner", "", "")
+	framework.Eventually(t, 20*time.Second, "the inner export's Ready condition", func() (bool, string) {
+		out, _ := s.KubectlErr("root:org:inner", "", "get", "apiexport", "databases", "-o", "jsonpath={.status.conditions[0].status}")
+		return out == "True", out
+	})
+	for _, c := range []string{"root:org", "root:outsider"} {
+		if out, err := s.KubectlPlugin(s.Kubeconfig, "kcp", "bind", "export", "root:org:inner:databases", "--server", s.URL()+"/clusters/"+c); err != nil {
+			t.Fatalf("binding root:org:inner's export in %s: %v\n%s", c, err, out)
+		}
+	}
+	if out, err := s.KubectlErr("root:outsider", database("kept", 3), "apply", "-f", "-"); err != nil {
+		t.Fatalf("creating a database in root:outsider: %v\n%s", err, out)
+	}
+	if out, err := s.KubectlErr("root", "", "delete", "workspace", "org", "--wait=false"); err == nil ||
+		!strings.Contains(out, "workspace root:org cannot be deleted while workspaces outside it bind its APIs (APIExport databases of root:org:inner is bound by 1 workspace(s) ([root:outsider]))") {
+		t.Fatalf("deleting the tree above a bound export: want a refusal naming root:outsider only, got %v\n%s", err, out)
+	}
+	if out, err := s.KubectlErr("root:org", "", "delete", "workspace", "inner", "--wait=false"); err == nil || !strings.Contains(out, "([root:org root:outsider])") {
+		t.Fatalf("deleting the provider's workspace itself: want a refusal naming both consumers, got %v\n%s", err, out)
+	}
+	framework.MustContain(t, "root:outsider's database after the refusals", s.Kubectl("root:outsider", "get", "database", "kept", "-n", "default", "-o", "jsonpath={.spec.size}"), "3")
+	s.Kubectl("root:outsider", "delete", "apibinding", "databases", "--timeout=60s")
+	s.Kubectl("root", "delete", "workspace", "org", "--timeout=120s")
+	if out, err := s.KubectlErr("root", "", "get", "workspace", "org"); err == nil || !strings.Contains(out, "NotFound") {
+		t.Fatalf("root:org after its deletion: %v\n%s", err, out)
 	}
 }
 

@@ -13,14 +13,21 @@
 //   - an APIExport that workspaces bind cannot be deleted, nor an
 //     APIResourceSchema an APIExport of its workspace lists: either would
 //     leave the consumers' objects stored but unreachable (and unbinding
-//     could no longer delete them). Consumers unbind first.
+//     could no longer delete them). Consumers unbind first;
+//   - for the same reason a Workspace cannot be deleted while an APIExport
+//     in it, or in a workspace below it, is bound by a workspace outside
+//     that tree. The server's own cascade (deleting the children of a
+//     workspace whose deletion was admitted) is not held back.
 package apibinding
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -31,6 +38,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/kcpsql/kcp/schema/apis"
+	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/clusterauthz"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -47,6 +55,9 @@ type Users struct {
 	Consumers func(provider logicalcluster.Name, export string) []logicalcluster.Name
 	// ExportsUsing are the exports of the workspace that list the schema.
 	ExportsUsing func(provider logicalcluster.Name, schema string) []string
+	// ConsumersOutside are, per export of the workspace tree under root,
+	// the workspaces outside the tree that bind it.
+	ConsumersOutside func(root logicalcluster.Name) map[apis.ExportName][]logicalcluster.Name
 }
 
 // Plugin is the admission plugin.
@@ -142,13 +153,30 @@ func (p *Plugin) checkInUse(a admission.Attributes, cluster logicalcluster.Name)
 	case apis.ExportsResource.GroupResource():
 		if consumers := u.Consumers(cluster, a.GetName()); len(consumers) > 0 {
 			slices.Sort(consumers)
-			shown := consumers
-			if len(shown) > 5 {
-				shown = shown[:5]
-			}
-			return admission.NewForbidden(a, fmt.Errorf("APIExport %s is bound by %d workspace(s) (%v); deleting it would leave their objects stored but unreachable: each must delete its APIBinding first, which deletes its objects",
-				a.GetName(), len(consumers), shown))
+			return admission.NewForbidden(a, fmt.Errorf("APIExport %s is bound by %s; deleting it would leave their objects stored but unreachable: each must delete its APIBinding first, which deletes its objects",
+				a.GetName(), someOf(consumers)))
 		}
+	case tenancy.WorkspacesResource.GroupResource():
+		if u.ConsumersOutside == nil || (a.GetUserInfo() != nil && a.GetUserInfo().GetName() == user.APIServerUser) {
+			return nil
+		}
+		tree := cluster.Join(a.GetName())
+		used := u.ConsumersOutside(tree)
+		if len(used) == 0 {
+			return nil
+		}
+		exports := slices.SortedFunc(maps.Keys(used), func(x, y apis.ExportName) int {
+			return cmp.Or(cmp.Compare(x.Path, y.Path), cmp.Compare(x.Name, y.Name))
+		})
+		var which []string
+		for _, e := range exports[:min(len(exports), 3)] {
+			which = append(which, fmt.Sprintf("APIExport %s of %s is bound by %s", e.Name, e.Path, someOf(used[e])))
+		}
+		if len(exports) > 3 {
+			which = append(which, fmt.Sprintf("%d more APIExport(s)", len(exports)-3))
+		}
+		return admission.NewForbidden(a, fmt.Errorf("workspace %s cannot be deleted while workspaces outside it bind its APIs (%s); deleting it would leave their objects stored but unreachable: each must delete its APIBinding first, which deletes its objects",
+			tree, strings.Join(which, "; ")))
 	case apis.SchemasResource.GroupResource():
 		if exports := u.ExportsUsing(cluster, a.GetName()); len(exports) > 0 {
 			return admission.NewForbidden(a, fmt.Errorf("APIResourceSchema %s is served by APIExport(s) %v of this workspace; switch them to another schema (spec.latestResourceSchemas) or delete them first",
@@ -156,6 +184,13 @@ func (p *Plugin) checkInUse(a admission.Attributes, cluster logicalcluster.Name)
 		}
 	}
 	return nil
+}
+
+// someOf names consumers, at most five of them, with their number:
+// "2 workspace(s) ([root:a root:b])".
+func someOf(consumers []logicalcluster.Name) string {
+	shown := consumers[:min(len(consumers), 5)]
+	return fmt.Sprintf("%d workspace(s) (%v)", len(consumers), shown)
 }
 
 func (p *Plugin) checkBind(ctx context.Context, a admission.Attributes) error {
