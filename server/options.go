@@ -71,6 +71,10 @@ type Options struct {
 	// TenantMaxInflight bounds the requests one workspace other than root
 	// executes at once (clusterapf); 0 sets no bound.
 	TenantMaxInflight int
+	// MemoryLimitRatio sets the Go soft memory limit to this share of the
+	// container's (cgroup's) memory limit, unless GOMEMLIMIT is set; 0
+	// leaves it alone (server/memlimit).
+	MemoryLimitRatio float64
 	// Upstream holds the generic control plane's options; kcp sets the
 	// storage, serving, authentication and service-account defaults.
 	Upstream *cpoptions.Options
@@ -149,7 +153,7 @@ func NewOptions() *Options {
 	tg := satokens.New()
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
 	return &Options{RootDir: ".kcp", DatastoreNotify: true, DatastoreMaxConnections: datastore.DefaultMaxConnections, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
-		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, TenantMaxInflight: max(4, 2*runtime.GOMAXPROCS(0)), Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy,
+		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, TenantMaxInflight: max(4, 2*runtime.GOMAXPROCS(0)), MemoryLimitRatio: 0.9, Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy,
 		SyncTargetHeartbeatTimeout: 20 * time.Second, PlacementEvictionDelay: 5 * time.Second}
 }
 
@@ -190,6 +194,8 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"Drop the serving state (storage, validators, converters) of a logical cluster's custom resources after this long without a request; it is rebuilt on the next one. 0 keeps it.")
 	fs.IntVar(&o.TenantMaxInflight, "tenant-max-inflight", o.TenantMaxInflight,
 		"How many requests (watches apart) one workspace other than root may have executing at once; the others wait, in the order API priority and fairness lets them through, so that one tenant flooding the server shares the CPUs with the others instead of taking them. Requests of system:masters are not counted, and a request waiting for an admission or conversion webhook gives its slot back meanwhile. 0 sets no bound. The default is two per CPU, at least 4.")
+	fs.Float64Var(&o.MemoryLimitRatio, "memory-limit-ratio", o.MemoryLimitRatio,
+		"Set the Go runtime's soft memory limit to this share of the memory limit of the container (cgroup v1 or v2) kcp runs in, so that the garbage collector works harder near the limit instead of the process being killed while a start fills its caches. GOMEMLIMIT, when set, wins; without a container memory limit nothing is set. 0 turns it off.")
 	fs.IntVar(&o.CRDLimits.MaxEnumValues, "max-crd-enum-values", o.CRDLimits.MaxEnumValues,
 		"Refuse a CustomResourceDefinition whose schemas list more enum values than this (all versions together); a huge enum costs memory in every replica. 0: no limit.")
 	fs.Int64Var(&o.CRDLimits.MaxSchemaBytesPerCluster, "max-crd-schema-bytes-per-workspace", o.CRDLimits.MaxSchemaBytesPerCluster,
@@ -244,8 +250,10 @@ type CompletedOptions struct {
 	CRDHandlerIdle   time.Duration
 	// TenantMaxInflight: see Options.
 	TenantMaxInflight int
-	PKI               pki.Files
-	Upstream          cpoptions.CompletedOptions
+	// MemoryLimitRatio: see Options.
+	MemoryLimitRatio float64
+	PKI              pki.Files
+	Upstream         cpoptions.CompletedOptions
 	// ServerURL is how local clients reach the server.
 	ServerURL   string
 	TokenGetter *satokens.Getter
@@ -256,6 +264,9 @@ type CompletedOptions struct {
 // Complete parses the datastore, creates missing credentials and completes
 // the upstream options with them.
 func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
+	if o.MemoryLimitRatio < 0 || o.MemoryLimitRatio > 1 {
+		return nil, fmt.Errorf("--memory-limit-ratio must be between 0 (off) and 1, not %v", o.MemoryLimitRatio)
+	}
 	if o.TenantMaxInflight < 0 {
 		return nil, fmt.Errorf("--tenant-max-inflight must be 0 (no bound) or more, not %d", o.TenantMaxInflight)
 	}
@@ -318,7 +329,7 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, DatastoreMaxConnections: o.DatastoreMaxConnections, StoreDefaults: o.StoreDefaults, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, TenantMaxInflight: o.TenantMaxInflight, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
+	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, DatastoreMaxConnections: o.DatastoreMaxConnections, StoreDefaults: o.StoreDefaults, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, TenantMaxInflight: o.TenantMaxInflight, MemoryLimitRatio: o.MemoryLimitRatio, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
 		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout, PushMode: o.PushMode, PlacementEvictionDelay: o.PlacementEvictionDelay,
 		WorkspaceLimits: o.WorkspaceLimits}, nil
 }

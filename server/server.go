@@ -39,6 +39,7 @@ import (
 	"github.com/kcpsql/kcp/server/inmemory"
 	"github.com/kcpsql/kcp/server/localwatch"
 	"github.com/kcpsql/kcp/server/logicalclusters"
+	"github.com/kcpsql/kcp/server/memlimit"
 	"github.com/kcpsql/kcp/server/memreturn"
 	"github.com/kcpsql/kcp/server/negotiated"
 	"github.com/kcpsql/kcp/server/requestlimits"
@@ -61,6 +62,16 @@ const CacheConsistencyCheckPeriod = time.Hour
 // drains requests and closes the database.
 func Run(ctx context.Context, o *CompletedOptions) error {
 	start := time.Now()
+	// Before anything fills a cache: the start-up fill is what needs it.
+	limit, err := memlimit.Set(o.MemoryLimitRatio, os.Getenv("GOMEMLIMIT"), func() (uint64, string, error) { return memlimit.FromCgroup(os.DirFS("/")) })
+	if err != nil {
+		return err
+	}
+	if limit.Limit > 0 {
+		klog.InfoS("Go soft memory limit", "limitMiB", limit.Limit>>20, "from", limit.Reason)
+	} else {
+		klog.InfoS("no Go soft memory limit", "because", limit.Reason)
+	}
 	if err := o.Datastore.Prepare(ctx); err != nil {
 		return err
 	}

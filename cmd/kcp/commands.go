@@ -69,10 +69,12 @@ Any client reaches a workspace at https://127.0.0.1:6443/clusters/<path>.
 
 Memory: a start fills the caches with every stored object, and the process
 needs about twice what it keeps while it does (about 36 KiB per workspace,
-16-18 KiB once settled). With hundreds of thousands of workspaces, set
-GOMEMLIMIT a little below the machine's or container's memory: a
-1,000,000-workspace server started in 24 GiB with GOMEMLIMIT=19GiB
-(docs/operations.md).`,
+16-18 KiB once settled). In a container with a memory limit, kcp sets Go's
+soft memory limit to 0.9 of it (--memory-limit-ratio) so that the
+collector works harder instead of the process being killed; elsewhere, with
+hundreds of thousands of workspaces, set GOMEMLIMIT a little below the
+machine's memory: a 1,000,000-workspace server started in 24 GiB with
+GOMEMLIMIT=19GiB (docs/operations.md).`,
 		SilenceUsage: true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
 			rest.SetDefaultWarningHandler(rest.NoWarnings{})

@@ -13,8 +13,10 @@
 // GOGC/100, plus half the live heap) on two checks in a row, it forces a
 // collection and returns the free memory (debug.FreeOSMemory), at most once
 // per MinGap. In steady state the free heap stays below that bound and the
-// package does nothing. With GOGC=off, or a GOMEMLIMIT set (the runtime then
-// returns memory itself to stay under the limit), it does nothing either.
+// package does nothing. With GOGC=off, or a soft memory limit in effect
+// (GOMEMLIMIT, or one server/memlimit set from the container's limit: the
+// runtime then returns memory itself to stay under it), it does nothing
+// either.
 package memreturn
 
 import (
@@ -29,6 +31,8 @@ import (
 	basemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
+
+	"github.com/kcpsql/kcp/server/memlimit"
 )
 
 const (
@@ -89,7 +93,7 @@ func Surplus(free, live uint64, gogc int) bool {
 // Run watches the heap until ctx ends.
 func Run(ctx context.Context) {
 	gogc := gcPercent()
-	if gogc < 0 || os.Getenv("GOMEMLIMIT") != "" {
+	if gogc < 0 || memlimit.Active() {
 		return
 	}
 	var last time.Time

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"runtime"
 	"strings"
 	"sync"
@@ -110,8 +111,11 @@ type Server struct {
 	Kubeconfig string
 	LogFile    string
 	Args       []string
-	cmd        *exec.Cmd
-	done       chan error
+	// Prefix, when set, is a command the kcp command line is appended to
+	// (a wrapper that execs it).
+	Prefix []string
+	cmd    *exec.Cmd
+	done   chan error
 }
 
 // FreePort asks the kernel for an unused TCP port.
@@ -129,6 +133,16 @@ func FreePort(t testing.TB) int {
 func StartServer(t testing.TB, datastore string, extraArgs ...string) *Server {
 	t.Helper()
 	s := newServer(t, datastore, extraArgs, "")
+	s.Start()
+	return s
+}
+
+// StartServerWrapped is StartServer with kcp's command line appended to
+// prefix, a command that execs it (to start kcp in a cgroup, say).
+func StartServerWrapped(t testing.TB, datastore string, prefix []string, extraArgs ...string) *Server {
+	t.Helper()
+	s := newServer(t, datastore, extraArgs, "")
+	s.Prefix = prefix
 	s.Start()
 	return s
 }
@@ -177,7 +191,8 @@ func (s *Server) launch() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	s.cmd = exec.Command(kcp, args...)
+	cmdline := append(append(slices.Clone(s.Prefix), kcp), args...)
+	s.cmd = exec.Command(cmdline[0], cmdline[1:]...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
