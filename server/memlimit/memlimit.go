@@ -45,7 +45,7 @@ func FromCgroup(fsys fs.FS) (limit uint64, from string, err error) {
 		if l, ok := readLimit(fsys, path.Join(dir, file)); ok && (limit == 0 || l < limit) {
 			limit, from = l, "/"+path.Join(dir, file)
 		}
-		if dir == mount {
+		if dir == mount || dir == "." || dir == "" {
 			return limit, from, nil
 		}
 		dir = path.Dir(dir)
@@ -75,8 +75,8 @@ func cgroup(fsys fs.FS) (dir, mount, file string, ok bool, err error) {
 
 // memoryCgroup finds the directory (relative to /) of the process's memory
 // cgroup, the mount point it is under, and the name of its limit file:
-// cgroup v2's unified hierarchy when it has the memory controller, else
-// cgroup v1's memory hierarchy.
+// cgroup v1's memory hierarchy where the memory controller is mounted as v1
+// (the hybrid layout), else cgroup v2's unified hierarchy.
 func memoryCgroup(cgroups, mountinfo []byte) (dir, mount, file string, ok bool) {
 	var v1, v2 string
 	v1Found, v2Found := false, false
