@@ -264,7 +264,7 @@ type CompletedOptions struct {
 // Complete parses the datastore, creates missing credentials and completes
 // the upstream options with them.
 func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
-	if o.MemoryLimitRatio < 0 || o.MemoryLimitRatio > 1 {
+	if !(o.MemoryLimitRatio >= 0 && o.MemoryLimitRatio <= 1) { // NaN too
 		return nil, fmt.Errorf("--memory-limit-ratio must be between 0 (off) and 1, not %v", o.MemoryLimitRatio)
 	}
 	if o.TenantMaxInflight < 0 {

@@ -175,7 +175,7 @@ type Decision struct {
 // unless goMemLimit (the GOMEMLIMIT environment variable) is set or ratio
 // is 0. cgroupLimit reads the cgroup's limit (FromCgroup).
 func Set(ratio float64, goMemLimit string, cgroupLimit func() (uint64, string, error)) (Decision, error) {
-	if ratio < 0 || ratio > 1 {
+	if !(ratio >= 0 && ratio <= 1) { // NaN too
 		return Decision{}, fmt.Errorf("the memory limit ratio must be between 0 (off) and 1, not %v", ratio)
 	}
 	current := debug.SetMemoryLimit(-1)

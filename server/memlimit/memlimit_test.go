@@ -134,7 +134,7 @@ func TestSet(t *testing.T) {
 			t.Errorf("Set(%v, %q): %+v %v, runtime limit %d; want %q and no limit set", c.ratio, c.env, d, err, debug.SetMemoryLimit(-1), c.wantReason)
 		}
 	}
-	for _, bad := range []float64{-0.1, 1.5} {
+	for _, bad := range []float64{-0.1, 1.5, math.NaN()} {
 		if _, err := Set(bad, "", limit(10<<30, nil)); err == nil {
 			t.Errorf("ratio %v accepted", bad)
 		}

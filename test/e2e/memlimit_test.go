@@ -85,7 +85,7 @@ func TestMemoryLimitFromTheContainer(t *testing.T) {
 	framework.MustContain(t, "kcp's log", s.LogTail(400), `"Go soft memory limit" limitMiB=1024 from="GOMEMLIMIT=1GiB"`)
 
 	kcp, _ := framework.Binaries(t)
-	for _, bad := range []string{"1.5", "-0.1"} {
+	for _, bad := range []string{"1.5", "-0.1", "NaN"} {
 		out, err := exec.Command(kcp, "start", "--root-dir", t.TempDir(), "--memory-limit-ratio="+bad).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "--memory-limit-ratio must be between 0 (off) and 1, not "+bad) {
 			t.Errorf("kcp start --memory-limit-ratio=%s: %v\n%s", bad, err, out)
