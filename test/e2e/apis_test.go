@@ -261,6 +261,19 @@ func testAPISharing(t *testing.T, datastore string) {
 	if out, err := s.KubectlErr("root:platform", "", "delete", "apiresourceschema", "v1.databases.platform.example.com"); err == nil || !strings.Contains(out, "is served by APIExport(s) [databases]") {
 		t.Fatalf("deleting a schema the export serves: want a refusal, got %v\n%s", err, out)
 	}
+	// A collection delete is admitted object by object, with the
+	// collection's (empty) name in its attributes: refused the same way.
+	admin := framework.UserClient(t, s, "admin", "system:masters")
+	for _, c := range []struct{ resource, want string }{
+		{"apiexports", "APIExport databases is bound by 2 workspace(s) ([root:team-a root:team-b])"},
+		{"apiresourceschemas", "APIResourceSchema v1.databases.platform.example.com is served by APIExport(s) [databases]"},
+	} {
+		if code, body := framework.DoWith(t, admin, "DELETE", s.URL()+"/clusters/root:platform/apis/apis.kcp.io/v1alpha1/"+c.resource, "", nil); code != 403 || !strings.Contains(body, c.want) {
+			t.Fatalf("deleting root:platform's %s as a collection: %d, want 403 with %q\n%s", c.resource, code, c.want, body)
+		}
+	}
+	framework.MustContain(t, "the export after the refused collection delete", s.Kubectl("root:platform", "get", "apiexports,apiresourceschemas", "-o", "name"),
+		"apiexport.apis.kcp.io/databases", "apiresourceschema.apis.kcp.io/v1.databases.platform.example.com")
 	// Nor the provider's whole workspace, which would delete the export
 	// with it (the rest of this test goes on using root:platform).
 	if out, err := s.KubectlErr("root", "", "delete", "workspace", "platform", "--wait=false"); err == nil ||
@@ -335,6 +348,14 @@ func testAPISharing(t *testing.T, datastore string) {
 	}
 	if out, err := s.KubectlErr("root:org", "", "delete", "workspace", "inner", "--wait=false"); err == nil || !strings.Contains(out, "([root:org root:outsider])") {
 		t.Fatalf("deleting the provider's workspace itself: want a refusal naming both consumers, got %v\n%s", err, out)
+	}
+	// A collection delete is admitted item by item: refused the same way.
+	if code, body := framework.DoWith(t, admin, "DELETE", s.URL()+"/clusters/root:org/apis/tenancy.kcp.io/v1alpha1/workspaces", "", nil); code != 403 ||
+		!strings.Contains(body, "workspace root:org:inner cannot be deleted while workspaces outside it bind its APIs") {
+		t.Fatalf("deleting root:org's workspaces as a collection: %d, want 403 naming root:org:inner\n%s", code, body)
+	}
+	if out := s.Kubectl("root:org", "get", "workspace", "inner", "-o", "jsonpath={.metadata.deletionTimestamp}/{.status.phase}"); out != "/Ready" {
+		t.Fatalf("root:org:inner after the refused collection delete: %q, want no deletionTimestamp and Ready", out)
 	}
 	framework.MustContain(t, "root:outsider's database after the refusals", s.Kubectl("root:outsider", "get", "database", "kept", "-n", "default", "-o", "jsonpath={.spec.size}"), "3")
 	s.Kubectl("root:outsider", "delete", "apibinding", "databases", "--timeout=60s")

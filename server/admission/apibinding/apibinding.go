@@ -142,25 +142,41 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	return nil
 }
 
-// checkInUse refuses deleting an export with bindings and a schema an
-// export lists.
+// deletedName is the name of the object a delete removes. A collection
+// delete is admitted object by object with the collection's attributes,
+// whose name is empty: the name is the old object's then.
+func deletedName(a admission.Attributes) string {
+	if a.GetName() != "" {
+		return a.GetName()
+	}
+	if old := a.GetOldObject(); old != nil {
+		if m, err := meta.Accessor(old); err == nil {
+			return m.GetName()
+		}
+	}
+	return ""
+}
+
+// checkInUse refuses deleting an export with bindings, a schema an export
+// lists and a workspace whose tree has an export bound from outside it.
 func (p *Plugin) checkInUse(a admission.Attributes, cluster logicalcluster.Name) error {
 	u := p.users.Load()
 	if u == nil {
 		return nil
 	}
+	name := deletedName(a)
 	switch a.GetResource().GroupResource() {
 	case apis.ExportsResource.GroupResource():
-		if consumers := u.Consumers(cluster, a.GetName()); len(consumers) > 0 {
+		if consumers := u.Consumers(cluster, name); len(consumers) > 0 {
 			slices.Sort(consumers)
 			return admission.NewForbidden(a, fmt.Errorf("APIExport %s is bound by %s; deleting it would leave their objects stored but unreachable: each must delete its APIBinding first, which deletes its objects",
-				a.GetName(), someOf(consumers)))
+				name, someOf(consumers)))
 		}
 	case tenancy.WorkspacesResource.GroupResource():
 		if u.ConsumersOutside == nil || (a.GetUserInfo() != nil && a.GetUserInfo().GetName() == user.APIServerUser) {
 			return nil
 		}
-		tree := cluster.Join(a.GetName())
+		tree := cluster.Join(name)
 		used := u.ConsumersOutside(tree)
 		if len(used) == 0 {
 			return nil
@@ -178,9 +194,9 @@ func (p *Plugin) checkInUse(a admission.Attributes, cluster logicalcluster.Name)
 		return admission.NewForbidden(a, fmt.Errorf("workspace %s cannot be deleted while workspaces outside it bind its APIs (%s); deleting it would leave their objects stored but unreachable: each must delete its APIBinding first, which deletes its objects",
 			tree, strings.Join(which, "; ")))
 	case apis.SchemasResource.GroupResource():
-		if exports := u.ExportsUsing(cluster, a.GetName()); len(exports) > 0 {
+		if exports := u.ExportsUsing(cluster, name); len(exports) > 0 {
 			return admission.NewForbidden(a, fmt.Errorf("APIResourceSchema %s is served by APIExport(s) %v of this workspace; switch them to another schema (spec.latestResourceSchemas) or delete them first",
-				a.GetName(), exports))
+				name, exports))
 		}
 	}
 	return nil
