@@ -349,6 +349,10 @@ func testAPISharing(t *testing.T, datastore string) {
 	if out, err := s.KubectlErr("root:org", "", "delete", "workspace", "inner", "--wait=false"); err == nil || !strings.Contains(out, "([root:org root:outsider])") {
 		t.Fatalf("deleting the provider's workspace itself: want a refusal naming both consumers, got %v\n%s", err, out)
 	}
+	if out, err := s.KubectlPlugin(s.Kubeconfig, "kcp", "ws", "delete", "inner", "--server", s.URL()+"/clusters/root:org"); err == nil ||
+		!strings.Contains(out, `deleting workspace "root:org:inner"`) || !strings.Contains(out, "each must delete its APIBinding first") {
+		t.Fatalf("kubectl ws delete of the provider's workspace: want the refusal, got %v\n%s", err, out)
+	}
 	// A collection delete is admitted item by item: refused the same way.
 	if code, body := framework.DoWith(t, admin, "DELETE", s.URL()+"/clusters/root:org/apis/tenancy.kcp.io/v1alpha1/workspaces", "", nil); code != 403 ||
 		!strings.Contains(body, "workspace root:org:inner cannot be deleted while workspaces outside it bind its APIs") {
