@@ -14,7 +14,6 @@
 package memlimit
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io/fs"
@@ -78,9 +77,9 @@ func cgroup(fsys fs.FS) (dir, mount, file string, ok bool, err error) {
 // cgroup v1's memory hierarchy where the memory controller is mounted as v1
 // (the hybrid layout), else cgroup v2's unified hierarchy.
 func memoryCgroup(cgroups, mountinfo []byte) (dir, mount, file string, ok bool) {
+	// A cgroup path starts with "/": empty means the process has none.
 	var v1, v2 string
-	v1Found, v2Found := false, false
-	for _, line := range lines(cgroups) {
+	for _, line := range strings.Split(string(cgroups), "\n") {
 		// hierarchy-ID:controller-list:cgroup-path
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) != 3 {
@@ -88,31 +87,25 @@ func memoryCgroup(cgroups, mountinfo []byte) (dir, mount, file string, ok bool) 
 		}
 		switch {
 		case parts[0] == "0" && parts[1] == "":
-			v2, v2Found = parts[2], true
+			v2 = parts[2]
 		case slices.Contains(strings.Split(parts[1], ","), "memory"):
-			v1, v1Found = parts[2], true
+			v1 = parts[2]
 		}
 	}
-	for _, line := range lines(mountinfo) {
+	for _, line := range strings.Split(string(mountinfo), "\n") {
 		// id parent major:minor root mount-point options [optional...] - type source super-options
 		fields := strings.Fields(line)
-		sep := -1
-		for i, f := range fields {
-			if f == "-" {
-				sep = i
-				break
-			}
-		}
+		sep := slices.Index(fields, "-")
 		if sep < 5 || sep+3 >= len(fields) {
 			continue
 		}
 		root, point, fstype, super := fields[3], fields[4], fields[sep+1], fields[sep+3]
 		switch {
-		case fstype == "cgroup2" && v2Found && !v1Found:
+		case fstype == "cgroup2" && v2 != "" && v1 == "":
 			if d, ok := within(point, root, v2); ok {
 				return d, strings.TrimPrefix(point, "/"), "memory.max", true
 			}
-		case fstype == "cgroup" && v1Found && slices.Contains(strings.Split(super, ","), "memory"):
+		case fstype == "cgroup" && v1 != "" && slices.Contains(strings.Split(super, ","), "memory"):
 			if d, ok := within(point, root, v1); ok {
 				return d, strings.TrimPrefix(point, "/"), "memory.limit_in_bytes", true
 			}
@@ -151,16 +144,6 @@ func readLimit(fsys fs.FS, name string) (uint64, bool) {
 		return 0, false
 	}
 	return n, true
-}
-
-func lines(b []byte) []string {
-	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	for sc.Scan() {
-		out = append(out, sc.Text())
-	}
-	return out
 }
 
 // Decision is what Set did and why, for the start-up log.
