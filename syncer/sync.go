@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -33,6 +34,7 @@ import (
 
 	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/panics"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -297,13 +299,20 @@ func (s *Syncer) next(ctx context.Context) bool {
 	defer s.inFlight.Add(-1)
 	defer s.queue.Done(it)
 	var after time.Duration
-	var err error
-	if it.gvr == namespacesGVR {
-		err = s.syncNamespace(ctx, it)
-	} else {
+	err := panics.Recover("syncer", func() (err error) {
+		if it.gvr == namespacesGVR {
+			return s.syncNamespace(ctx, it)
+		}
 		after, err = s.syncObject(ctx, it)
-	}
+		return err
+	})
+	var p *panics.Error
 	switch {
+	case errors.As(err, &p):
+		// A tenant's object the syncer cannot handle: reported and
+		// retried with backoff; the other workloads go on.
+		klog.ErrorS(err, "syncing an object panicked; retrying it with backoff", "item", it, "stack", string(p.Stack))
+		s.queue.AddRateLimited(it)
 	case err != nil:
 		klog.V(2).InfoS("will retry", "item", it, "err", err)
 		s.queue.AddRateLimited(it)

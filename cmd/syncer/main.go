@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kcpsql/kcp/schema/workload"
+	"github.com/kcpsql/kcp/server/panics"
 	"github.com/kcpsql/kcp/syncer"
 )
 
@@ -47,6 +48,8 @@ func main() {
 		fmt.Fprintf(os.Stderr, "syncer connects one physical Kubernetes cluster to its SyncTarget in kcp.\n\nUsage:\n  syncer --kcp-kubeconfig FILE --sync-target NAME [--kubeconfig FILE]\n\nFlags:\n%s", fs.FlagUsages())
 	}
 	fs.Parse(os.Args[1:])
+	// One tenant's object must not stop the syncer for every other.
+	panics.Install()
 	if *kcpConfig == "" || *target == "" {
 		fs.Usage()
 		fmt.Fprintln(os.Stderr, "\nsyncer: --kcp-kubeconfig and --sync-target are required")

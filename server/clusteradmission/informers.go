@@ -7,6 +7,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/informers"
 	admissionregistrationinformers "k8s.io/client-go/informers/admissionregistration"
 	admissionregistrationv1informers "k8s.io/client-go/informers/admissionregistration/v1"
@@ -116,6 +117,36 @@ func (s *sharedInformers) factory(ctx context.Context, cluster logicalcluster.Na
 		"vwc":        s.vwc.ClusterView(ctx, cluster),
 		"mwc":        s.mwc.ClusterView(ctx, cluster),
 	}}
+}
+
+// ForResource answers the generic informer of a resource the factory
+// holds, and otherwise an error: upstream's policy plugins then watch a
+// parameter resource (a policy's paramKind, say ConfigMaps) with an
+// informer of their own on the cluster's dynamic client, scoped to that
+// cluster. Without this method the nil embedded factory panicked in the
+// plugins' background goroutine and ended the process.
+func (f *factory) ForResource(gvr schema.GroupVersionResource) (informers.GenericInformer, error) {
+	if gvr == corev1.SchemeGroupVersion.WithResource("namespaces") {
+		return genericInformer{f.views["namespaces"], gvr.GroupResource()}, nil
+	}
+	if gvr.GroupVersion() == admissionregistrationv1.SchemeGroupVersion {
+		for key, res := range map[string]string{"vap": "validatingadmissionpolicies", "vapb": "validatingadmissionpolicybindings", "map": "mutatingadmissionpolicies", "mapb": "mutatingadmissionpolicybindings", "vwc": "validatingwebhookconfigurations", "mwc": "mutatingwebhookconfigurations"} {
+			if gvr.Resource == res {
+				return genericInformer{f.views[key], gvr.GroupResource()}, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("no shared informer for %s", gvr)
+}
+
+type genericInformer struct {
+	inf cache.SharedIndexInformer
+	gr  schema.GroupResource
+}
+
+func (g genericInformer) Informer() cache.SharedIndexInformer { return g.inf }
+func (g genericInformer) Lister() cache.GenericLister {
+	return cache.NewGenericLister(g.inf.GetIndexer(), g.gr)
 }
 
 // Start and WaitForCacheSync have nothing to run: the shared informers

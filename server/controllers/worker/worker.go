@@ -5,6 +5,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -12,6 +13,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/kcpsql/kcp/server/panics"
 )
 
 // Process handles one key; a positive duration asks to see the key again
@@ -53,8 +56,18 @@ func next[T comparable](ctx context.Context, name string, q workqueue.TypedRateL
 		return false
 	}
 	defer q.Done(key)
-	after, err := process(ctx, key)
+	var after time.Duration
+	err := panics.Recover(name, func() (err error) {
+		after, err = process(ctx, key)
+		return err
+	})
+	var p *panics.Error
 	switch {
+	case errors.As(err, &p):
+		// An object the controller cannot handle: reported and retried
+		// with backoff, never the end of the server.
+		klog.ErrorS(err, "controller panicked on a key; retrying it with backoff", "controller", name, "key", key, "stack", string(p.Stack))
+		q.AddRateLimited(key)
 	case err != nil:
 		klog.V(2).InfoS("will retry", "controller", name, "key", key, "err", err)
 		q.AddRateLimited(key)
