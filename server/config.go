@@ -22,6 +22,7 @@ import (
 	"github.com/kcpsql/kcp/server/clusterauthz"
 	"github.com/kcpsql/kcp/server/clusterrbac"
 	"github.com/kcpsql/kcp/server/logicalclusters"
+	"github.com/kcpsql/kcp/server/requester"
 	"github.com/kcpsql/kcp/server/satokens"
 	"github.com/kcpsql/kcp/server/serverwide"
 	"github.com/kcpsql/kcp/server/viewidentity"
@@ -77,16 +78,22 @@ func makeAuthClusterAware(g *genericapiserver.Config, rbac *clusterrbac.Authoriz
 	if g.Authentication.Authenticator != nil {
 		// A request the syncer view accepted continues as the view's
 		// identity (syncerview).
-		g.Authentication.Authenticator = viewidentity.WithViewIdentity(satokens.WithServiceAccountIdentity(g.Authentication.Authenticator))
+		// The user proven is remembered before impersonation replaces it
+		// (requester.Real).
+		g.Authentication.Authenticator = requester.Remember(viewidentity.WithViewIdentity(satokens.WithServiceAccountIdentity(g.Authentication.Authenticator)))
 	}
 	if g.Authorization.Authorizer != nil {
 		// serverwide leaves the server's own endpoints (metrics, debug,
 		// health) to root's RBAC, whatever /clusters prefix reaches them.
-		cluster := clusterauthz.Authorizer{Delegate: g.Authorization.Authorizer, Clusters: rbac, State: clusters.State, Owner: clusters.Owner}
-		g.Authorization.Authorizer = serverwide.Authorizer{Root: g.Authorization.Authorizer, Next: cluster, AuditAnnotation: clusterauthz.AuditAnnotation}
+		// A service account is itself only in its own cluster
+		// (clusterauthz.SeenIn): both RBAC chains see one of another
+		// cluster under its foreign name.
+		root := clusterauthz.OwnClusterOnly{Next: g.Authorization.Authorizer}
+		cluster := clusterauthz.Authorizer{Delegate: root, Clusters: clusterauthz.OwnClusterOnly{Next: rbac}, State: clusters.State, Owner: clusters.Owner}
+		g.Authorization.Authorizer = serverwide.Authorizer{Root: root, Next: cluster, AuditAnnotation: clusterauthz.AuditAnnotation}
 	}
 	if g.RuleResolver != nil {
-		g.RuleResolver = clusterauthz.RuleResolver{Delegate: g.RuleResolver, Clusters: rbac}
+		g.RuleResolver = clusterauthz.RuleResolver{Delegate: clusterauthz.OwnClusterRules{Next: g.RuleResolver}, Clusters: clusterauthz.OwnClusterRules{Next: rbac}}
 	}
 }
 

@@ -42,6 +42,8 @@ import (
 	"github.com/kcpsql/kcp/server/memlimit"
 	"github.com/kcpsql/kcp/server/memreturn"
 	"github.com/kcpsql/kcp/server/negotiated"
+	"github.com/kcpsql/kcp/server/panics"
+	"github.com/kcpsql/kcp/server/requester"
 	"github.com/kcpsql/kcp/server/requestlimits"
 	"github.com/kcpsql/kcp/server/routing"
 	"github.com/kcpsql/kcp/server/syncerview"
@@ -62,6 +64,8 @@ const CacheConsistencyCheckPeriod = time.Hour
 // drains requests and closes the database.
 func Run(ctx context.Context, o *CompletedOptions) error {
 	start := time.Now()
+	// No tenant's object may end the process (see package panics).
+	panics.Install()
 	// Before anything fills a cache: the start-up fill is what needs it.
 	limit, err := memlimit.Set(o.MemoryLimitRatio, os.Getenv("GOMEMLIMIT"), func() (uint64, string, error) { return memlimit.FromCgroup(os.DirFS("/")) })
 	if err != nil {
@@ -260,12 +264,12 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *b
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
 		// After authorization: reads at resource versions from before a
 		// cluster's current incarnation answer 410 (incarnations).
-		routed := routing.WithLogicalCluster(errorlimit.WithLimit(tenantslots.WithHolder(inner(incarnations.WithIncarnations(crds.Wrap(h), began), gc))))
+		routed := routing.WithLogicalCluster(errorlimit.WithLimit(tenantslots.WithHolder(requester.WithHolder(inner(incarnations.WithIncarnations(crds.Wrap(h), began), gc)))))
 		view, err := syncerview.New(routed, gc.Authentication.Authenticator, gc.Authorization.Authorizer, gc.LoopbackClientConfig, boundAPIs)
 		if err != nil {
 			klog.Fatalf("building the syncer view: %v", err)
 		}
-		exports := exportview.New(view, gc.Authentication.Authenticator, gc.Authorization.Authorizer, boundAPIs)
+		exports := exportview.New(view, gc.Authentication.Authenticator, gc.Authorization.Authorizer, boundAPIs, crds)
 		return requestlimits.WithURILimit(exports)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/kcpsql/kcp/schema/apis"
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/schema/workload"
+	"github.com/kcpsql/kcp/server/admission/apibinding"
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/localwatch"
 	"github.com/kcpsql/kcp/server/rbacescalation"
@@ -107,5 +108,6 @@ func setUpCRDServing(c genericcp.CompletedConfig, ae *apiextensionsapiserver.Cus
 			static, x.GenericConfig.MaxRequestBodyBytes)
 	}
 	crds.SetUp(newHandler, crdserving.ReservedGroups(agg.GenericAPIServer.ListedPaths(), tenancy.Group, workload.Group, apiresource.Group, apis.Group, "apiregistration.k8s.io", "apiextensions.k8s.io"))
+	apibinding.SetReserved(crds.Reserved)
 	return nil
 }

@@ -10,11 +10,13 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
 )
 
 // Group and Version of the API.
@@ -184,3 +186,24 @@ func Identity(provider string, name string, uid types.UID) string {
 
 //go:embed crds/*.yaml
 var CRDs embed.FS
+
+// builtinGroups are Kubernetes's built-in API groups (client-go knows
+// every one), whether or not kcp serves them itself.
+var builtinGroups = func() map[string]bool {
+	out := map[string]bool{}
+	for _, gv := range scheme.Scheme.PrioritizedVersionsAllGroups() {
+		out[gv.Group] = true
+	}
+	return out
+}()
+
+// ReservedGroup reports whether an API group belongs to Kubernetes or kcp
+// by its name: the legacy group, a group without a dot (apps, batch,
+// policy, ...), one of Kubernetes's built-in groups, or a group in kcp's
+// domain (kcp.io). An APIResourceSchema cannot define such a group, and an
+// export's view never serves one. (Groups of CRDs that Kubernetes projects
+// ship, like gateway.networking.k8s.io, are not built in: a physical
+// cluster's CRD of such a group is negotiated and exported like any.)
+func ReservedGroup(group string) bool {
+	return !strings.Contains(group, ".") || builtinGroups[group] || group == "kcp.io" || strings.HasSuffix(group, ".kcp.io")
+}

@@ -34,6 +34,7 @@ import (
 
 	"github.com/kcpsql/kcp/schema/apis"
 	"github.com/kcpsql/kcp/schema/tenancy"
+	"github.com/kcpsql/kcp/server/viewidentity"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -65,6 +66,10 @@ func (a Authorizer) precheck(ctx context.Context, attr authorizer.Attributes) (a
 		cluster = logicalcluster.Root
 	}
 	u := attr.GetUser()
+	if g, ok := viewidentity.GrantFor(ctx, u); ok {
+		// A view's identity may do exactly what the view checked.
+		return a.viewGrant(cluster, g, attr)
+	}
 	switch {
 	case cluster.IsWildcard():
 		if attr.IsResourceRequest() && attr.GetVerb() != "list" && attr.GetVerb() != "watch" {
@@ -113,6 +118,24 @@ func (a Authorizer) precheck(ctx context.Context, attr authorizer.Attributes) (a
 		return authorizer.DecisionDeny, noAccess(cluster, u), true
 	}
 	return authorizer.DecisionNoOpinion, "", false
+}
+
+// viewGrant decides a request a view continued: allowed if its grant
+// covers it and the cluster can take it, refused otherwise.
+func (a Authorizer) viewGrant(cluster logicalcluster.Name, g viewidentity.Grant, attr authorizer.Attributes) (authorizer.Decision, string, bool) {
+	if !cluster.IsWildcard() && a.State != nil {
+		exists, terminating := a.State(cluster)
+		if !exists || (terminating && attr.GetVerb() == "create") {
+			return authorizer.DecisionDeny, fmt.Sprintf("logical cluster %s does not exist or is being deleted", cluster), true
+		}
+	}
+	if attr.IsResourceRequest() && cluster.IsWildcard() && attr.GetVerb() != "list" && attr.GetVerb() != "watch" {
+		return authorizer.DecisionDeny, "only list and watch are allowed across all logical clusters (/clusters/*)", true
+	}
+	if g.Allows(cluster, attr) {
+		return authorizer.DecisionAllow, "", true
+	}
+	return authorizer.DecisionDeny, fmt.Sprintf("%q may do only what its view checked", g.User), true
 }
 
 type exportGrantKey struct{}

@@ -40,6 +40,7 @@ import (
 	"github.com/kcpsql/kcp/schema/apis"
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/clusterauthz"
+	"github.com/kcpsql/kcp/server/requester"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -65,7 +66,9 @@ type Plugin struct {
 	*admission.Handler
 	authz authorizer.Authorizer
 	bound atomic.Pointer[BoundFunc]
-	users atomic.Pointer[Users]
+	// reserved tells the groups the server serves itself.
+	reserved atomic.Pointer[func(string) bool]
+	users    atomic.Pointer[Users]
 }
 
 var instance = &Plugin{Handler: admission.NewHandler(admission.Create, admission.Delete)}
@@ -93,6 +96,29 @@ func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 // Register adds the plugin to a plugin registry (one instance per process).
 func Register(plugins *admission.Plugins) {
 	plugins.Register(PluginName, func(io.Reader) (admission.Interface, error) { return instance, nil })
+}
+
+// SetReserved gives the plugin the groups the server serves itself.
+func SetReserved(f func(group string) bool) { instance.reserved.Store(&f) }
+
+// checkSchemaGroup refuses an APIResourceSchema of a group that kcp or
+// Kubernetes serves itself: bound, it would name the built-in resource,
+// and the export's view would reach the built-in objects of every
+// consumer (Workspaces, APIBindings, Secrets) instead of the export's.
+func (p *Plugin) checkSchemaGroup(a admission.Attributes) error {
+	u, ok := a.GetObject().(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	group, _, _ := unstructured.NestedString(u.Object, "spec", "group")
+	served := false
+	if f := p.reserved.Load(); f != nil {
+		served = (*f)(group)
+	}
+	if apis.ReservedGroup(group) || served {
+		return admission.NewForbidden(a, fmt.Errorf("spec.group %q is an API group of Kubernetes or kcp (or one this server serves itself); an APIResourceSchema defines an API of your own, in a group of your own domain like example.com", group))
+	}
+	return nil
 }
 
 // SetBound gives the plugin the bound definitions of each cluster.
@@ -130,6 +156,8 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	switch a.GetResource().GroupResource() {
 	case apis.BindingsResource.GroupResource():
 		return p.checkBind(ctx, a)
+	case apis.SchemasResource.GroupResource():
+		return p.checkSchemaGroup(a)
 	case apiextensionsv1.Resource("customresourcedefinitions"):
 		f := p.bound.Load()
 		if f == nil {
@@ -225,10 +253,15 @@ func (p *Plugin) checkBind(ctx context.Context, a admission.Attributes) error {
 	return nil
 }
 
-// MayBind checks that u has the verb "bind" on the APIExport name of the
+// MayBind checks that u (the identity u's request authenticated as, if
+// it impersonates u) has the verb "bind" on the APIExport name of the
 // workspace path, in that workspace's RBAC. A missing workspace or export
 // gives the same error as a missing grant.
 func MayBind(ctx context.Context, authz authorizer.Authorizer, u user.Info, path, name string) error {
+	// Checked in the provider's workspace: as the identity the request
+	// proved, not one it impersonates (impersonation was authorized in
+	// the requester's workspace only).
+	u = requester.Real(ctx, u)
 	provider, err := logicalcluster.Parse(path)
 	if err != nil || provider.IsWildcard() {
 		return fmt.Errorf("%q is not a workspace path (like root:platform)", path)

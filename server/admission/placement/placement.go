@@ -43,6 +43,7 @@ import (
 	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/requester"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -411,15 +412,19 @@ func (p *Plugin) validatePlacement(ctx context.Context, a admission.Attributes) 
 			return admission.NewForbidden(a, fmt.Errorf("spec.namespaceSelector: %v", err))
 		}
 	}
+	// Checked in the location workspace: as the identity the request
+	// proved, not one it impersonates (impersonation was authorized in
+	// the Placement's workspace only).
+	requesterInfo := requester.Real(ctx, a.GetUserInfo())
 	attr := authorizer.AttributesRecord{
-		User: a.GetUserInfo(), Verb: workload.VerbUse, APIGroup: workload.Group, APIVersion: workload.Version,
+		User: requesterInfo, Verb: workload.VerbUse, APIGroup: workload.Group, APIVersion: workload.Version,
 		Resource: "synctargets", ResourceRequest: true,
 	}
 	d, _, err := p.authz.Authorize(logicalcluster.WithCluster(ctx, loc), attr)
 	if err != nil || d != authorizer.DecisionAllow {
 		name := ""
-		if a.GetUserInfo() != nil {
-			name = a.GetUserInfo().GetName()
+		if requesterInfo != nil {
+			name = requesterInfo.GetName()
 		}
 		return admission.NewForbidden(a, fmt.Errorf("%q may not use the SyncTargets of workspace %s: a Placement needs the verb %q on "+
 			"synctargets.%s there (granted with RBAC in that workspace), or the workspace does not exist", name, loc, workload.VerbUse, workload.Group))

@@ -1,0 +1,63 @@
+// Package requester remembers who a request authenticated as, before
+// impersonation replaced the user.
+//
+// Impersonation is authorized in the request's own logical cluster: a
+// workspace admin may impersonate anyone there, and the impersonated
+// identity means something only there. When kcp checks a permission of
+// the request in another workspace (bind on an APIExport in the
+// provider's workspace, use on SyncTargets in a location workspace), the
+// identity checked must be the one the request proved, not one a tenant
+// chose: Real answers it.
+package requester
+
+import (
+	"context"
+	"net/http"
+
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
+)
+
+type key struct{}
+
+type holder struct{ u user.Info }
+
+// WithHolder makes room, in each request's context, for the user its
+// authentication finds. It goes in front of the handler chain's
+// authentication (and so of impersonation).
+func WithHolder(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		next.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), key{}, &holder{})))
+	})
+}
+
+// Remember wraps the server's authenticator: the user it authenticates a
+// request as is kept in the request's holder.
+func Remember(delegate authenticator.Request) authenticator.Request {
+	return authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
+		resp, ok, err := delegate.AuthenticateRequest(req)
+		if h, found := req.Context().Value(key{}).(*holder); found && ok && err == nil && resp != nil && h.u == nil {
+			h.u = resp.User
+		}
+		return resp, ok, err
+	})
+}
+
+// Authenticated is the user the request authenticated as, if known.
+func Authenticated(ctx context.Context) (user.Info, bool) {
+	h, ok := ctx.Value(key{}).(*holder)
+	if !ok || h.u == nil {
+		return nil, false
+	}
+	return h.u, true
+}
+
+// Real is the identity to check outside the request's own cluster: the
+// authenticated user when the request impersonates another (u is the
+// impersonated one), else u.
+func Real(ctx context.Context, u user.Info) user.Info {
+	if a, ok := Authenticated(ctx); ok {
+		return a
+	}
+	return u
+}
