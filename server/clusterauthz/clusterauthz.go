@@ -65,6 +65,9 @@ func (a Authorizer) precheck(ctx context.Context, attr authorizer.Attributes) (a
 		cluster = logicalcluster.Root
 	}
 	u := attr.GetUser()
+	if reason, deny := syncerImportDenied(attr); deny {
+		return authorizer.DecisionDeny, reason, true
+	}
 	switch {
 	case cluster.IsWildcard():
 		if attr.IsResourceRequest() && attr.GetVerb() != "list" && attr.GetVerb() != "watch" {
