@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	kjson "sigs.k8s.io/json"
 )
 
 // Placement modes: how the workloads of a namespace go to the SyncTargets
@@ -262,31 +263,40 @@ type ShareStatus struct {
 // name, namespace), its status, and kcp's own labels and annotations
 // (kcp.io/ and workload.kcp.io/ keys), by which the syncer finds and maps
 // back its copies. An override may change spec and the object's other
-// labels and annotations.
+// labels and annotations, one key at a time: metadata, labels and
+// annotations must be objects (a null would delete all of them), and no
+// strategic-merge directive ($patch: replace or delete, $retainKeys,
+// $deleteFromPrimitiveList/..., $setElementOrder/...) may appear outside
+// spec, since it could drop kcp's keys without naming them. The patch is
+// decoded strictly (a key twice, in any object, is refused), so what is
+// checked is what any JSON decoder applies.
 func CheckOverridePatch(raw []byte) error {
 	var patch map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &patch); err != nil {
-		return fmt.Errorf("not a JSON object: %v", err)
+	if err := strictObject(raw, &patch); err != nil {
+		return fmt.Errorf("not a JSON object with each key once: %v", err)
 	}
 	for k, v := range patch {
 		switch k {
 		case "spec":
 		case "metadata":
 			var meta map[string]json.RawMessage
-			if err := json.Unmarshal(v, &meta); err != nil {
-				return fmt.Errorf("metadata: %v", err)
+			if err := strictObject(v, &meta); err != nil {
+				return fmt.Errorf("metadata: an object with each key once, not %s (%v)", short(v), err)
 			}
 			for mk, mv := range meta {
 				if mk != "labels" && mk != "annotations" {
 					return fmt.Errorf("metadata.%s: an override may change only spec, labels and annotations", mk)
 				}
 				var m map[string]json.RawMessage
-				if err := json.Unmarshal(mv, &m); err != nil {
-					return fmt.Errorf("metadata.%s: %v", mk, err)
+				if err := strictObject(mv, &m); err != nil {
+					return fmt.Errorf("metadata.%s: an object with each key once, not %s (%v)", mk, short(mv), err)
 				}
 				for key := range m {
 					if KCPOwnedKey(key) {
 						return fmt.Errorf("metadata.%s[%q]: kcp's own keys cannot be overridden", mk, key)
+					}
+					if strings.HasPrefix(key, "$") {
+						return fmt.Errorf("metadata.%s[%q]: a patch directive could drop kcp's own keys; name the keys to set or remove instead", mk, key)
 					}
 				}
 			}
@@ -295,6 +305,27 @@ func CheckOverridePatch(raw []byte) error {
 		}
 	}
 	return nil
+}
+
+// strictObject decodes a JSON object into m: no key twice, not null.
+func strictObject(raw []byte, m *map[string]json.RawMessage) error {
+	strictErrs, err := kjson.UnmarshalStrict(raw, m, kjson.DisallowDuplicateFields)
+	switch {
+	case err != nil:
+		return err
+	case len(strictErrs) > 0:
+		return strictErrs[0]
+	case *m == nil:
+		return fmt.Errorf("null")
+	}
+	return nil
+}
+
+func short(raw []byte) string {
+	if len(raw) > 40 {
+		return string(raw[:40]) + "..."
+	}
+	return string(raw)
 }
 
 // KCPOwnedKey reports label and annotation keys kcp and its syncers own.

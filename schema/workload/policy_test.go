@@ -182,6 +182,24 @@ func TestCheckOverridePatch(t *testing.T) {
 		`{"metadata":{"annotations":{"kcp.io/cluster":"root:other"}}}`:                   false,
 		`{"metadata":{"finalizers":["x"]}}`:                                              false,
 		`[1]`:                                                                            false,
+		// Issue 49: directives and nulls that drop kcp's keys without
+		// naming them, keys twice.
+		`{"metadata":{"labels":{"$patch":"replace","tier":"eu"}}}`:                         false,
+		`{"metadata":{"annotations":{"$patch":"delete"}}}`:                                 false,
+		`{"metadata":{"labels":{"$retainKeys":["tier"]}}}`:                                 false,
+		`{"metadata":{"$setElementOrder/labels":[]}}`:                                      false,
+		`{"metadata":{"$deleteFromPrimitiveList/finalizers":["x"]}}`:                       false,
+		`{"metadata":{"$patch":"replace","labels":{}}}`:                                    false,
+		`{"$patch":"replace","spec":{}}`:                                                   false,
+		`{"metadata":{"labels":null}}`:                                                     false,
+		`{"metadata":{"annotations":null}}`:                                                false,
+		`{"metadata":null}`:                                                                false,
+		`{"metadata":{"labels":["x"]}}`:                                                    false,
+		`{"metadata":{"labels":{"tier":"eu"}},"metadata":{"labels":{"$patch":"replace"}}}`: false,
+		`{"metadata":{"labels":{"tier":"eu","tier":"us"}}}`:                                false,
+		`{"metadata":{"labels":{"tier":null}}}`:                                            true,
+		`{"Metadata":{"labels":{"$patch":"replace"}}}`:                                     false,
+		`{"spec":{"template":{"spec":{"containers":[{"name":"web","$patch":"delete"}]}}}}`: true,
 	} {
 		if err := CheckOverridePatch([]byte(patch)); (err == nil) != ok {
 			t.Errorf("CheckOverridePatch(%s) = %v, want ok=%v", patch, err, ok)

@@ -199,6 +199,11 @@ const (
 	VerbSync = "sync"
 )
 
+// SyncerUserPrefix + <SyncTarget name> is the user name of a syncer's
+// service account (kubectl kcp workload sync creates
+// kcp-syncers/syncer-<target> in the location workspace).
+const SyncerUserPrefix = "system:serviceaccount:kcp-syncers:syncer-"
+
 // Assignment data on namespaces and synced objects.
 const (
 	// StateLabelPrefix + TargetKey(...) = "Sync" marks a namespace, and each

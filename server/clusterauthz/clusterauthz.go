@@ -70,6 +70,9 @@ func (a Authorizer) precheck(ctx context.Context, attr authorizer.Attributes) (a
 		// A view's identity may do exactly what the view checked.
 		return a.viewGrant(cluster, g, attr)
 	}
+	if reason, deny := syncerImportDenied(attr); deny {
+		return authorizer.DecisionDeny, reason, true
+	}
 	switch {
 	case cluster.IsWildcard():
 		if attr.IsResourceRequest() && attr.GetVerb() != "list" && attr.GetVerb() != "watch" {

@@ -29,7 +29,6 @@ package syncerview
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -177,31 +176,35 @@ func (f *Filter) checkPatch(req *http.Request, cluster logicalcluster.Name, info
 	if len(body) > maxPatch {
 		return apierrors.NewRequestEntityTooLargeError("a syncer view patch is limited to 2 MiB")
 	}
-	req.Body = io.NopCloser(bytes.NewReader(body))
 	ct := strings.TrimSpace(strings.Split(req.Header.Get("Content-Type"), ";")[0])
 	finalizer := workload.FinalizerPrefix + key
+	var forward []byte
 	switch {
 	case info.Subresource == "status":
 		// {"status": ...}, or its own status of an object several targets
 		// run, in its own annotation: {"metadata":{"annotations":{"<prefix><key>":"..."}}}.
-		var patch map[string]json.RawMessage
-		if ct != "application/merge-patch+json" || json.Unmarshal(body, &patch) != nil || len(patch) != 1 || (patch["status"] == nil && !ownAnnotation(patch["metadata"], key)) {
-			return apierrors.NewForbidden(gr, info.Name, fmt.Errorf("a syncer may patch status only with a merge patch {\"status\": ...} or one that sets its annotation %s", workload.StatusAnnotationPrefix+key))
+		if ct == "application/merge-patch+json" {
+			forward, err = statusPatch(body, key)
+		}
+		if ct != "application/merge-patch+json" || err != nil {
+			return apierrors.NewForbidden(gr, info.Name, fmt.Errorf("a syncer may patch status only with a merge patch {\"status\": ...} or one that sets its annotation %s (%v)", workload.StatusAnnotationPrefix+key, reason(ct, "application/merge-patch+json", err)))
 		}
 	case info.Subresource == "":
-		var ops []struct {
-			Op    string `json:"op"`
-			Path  string `json:"path"`
-			Value any    `json:"value"`
+		if ct == "application/json-patch+json" {
+			forward, err = finalizerRemoval(body, finalizer)
 		}
-		if ct != "application/json-patch+json" || json.Unmarshal(body, &ops) != nil || len(ops) != 2 ||
-			ops[0].Op != "test" || ops[0].Value != finalizer || !strings.HasPrefix(ops[0].Path, "/metadata/finalizers/") ||
-			ops[1].Op != "remove" || ops[1].Path != ops[0].Path {
-			return apierrors.NewForbidden(gr, info.Name, fmt.Errorf("a syncer may change an object only by removing its finalizer %s (a JSON patch: test, then remove)", finalizer))
+		if ct != "application/json-patch+json" || err != nil {
+			return apierrors.NewForbidden(gr, info.Name, fmt.Errorf("a syncer may change an object only by removing its finalizer %s (a JSON patch: test, then remove) (%v)", finalizer, reason(ct, "application/json-patch+json", err)))
 		}
 	default:
 		return apierrors.NewForbidden(gr, info.Name, fmt.Errorf("the syncer view does not serve %s/%s", info.Resource, info.Subresource))
 	}
+	// What goes on is the patch built from the checked values, never the
+	// client's bytes.
+	req.Body = io.NopCloser(bytes.NewReader(forward))
+	req.ContentLength = int64(len(forward))
+	req.Header.Set("Content-Type", ct)
+	req.Header.Del("Content-Encoding")
 	d, err := f.clients.Dynamic(cluster)
 	if err != nil {
 		return apierrors.NewInternalError(err)
@@ -225,13 +228,10 @@ func (f *Filter) checkPatch(req *http.Request, cluster logicalcluster.Name, info
 	return nil
 }
 
-// ownAnnotation: metadata is {"annotations":{"<status prefix><key>":"..."}}
-// and nothing else.
-func ownAnnotation(metadata json.RawMessage, key string) bool {
-	var meta map[string]json.RawMessage
-	var annotations map[string]*string
-	if metadata == nil || json.Unmarshal(metadata, &meta) != nil || len(meta) != 1 || json.Unmarshal(meta["annotations"], &annotations) != nil {
-		return false
+// reason says why a patch was refused: its content type or its content.
+func reason(ct, want string, err error) string {
+	if ct != want {
+		return fmt.Sprintf("content type %q, want %s", ct, want)
 	}
-	return len(annotations) == 1 && annotations[workload.StatusAnnotationPrefix+key] != nil
+	return err.Error()
 }

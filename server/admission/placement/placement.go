@@ -219,7 +219,10 @@ var _ admission.ValidationInterface = &Plugin{}
 // it labels a new object of a synced resource in an assigned namespace.
 func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	gr := a.GetResource().GroupResource()
-	if a.GetSubresource() != "" || (a.GetOperation() != admission.Create && a.GetOperation() != admission.Update) {
+	// Every update, of the object or of any subresource (status, scale,
+	// ...), in every patch dialect: the status strategies of most built-in
+	// resources keep the metadata the client sent.
+	if a.GetOperation() != admission.Update && (a.GetOperation() != admission.Create || a.GetSubresource() != "") {
 		return nil
 	}
 	cluster, ok := logicalcluster.From(ctx)
@@ -237,7 +240,7 @@ func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 		}
 		KeepAssignment(obj, old)
 	}
-	if a.GetOperation() != admission.Create || a.GetNamespace() == "" || BuiltIn(gr, a.GetName()) || !isSynced(cluster, gr) {
+	if a.GetOperation() != admission.Create || a.GetSubresource() != "" || a.GetNamespace() == "" || BuiltIn(gr, a.GetName()) || !isSynced(cluster, gr) {
 		return nil
 	}
 	ns, err := namespacelifecycle.Namespace(ctx, cluster, a.GetNamespace())
@@ -337,14 +340,18 @@ func AddAssignment(obj metav1.Object, ns *corev1.Namespace) bool {
 	return changed
 }
 
-// Validate checks "use" for Placements and that a workload's namespace is
-// placed.
+// Validate checks that kcp's assignment data is still kcp's after every
+// mutation (checkKCPKeys), "use" for Placements and that a workload's
+// namespace is placed.
 func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
-	if a.GetSubresource() != "" {
-		return nil
-	}
 	cluster, ok := logicalcluster.From(ctx)
 	if !ok || cluster.IsWildcard() {
+		return nil
+	}
+	if err := checkKCPKeys(ctx, cluster, a); err != nil {
+		return err
+	}
+	if a.GetSubresource() != "" {
 		return nil
 	}
 	gr := a.GetResource().GroupResource()
@@ -432,10 +439,6 @@ func (p *Plugin) validatePlacement(ctx context.Context, a admission.Attributes) 
 	return nil
 }
 
-// syncerPrefix starts the user name of every syncer's service account
-// (kubectl kcp workload sync creates kcp-syncers/syncer-<target>).
-const syncerPrefix = "system:serviceaccount:kcp-syncers:syncer-"
-
 // validateImport lets a syncer write the APIResourceImports of its own
 // SyncTarget only.
 func validateImport(a admission.Attributes) error {
@@ -443,7 +446,7 @@ func validateImport(a admission.Attributes) error {
 	if u == nil {
 		return nil
 	}
-	target, ok := strings.CutPrefix(u.GetName(), syncerPrefix)
+	target, ok := strings.CutPrefix(u.GetName(), workload.SyncerUserPrefix)
 	if !ok {
 		return nil
 	}

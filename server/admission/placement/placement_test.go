@@ -31,3 +31,24 @@ func TestKeepAssignment(t *testing.T) {
 		t.Errorf("update: %+v", obj)
 	}
 }
+
+func TestKCPKeys(t *testing.T) {
+	l1, f1 := workload.StateLabel("root:compute", "pc1"), workload.Finalizer("root:compute", "pc1")
+	base := &metav1.ObjectMeta{Labels: map[string]string{l1: "Sync", "app": "web"}, Finalizers: []string{"user/keep", f1},
+		Annotations: map[string]string{workload.AssignedTargetAnnotation: "root:compute/pc1", "note": "x"}}
+	same := &metav1.ObjectMeta{Labels: map[string]string{l1: "Sync", "app": "db"}, Finalizers: []string{f1},
+		Annotations: map[string]string{workload.AssignedTargetAnnotation: "root:compute/pc1"}}
+	if kcpKeys(base) != kcpKeys(same) {
+		t.Errorf("the tenant's own keys count: %q vs %q", kcpKeys(base), kcpKeys(same))
+	}
+	for _, changed := range []*metav1.ObjectMeta{
+		{Labels: map[string]string{l1: "Sync"}, Annotations: same.Annotations},                                                                               // finalizer gone
+		{Labels: map[string]string{l1: "Sync", workload.StateLabel("root:compute", "pc2"): "Sync"}, Finalizers: []string{f1}, Annotations: same.Annotations}, // another target
+		{Labels: map[string]string{l1: "Sync"}, Finalizers: []string{f1}},                                                                                    // annotation gone
+		{Labels: map[string]string{l1: "Sync"}, Finalizers: []string{f1}, Annotations: map[string]string{workload.AssignedTargetAnnotation: "root:compute/pc1", workload.StatusAnnotationPrefix + "x": "{}"}},
+	} {
+		if kcpKeys(changed) == kcpKeys(base) {
+			t.Errorf("a change of kcp's keys goes unseen: %+v", changed)
+		}
+	}
+}
