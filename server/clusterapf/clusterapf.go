@@ -57,6 +57,7 @@ import (
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/percluster"
 	"github.com/kcpsql/kcp/server/tenantslots"
+	"github.com/kcpsql/kcp/server/viewidentity"
 	"github.com/kcpsql/kcp/storage/clusterstore"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -144,12 +145,21 @@ func (f *FlowControl) build(ctx context.Context, cluster logicalcluster.Name) (u
 func (f *FlowControl) Handle(ctx context.Context, rd utilflowcontrol.RequestDigest,
 	noteFn func(fs *flowcontrolv1.FlowSchema, pl *flowcontrolv1.PriorityLevelConfiguration, flowDistinguisher string),
 	workEstimator func() fcrequest.WorkEstimate, queueNoteFn fq.QueueNoteFn, execFn func()) {
-	cluster, ok := logicalcluster.From(ctx)
-	if !ok || cluster == logicalcluster.Root || cluster.IsWildcard() || rd.User == nil || slices.Contains(rd.User.GetGroups(), user.SystemPrivilegedGroup) {
+	reached, ok := logicalcluster.From(ctx)
+	cluster := reached
+	// A request through a view (an export's, a syncer's) is the view
+	// workspace's, whatever it reaches and whichever identity it
+	// continues as: a tenant cannot leave its flow by going through its
+	// own view.
+	view, viaView := viewidentity.TenantFrom(ctx)
+	if viaView {
+		cluster, ok = view, true
+	}
+	if !ok || cluster == logicalcluster.Root || (!viaView && (cluster.IsWildcard() || rd.User == nil || slices.Contains(rd.User.GetGroups(), user.SystemPrivilegedGroup))) {
 		f.Interface.Handle(ctx, rd, noteFn, workEstimator, queueNoteFn, execFn)
 		return
 	}
-	n, seen := lastListSize(cluster, rd)
+	n, seen := lastListSize(reached, rd)
 	workEstimator = tenantListCost(n, seen, workEstimator)
 	groups := []string{TenantsGroup, user.AllAuthenticated}
 	if seen && n > ObjectsPerSeat { // a wide list (see below)

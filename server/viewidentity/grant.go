@@ -83,3 +83,18 @@ func isDiscovery(path string) bool {
 func Unprivileged(name string) user.Info {
 	return &user.DefaultInfo{Name: name, Groups: []string{user.AllAuthenticated}}
 }
+
+type tenantKey struct{}
+
+// WithTenant names the workspace a view request is made for (the
+// provider's, the location's): fairness counts the request there, in that
+// tenant's flow, whatever cluster it reaches (one consumer, or all).
+func WithTenant(ctx context.Context, workspace logicalcluster.Name) context.Context {
+	return context.WithValue(ctx, tenantKey{}, workspace)
+}
+
+// TenantFrom is the workspace a view request is made for, if it is one.
+func TenantFrom(ctx context.Context) (logicalcluster.Name, bool) {
+	w, ok := ctx.Value(tenantKey{}).(logicalcluster.Name)
+	return w, ok
+}

@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kcpsql/kcp/test/e2e/framework"
 )
@@ -65,6 +68,24 @@ func TestAPISharingIdentityAttempts(t *testing.T) {
 		code, body := framework.DoWith(t, provider, "GET", view+"/api/v1/namespaces/default/serviceaccounts/ci", "", nil)
 		return code == 200, body
 	})
+
+	// Row 9: requests through the view are the provider's in fairness:
+	// root's kcp-tenants level, not exempt (the view's identity used to be
+	// in system:masters), in one consumer and across all.
+	pl, err := s.Client("root").FlowcontrolV1().PriorityLevelConfigurations().Get(context.Background(), "kcp-tenants", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{view + "/api/v1/namespaces/default/serviceaccounts/ci", s.URL() + "/services/apiexport/root:platform/databases/clusters/*/apis/platform.example.com/v1/databases"} {
+		resp, err := provider.Get(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("X-Kubernetes-PF-PriorityLevel-UID"); resp.StatusCode != 200 || got != string(pl.UID) {
+			t.Errorf("GET %s through the view: %d, priority level %q, want kcp-tenants %q", path, resp.StatusCode, got, pl.UID)
+		}
+	}
 
 	// Row 2: a schema of a group kcp or Kubernetes serves is refused, so
 	// an export cannot name Workspaces, APIBindings or Secrets.
