@@ -38,6 +38,7 @@ func TestAPISharingIdentityAttempts(t *testing.T) {
 	labelled := `{matchLabels: {platform.example.com/db: "true"}}`
 	publishDatabases(t, s, "root:platform", "", "  permissionClaims:\n"+
 		"  - {resource: serviceaccounts, verbs: [get, create]}\n"+
+		"  - {resource: serviceaccounts/token, verbs: [create]}\n"+
 		"  - {resource: configmaps, verbs: [get, create, patch], labelSelector: "+labelled+"}\n"+
 		"  - {group: apis.kcp.io, resource: apibindings, verbs: [create]}\n"+
 		"  - {group: rbac.authorization.k8s.io, resource: roles, verbs: [create]}\n")
@@ -131,6 +132,14 @@ func TestAPISharingIdentityAttempts(t *testing.T) {
 	if code, body := framework.DoWith(t, provider, "POST", view+"/api/v1/namespaces/default/serviceaccounts/ci/token", tokenRequest, nil); code != 403 || strings.Contains(body, `"token"`) {
 		t.Errorf("minting a token through a claim on serviceaccounts: %d %s", code, body)
 	}
+
+	// A subresource claimed by name, once accepted, is granted.
+	s.Kubectl("root:team-a", "patch", "apibinding", "databases", "--type=json", "-p",
+		`[{"op":"add","path":"/spec/permissionClaims/-","value":{"resource":"serviceaccounts/token","verbs":["create"],"state":"Accepted"}}]`)
+	framework.Eventually(t, 20*time.Second, "a token through the accepted claim on serviceaccounts/token", func() (bool, string) {
+		code, body := framework.DoWith(t, provider, "POST", view+"/api/v1/namespaces/default/serviceaccounts/ci/token", tokenRequest, nil)
+		return code == 201 && strings.Contains(body, `"token"`), body
+	})
 
 	// Row 4: a label-limited claim with patch cannot take the label off,
 	// in any patch dialect, nor create an object the server stores
