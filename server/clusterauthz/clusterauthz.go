@@ -19,7 +19,8 @@
 //   - the verbs "bind" and "content" on an APIExport, when kcp itself asks
 //     (WithExportGrant), need only the provider workspace's RBAC;
 //   - the creator of a workspace may get, update, patch and delete its
-//     Workspace object in the parent.
+//     Workspace object in the parent, except when kcp itself asks
+//     WithoutOwnerRule (the workspace's limits are the parent's decision).
 package clusterauthz
 
 import (
@@ -85,7 +86,7 @@ func (a Authorizer) precheck(ctx context.Context, attr authorizer.Attributes) (a
 			return authorizer.DecisionAllow, "", true
 		}
 		return authorizer.DecisionDeny, "reads across all logical clusters (/clusters/*) need the non-resource URL " + WildcardPath + " granted in root", true
-	case a.ownsWorkspace(cluster, attr):
+	case a.ownsWorkspace(ctx, cluster, attr):
 		return authorizer.DecisionAllow, "", true
 	case cluster == logicalcluster.Root:
 		return authorizer.DecisionNoOpinion, "", false
@@ -203,9 +204,22 @@ type ServiceAccountIdentity interface {
 // object in the parent without any RBAC object.
 var ownerVerbs = map[string]bool{"get": true, "delete": true, "update": true, "patch": true}
 
+type withoutOwnerRuleKey struct{}
+
+// WithoutOwnerRule marks a check, made by kcp itself, that the creator of
+// a workspace must pass with the parent's RBAC alone: owning a workspace
+// lets its creator edit its Workspace object, not lift what the parent
+// decides for it (spec.limits). A context value: no client can set it.
+func WithoutOwnerRule(ctx context.Context) context.Context {
+	return context.WithValue(ctx, withoutOwnerRuleKey{}, true)
+}
+
 // ownsWorkspace: the request addresses, by name, the Workspace object in
 // cluster whose child the user created.
-func (a Authorizer) ownsWorkspace(cluster logicalcluster.Name, attr authorizer.Attributes) bool {
+func (a Authorizer) ownsWorkspace(ctx context.Context, cluster logicalcluster.Name, attr authorizer.Attributes) bool {
+	if off, _ := ctx.Value(withoutOwnerRuleKey{}).(bool); off {
+		return false
+	}
 	if a.Owner == nil || !attr.IsResourceRequest() || attr.GetAPIGroup() != tenancy.Group ||
 		attr.GetResource() != "workspaces" || attr.GetName() == "" || !ownerVerbs[attr.GetVerb()] ||
 		attr.GetSubresource() != "" || attr.GetUser() == nil {

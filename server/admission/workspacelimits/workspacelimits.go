@@ -6,10 +6,22 @@
 // inside can change neither) or else from the server's flags
 // --workspace-max-objects and --workspace-max-bytes. Root is not capped.
 //
+// Setting or changing a Workspace's spec.limits needs the verb "update" on
+// that workspace granted by the parent's RBAC: the creator's own right to
+// edit the Workspace it created (clusterauthz's owner rule) is not enough,
+// since the limits are the parent's decision, not the tenant's.
+//
 // A create that would go over a cap is refused with 403 and a message that
 // names the cap. The count of a workspace comes from SQL (one indexed query
-// of that cluster) at most every RecountEvery and is kept up to date in
-// between by the creates and deletions this process admits; with several
+// of that cluster) at most every RecountEvery and is raised in between by
+// the creates this process admits. Deletions do not lower it: admission
+// cannot know that a deletion will happen (a dry run, a later admission
+// plugin or webhook refusing it, finalizers keeping the object) and a
+// count lowered for a deletion that did not happen would let creates past
+// the cap. Instead a create that the count would refuse reads the count
+// again first when a deletion was admitted since it was read, or when it is
+// older than RecountRefused: a deletion makes room at once, and nothing but
+// a stored change does. Dry runs change the count neither way. With several
 // replicas, each one's count misses the others' writes of the last
 // RecountEvery at most. Updates are not capped (the request size limit
 // bounds each object), nor are deletions.
@@ -24,9 +36,11 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
@@ -39,6 +53,11 @@ const PluginName = "kcp.io/WorkspaceLimits"
 // RecountEvery is how old a workspace's count may get before it is read
 // from SQL again.
 const RecountEvery = 10 * time.Second
+
+// RecountRefused is how old a count may be to refuse a create without
+// reading it again (a create admitted and then not stored, for example a
+// name that exists, raised it).
+const RecountRefused = time.Second
 
 // Counter counts a cluster's live objects and their bytes (SQL).
 type Counter func(ctx context.Context, cluster logicalcluster.Name) (objects, bytes int64, err error)
@@ -69,6 +88,7 @@ var stored = func() func(schema.GroupResource) bool {
 // Plugin is the admission plugin.
 type Plugin struct {
 	*admission.Handler
+	authz  authorizer.Authorizer
 	mu     sync.Mutex
 	config *Config
 	counts map[logicalcluster.Name]*count
@@ -78,9 +98,11 @@ type count struct {
 	mu             sync.Mutex
 	at             time.Time
 	objects, bytes int64
+	// deleted: a deletion was admitted since the count was read.
+	deleted bool
 }
 
-var instance = &Plugin{Handler: admission.NewHandler(admission.Create, admission.Delete), counts: map[logicalcluster.Name]*count{}}
+var instance = &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update, admission.Delete), counts: map[logicalcluster.Name]*count{}}
 
 // Register adds the plugin to a plugin registry (one instance per process).
 func Register(plugins *admission.Plugins) {
@@ -95,16 +117,46 @@ func Configure(c *Config) {
 	instance.config = c
 }
 
+// SetAuthorizer receives the server's (cluster-aware) authorizer.
+func (p *Plugin) SetAuthorizer(a authorizer.Authorizer) { p.authz = a }
+
+// ValidateInitialization fails when no authorizer was given.
+func (p *Plugin) ValidateInitialization() error {
+	if p.authz == nil {
+		return fmt.Errorf("%s needs an authorizer", PluginName)
+	}
+	return nil
+}
+
 var _ admission.ValidationInterface = &Plugin{}
 
-// Validate refuses a create that would take its workspace over a cap.
+// Validate refuses a change of a Workspace's limits by anyone the parent's
+// RBAC does not allow to update the Workspace, and a create that would take
+// its workspace over a cap.
 func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	if err := p.validateLimits(ctx, a); err != nil {
+		return err
+	}
 	p.mu.Lock()
 	cfg := p.config
 	p.mu.Unlock()
 	cluster, ok := logicalcluster.From(ctx)
 	if cfg == nil || !ok || cluster == logicalcluster.Root || cluster == logicalcluster.SystemCRDs || cluster == logicalcluster.Wildcard ||
-		a.GetSubresource() != "" || !stored(a.GetResource().GroupResource()) {
+		!stored(a.GetResource().GroupResource()) {
+		return nil
+	}
+	if a.GetOperation() == admission.Update {
+		// The update that removes the last finalizer of an object being
+		// deleted deletes it.
+		if !a.IsDryRun() && finalized(a) {
+			c := p.countOf(cluster)
+			c.mu.Lock()
+			c.deleted = true
+			c.mu.Unlock()
+		}
+		return nil
+	}
+	if a.GetSubresource() != "" {
 		return nil
 	}
 	lim := effective(cfg.Limits(cluster), cfg.Defaults)
@@ -115,20 +167,31 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if a.GetOperation() == admission.Delete {
-		if !c.at.IsZero() && c.objects > 0 {
-			c.objects--
+		// Not lowered here (see the package comment): the next create
+		// that the count would refuse reads it again. A dry run deletes
+		// nothing.
+		if !a.IsDryRun() {
+			c.deleted = true
 		}
 		return nil
 	}
-	if c.at.IsZero() || time.Since(c.at) > RecountEvery {
+	recount := func() error {
+		c.deleted = false
 		objects, bytes, err := cfg.Count(ctx, cluster)
 		if err != nil {
+			c.at = time.Time{}
 			// The datastore is what failed: 503, as for any write now, and
 			// nothing of the datastore's own message.
 			klog.V(2).InfoS("workspace limits: counting failed", "cluster", cluster, "err", err)
 			return apierrors.NewServiceUnavailable(fmt.Sprintf("cannot count what workspace %s stores right now; try again", cluster))
 		}
 		c.objects, c.bytes, c.at = objects, bytes, time.Now()
+		return nil
+	}
+	if c.at.IsZero() || time.Since(c.at) > RecountEvery {
+		if err := recount(); err != nil {
+			return err
+		}
 	}
 	size := int64(0)
 	if lim.Bytes > 0 {
@@ -137,6 +200,14 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 			return apierrors.NewInternalError(err)
 		}
 		size = int64(len(raw))
+	}
+	over := func() bool {
+		return (lim.Objects > 0 && c.objects+1 > lim.Objects) || (lim.Bytes > 0 && c.bytes+size > lim.Bytes)
+	}
+	if over() && (c.deleted || time.Since(c.at) > RecountRefused) {
+		if err := recount(); err != nil {
+			return err
+		}
 	}
 	if lim.Objects > 0 && c.objects+1 > lim.Objects {
 		return apierrors.NewForbidden(a.GetResource().GroupResource(), a.GetName(),
@@ -151,6 +222,20 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		c.bytes += size
 	}
 	return nil
+}
+
+// finalized: an update that removes the last finalizer of an object that
+// is being deleted.
+func finalized(a admission.Attributes) bool {
+	if a.GetOldObject() == nil || a.GetObject() == nil {
+		return false
+	}
+	old, err := meta.Accessor(a.GetOldObject())
+	if err != nil || old.GetDeletionTimestamp() == nil || len(old.GetFinalizers()) == 0 {
+		return false
+	}
+	obj, err := meta.Accessor(a.GetObject())
+	return err == nil && len(obj.GetFinalizers()) == 0
 }
 
 func (p *Plugin) countOf(cluster logicalcluster.Name) *count {

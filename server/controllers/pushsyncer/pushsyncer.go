@@ -10,6 +10,12 @@
 // through the outbound policy that tenants' webhooks use
 // (--webhook-allowed-networks): loopback, private and link-local addresses
 // are refused unless the operator allows them.
+//
+// kcp uses only the Secret that admission checked its writer may read
+// (workload.PushSecretCheckedAnnotation, server/admission/pushsecret): a
+// SyncTarget whose spec.push names another Secret runs no syncer, and its
+// status says nothing of that Secret (not whether it exists, nor its
+// server).
 package pushsyncer
 
 import (
@@ -51,6 +57,10 @@ const (
 	// HeartbeatInterval is how often a push-mode syncer reports.
 	HeartbeatInterval = 5 * time.Second
 )
+
+// ReasonSecretNotChecked is the PushSyncer condition's reason for a
+// SyncTarget whose spec.push names a Secret admission did not check.
+const ReasonSecretNotChecked = "SecretNotChecked"
 
 // Controller starts and stops push-mode syncers.
 type Controller struct {
@@ -104,9 +114,10 @@ func NewController(loopback *rest.Config, enabled bool, policy *outbound.Policy)
 }
 
 func pushOf(obj interface{}) string {
-	p, _, _ := unstructured.NestedStringMap(obj.(*unstructured.Unstructured).Object, "spec", "push")
-	r, _, _ := unstructured.NestedStringSlice(obj.(*unstructured.Unstructured).Object, "spec", "resources")
-	return fmt.Sprint(p, r)
+	u := obj.(*unstructured.Unstructured)
+	p, _, _ := unstructured.NestedStringMap(u.Object, "spec", "push")
+	r, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "resources")
+	return fmt.Sprint(p, r, u.GetAnnotations()[workload.PushSecretCheckedAnnotation])
 }
 
 // resolve finds the CRDs of spec.resources on the physical cluster.
@@ -168,6 +179,13 @@ func (c *Controller) reconcile(parent, ctx context.Context, key string) (time.Du
 			"this kcp server does not run syncers itself (push mode is off: kcp start --push-mode); run bin/syncer beside the physical cluster instead (pull mode)")
 	}
 	p := target.Spec.Push
+	if checked := target.Annotations[workload.PushSecretCheckedAnnotation]; checked == "" || checked != workload.PushSecretRef(p) {
+		// Not the Secret admission checked: nothing of it is read or shown.
+		c.stop(key)
+		return 0, c.report(ctx, cluster, target.Name, metav1.ConditionFalse, ReasonSecretNotChecked,
+			"kcp has not checked that whoever set spec.push may read the Secret it names, so it does not use it; "+
+				"set spec.push again as a user allowed to get that Secret (see docs/multicluster.md, push mode)")
+	}
 	core, err := c.clients.Core(cluster)
 	if err != nil {
 		return 0, err
