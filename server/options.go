@@ -72,6 +72,10 @@ type Options struct {
 	// TenantMaxInflight bounds the requests one workspace other than root
 	// executes at once (clusterapf); 0 sets no bound.
 	TenantMaxInflight int
+	// TenantMaxStartingWatches bounds the watches of one such workspace
+	// that are sending their initial objects at once (clusterapf); 0 sets
+	// no bound.
+	TenantMaxStartingWatches int
 	// MemoryLimitRatio sets the Go soft memory limit to this share of the
 	// container's (cgroup's) memory limit, unless GOMEMLIMIT is set; 0
 	// leaves it alone (server/memlimit).
@@ -155,7 +159,7 @@ func NewOptions() *Options {
 	tg := satokens.New()
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
 	return &Options{RootDir: ".kcp", DatastoreNotify: true, DatastoreMaxConnections: datastore.DefaultMaxConnections, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
-		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, TenantMaxInflight: max(4, 2*runtime.GOMAXPROCS(0)), MemoryLimitRatio: 0.9, Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy,
+		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, TenantMaxInflight: max(4, 2*runtime.GOMAXPROCS(0)), TenantMaxStartingWatches: max(4, 2*runtime.GOMAXPROCS(0)), MemoryLimitRatio: 0.9, Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy,
 		SyncTargetHeartbeatTimeout: 20 * time.Second, PlacementEvictionDelay: 5 * time.Second}
 }
 
@@ -196,6 +200,8 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"Drop the serving state (storage, validators, converters) of a logical cluster's custom resources after this long without a request; it is rebuilt on the next one. 0 keeps it.")
 	fs.IntVar(&o.TenantMaxInflight, "tenant-max-inflight", o.TenantMaxInflight,
 		"How many requests (watches apart) one workspace other than root may have executing at once; the others wait, in the order API priority and fairness lets them through, so that one tenant flooding the server shares the CPUs with the others instead of taking them. Requests of system:masters are not counted, and a request waiting for an admission or conversion webhook gives its slot back meanwhile. 0 sets no bound. The default is two per CPU, at least 4.")
+	fs.IntVar(&o.TenantMaxStartingWatches, "tenant-max-starting-watches", o.TenantMaxStartingWatches,
+		"How many watches one workspace other than root may have starting at once (sending their initial objects, while they hold seats of API priority and fairness); its other watches wait, without holding seats, until one of them has started. A tenant opening hundreds of watches of thousands of objects at once then holds a bounded part of the seats, and other tenants' requests go on. Watches of system:masters are not counted. 0 sets no bound. The default is two per CPU, at least 4.")
 	fs.Float64Var(&o.MemoryLimitRatio, "memory-limit-ratio", o.MemoryLimitRatio,
 		"Set the Go runtime's soft memory limit to this share of the memory limit of the container (cgroup v1 or v2) kcp runs in, so that the garbage collector works harder near the limit instead of the process being killed while a start fills its caches. GOMEMLIMIT, when set, wins; without a container memory limit nothing is set. 0 turns it off.")
 	fs.IntVar(&o.CRDLimits.MaxEnumValues, "max-crd-enum-values", o.CRDLimits.MaxEnumValues,
@@ -252,6 +258,8 @@ type CompletedOptions struct {
 	CRDHandlerIdle   time.Duration
 	// TenantMaxInflight: see Options.
 	TenantMaxInflight int
+	// TenantMaxStartingWatches: see Options.
+	TenantMaxStartingWatches int
 	// MemoryLimitRatio: see Options.
 	MemoryLimitRatio float64
 	PKI              pki.Files
@@ -271,6 +279,9 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 	}
 	if o.TenantMaxInflight < 0 {
 		return nil, fmt.Errorf("--tenant-max-inflight must be 0 (no bound) or more, not %d", o.TenantMaxInflight)
+	}
+	if o.TenantMaxStartingWatches < 0 {
+		return nil, fmt.Errorf("--tenant-max-starting-watches must be 0 (no bound) or more, not %d", o.TenantMaxStartingWatches)
 	}
 	if p := o.Upstream.Etcd.StorageConfig.CountMetricPollPeriod; p < 0 || p > maxObjectCountPeriod {
 		return nil, fmt.Errorf("--object-count-period must be between 0 (no counts) and %s, not %s: priority and fairness takes a count older than 3 minutes as stale and charges every list of all clusters the most", maxObjectCountPeriod, p)
@@ -331,7 +342,7 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, DatastoreMaxConnections: o.DatastoreMaxConnections, StoreDefaults: o.StoreDefaults, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, TenantMaxInflight: o.TenantMaxInflight, MemoryLimitRatio: o.MemoryLimitRatio, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
+	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, DatastoreMaxConnections: o.DatastoreMaxConnections, StoreDefaults: o.StoreDefaults, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, TenantMaxInflight: o.TenantMaxInflight, TenantMaxStartingWatches: o.TenantMaxStartingWatches, MemoryLimitRatio: o.MemoryLimitRatio, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
 		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout, PushMode: o.PushMode, PlacementEvictionDelay: o.PlacementEvictionDelay,
 		WorkspaceLimits: o.WorkspaceLimits}, nil
 }

@@ -174,7 +174,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	// (clusterapf); one controller serves all three servers of the chain.
 	var apf *clusterapf.FlowControl
 	if f := config.Aggregator.GenericConfig.FlowControl; f != nil {
-		apf = clusterapf.Wrap(f, o.TenantMaxInflight)
+		apf = clusterapf.Wrap(f, o.TenantMaxInflight, o.TenantMaxStartingWatches)
 		config.ControlPlane.Generic.FlowControl, config.APIExtensions.GenericConfig.FlowControl, config.Aggregator.GenericConfig.FlowControl = apf, apf, apf
 	}
 	// Conversion webhooks of tenants' CRDs call what the tenant wrote; the

@@ -95,16 +95,25 @@ type FlowControl struct {
 	tenants *percluster.Registry[utilflowcontrol.Interface]
 	clients *clusterinformer.Clients // set by Start before tenants starts
 	slots   *tenantslots.Slots       // nil: no bound
+	// watchStarts bound the watches of one tenant that are starting at
+	// once (nil: no bound); see inSlot.
+	watchStarts *tenantslots.Slots
 }
 
 // Wrap wraps root's controller; Start must run before tenants' own
 // configuration applies. A tenant executes at most tenantInflight requests
 // at once (watches apart), the others wait for one of them to end; 0 sets
 // no bound.
-func Wrap(root utilflowcontrol.Interface, tenantInflight int) *FlowControl {
+//
+// At most tenantWatchStarts watches of a tenant start at once (0: no
+// bound): see inSlot.
+func Wrap(root utilflowcontrol.Interface, tenantInflight, tenantWatchStarts int) *FlowControl {
 	f := &FlowControl{Interface: root}
 	if tenantInflight > 0 {
 		f.slots = tenantslots.New(tenantInflight)
+	}
+	if tenantWatchStarts > 0 {
+		f.watchStarts = tenantslots.New(tenantWatchStarts)
 	}
 	f.tenants = percluster.New("API priority and fairness of a tenant", ConfigResources, f.build)
 	return f
@@ -197,8 +206,27 @@ func (f *FlowControl) Handle(ctx context.Context, rd utilflowcontrol.RequestDige
 // (tenantslots; watches need none). A tenant with priority levels of its
 // own has ordered its requests by them already. A request whose context
 // ends while it waits is not run (it is answered 429).
+//
+// A watch holds its seats until it has sent its initial objects (upstream
+// signals initialization then), which for a watch from no resourceVersion
+// of thousands of objects takes a while: a tenant starting hundreds of them
+// at once held nearly every seat of the kcp-tenants level, and the other
+// tenants' small requests queued behind them for tens of seconds. So a
+// tenant's watch waits, before it is queued for seats, until fewer than
+// watchStarts of the tenant's watches are starting; handle returns when
+// the watch is initialized (or ends), and the next may start. A tenant's
+// watches then hold at most watchStarts times a watch's seats, and its
+// other requests, and every other tenant's, go on.
 func (f *FlowControl) inSlot(ctx context.Context, cluster logicalcluster.Name, rd utilflowcontrol.RequestDigest, handle func()) {
-	if f.slots == nil || (rd.RequestInfo != nil && rd.RequestInfo.Verb == "watch") {
+	if rd.RequestInfo != nil && rd.RequestInfo.Verb == "watch" {
+		if f.watchStarts == nil {
+			handle()
+			return
+		}
+		f.watchStarts.RunUnheld(ctx, cluster, handle)
+		return
+	}
+	if f.slots == nil {
 		handle()
 		return
 	}

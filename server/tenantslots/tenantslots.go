@@ -97,6 +97,18 @@ func (t *Slots) Run(ctx context.Context, cluster logicalcluster.Name, f func()) 
 	return true
 }
 
+// RunUnheld is Run without the request's holder: the slot is not given
+// back by Yield (for watches, whose slot bounds their start-up).
+func (t *Slots) RunUnheld(ctx context.Context, cluster logicalcluster.Name, f func()) bool {
+	release, ok := t.acquire(ctx, cluster)
+	if !ok {
+		return false
+	}
+	defer release()
+	f()
+	return true
+}
+
 type holderKey struct{}
 
 // holder is a request's slot, if it holds one.

@@ -23,7 +23,8 @@ var (
 	noisyObjects  = flag.Int("noisy-objects", 2000, "configmaps (1 KiB each) tenant A lists")
 	noisyLists    = flag.Int("noisy-lists", 32, "tenant A's concurrent unpaged lists")
 	noisyWriters  = flag.Int("noisy-writers", 16, "tenant A's concurrent writers (secret updates, one after another each)")
-	noisyWatches  = flag.Int("noisy-watches", 200, "watches tenant A opens at once (each from resourceVersion 0, so each starts with every object)")
+	noisyWatches  = flag.Int("noisy-watches", 200, "watches tenant A opens at once (each starts with every object)")
+	noisyWatchRV  = flag.String("noisy-watch-rv", "", "the resourceVersion tenant A's watches start from: \"\" (none, as a client that does not list first) or \"0\" (any)")
 	noisyBefore   = flag.String("noisy-before", "", "a kcp binary of an earlier build to measure first, side by side (e.g. built from the commit before per-tenant fairness)")
 	noisyDuration = flag.Duration("noisy-duration", 15*time.Second, "how long tenant B is measured in each phase")
 )
@@ -231,7 +232,7 @@ func benchNoisy(bin string, log func(string, ...any)) (noisyResult, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w, err := a.CoreV1().ConfigMaps("default").Watch(watchCtx, metav1.ListOptions{ResourceVersion: "0"})
+			w, err := a.CoreV1().ConfigMaps("default").Watch(watchCtx, metav1.ListOptions{ResourceVersion: *noisyWatchRV})
 			if err != nil {
 				return
 			}
@@ -255,7 +256,7 @@ func benchNoisy(bin string, log func(string, ...any)) (noisyResult, error) {
 	if err != nil {
 		return r, err
 	}
-	phase(fmt.Sprintf("A opens %d watches from resourceVersion 0 at once", *noisyWatches), lat, events.Load()/int64(*noisyObjects))
+	phase(fmt.Sprintf("A opens %d watches from resourceVersion %q at once", *noisyWatches, *noisyWatchRV), lat, events.Load()/int64(*noisyObjects))
 	return r, nil
 }
 
