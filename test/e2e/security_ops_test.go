@@ -225,6 +225,7 @@ func TestOpsCancelledCreate(t *testing.T) {
 			}
 			slowInserts(t, s, "/registry/core/configmaps/root/slow/")
 			before := logSize(t, s)
+			left := 0
 			for i := range 3 {
 				cctx, cancel := context.WithCancel(ctx)
 				// The insert takes about a second; the client leaves
@@ -235,7 +236,12 @@ func TestOpsCancelledCreate(t *testing.T) {
 				cancel()
 				if err == nil {
 					t.Logf("create %d finished before its client left", i)
+				} else {
+					left++
 				}
+			}
+			if left == 0 {
+				t.Fatal("every create finished before its client left: nothing was cancelled")
 			}
 			// A create that waits: on SQLite it is written after the
 			// abandoned ones (one writer), on PostgreSQL they were
