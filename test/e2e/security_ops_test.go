@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -266,5 +267,142 @@ func TestOpsCancelledCreate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// accessReview posts a review to path as client c and returns its status.
+func accessReview(t *testing.T, s *framework.Server, c *http.Client, path, body string) (allowed bool, reason string) {
+	t.Helper()
+	code, out := framework.Do(t, c, "POST", s.URL()+path, body)
+	if code != http.StatusCreated && code != http.StatusOK {
+		t.Fatalf("POST %s: %d %s", path, code, out)
+	}
+	var review struct {
+		Status struct {
+			Allowed bool   `json:"allowed"`
+			Reason  string `json:"reason"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &review); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	return review.Status.Allowed, review.Status.Reason
+}
+
+// TestOpsAccessReviewsStayInWorkspace (issue 49 item 10 a): an access
+// review in a workspace answers about that workspace only. Asked about a
+// server-wide URL (/healthz, /metrics), it answered with root's RBAC
+// (system:masters allowed, /healthz allowed for everyone) and named root's
+// bindings and roles in its reason. In root, reviews still answer about
+// root.
+func TestOpsAccessReviewsStayInWorkspace(t *testing.T) {
+	s := framework.StartServer(t, "")
+	tenant := tenantAdmin(t, s, "sar-tenant", "sar-admin")
+	admin := framework.UserClient(t, s, "sar-root-admin", "system:masters")
+	const ws = "/clusters/root:sar-tenant"
+	sar := func(user, group, path string) string {
+		return fmt.Sprintf(`{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{"user":%q,"groups":[%q],"nonResourceAttributes":{"path":%q,"verb":"get"}}}`, user, group, path)
+	}
+	rootNames := []string{"ClusterRoleBinding", "ClusterRole ", "system:public-info-viewer", "system:masters"}
+	for _, row := range []struct {
+		what, path, body string
+	}{
+		{"SubjectAccessReview of /healthz for any user", ws + "/apis/authorization.k8s.io/v1/subjectaccessreviews", sar("someone", "system:authenticated", "/healthz")},
+		{"SubjectAccessReview of /metrics for system:masters", ws + "/apis/authorization.k8s.io/v1/subjectaccessreviews", sar("someone", "system:masters", "/metrics")},
+		{"SubjectAccessReview of /readyz/datastore-writes for system:masters", ws + "/apis/authorization.k8s.io/v1/subjectaccessreviews", sar("someone", "system:masters", "/readyz/datastore-writes")},
+		{"SelfSubjectAccessReview of /healthz", ws + "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+			`{"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview","spec":{"nonResourceAttributes":{"path":"/healthz","verb":"get"}}}`},
+	} {
+		allowed, reason := accessReview(t, s, tenant, row.path, row.body)
+		if allowed {
+			t.Errorf("%s in a workspace: allowed (%q): it answered with root's RBAC", row.what, reason)
+		}
+		for _, name := range rootNames {
+			if strings.Contains(reason, name) {
+				t.Errorf("%s in a workspace: the reason names %q of root: %s", row.what, name, reason)
+			}
+		}
+	}
+	// The workspace's own RBAC still answers for its own URLs and objects.
+	if allowed, reason := accessReview(t, s, tenant, ws+"/apis/authorization.k8s.io/v1/subjectaccessreviews",
+		`{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{"user":"sar-admin","resourceAttributes":{"verb":"create","resource":"configmaps","namespace":"default"}}}`); !allowed {
+		t.Errorf("a review of the tenant admin's own rights in its workspace: not allowed (%s)", reason)
+	}
+	// Root answers about root.
+	if allowed, reason := accessReview(t, s, admin, "/apis/authorization.k8s.io/v1/subjectaccessreviews", sar("someone", "system:authenticated", "/healthz")); !allowed {
+		t.Errorf("a review of /healthz in root: not allowed (%s)", reason)
+	}
+}
+
+// serviceHook is a webhook configuration of kind whose one webhook has a
+// service reference and failurePolicy policy, for config maps and widgets
+// labelled svc=<name>.
+func serviceHook(kind, name, policy string) string {
+	return fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
+kind: %s
+metadata: {name: %s}
+webhooks:
+- name: %s.example.com
+  clientConfig: {service: {namespace: default, name: hook, port: 443}}
+  rules:
+  - {apiGroups: ["", "svc.example.com"], apiVersions: ["*"], operations: [CREATE, UPDATE], resources: [configmaps, widgets]}
+  failurePolicy: %s
+  objectSelector: {matchLabels: {svc: %s}}
+  sideEffects: None
+  admissionReviewVersions: [v1]
+`, kind, name, name, policy, name)
+}
+
+// TestOpsWebhookServiceReference (issue 49 item 10 b): a webhook
+// configuration with a service reference is stored with a warning
+// (logical clusters have no Services; a later issue routes such webhooks
+// to physical clusters through the syncer); its calls fail, and the
+// failurePolicy decides, as upstream: Fail refuses the requests it
+// matches with a clear message, Ignore lets them through, for built-in
+// resources and for custom resources (served by kcp's own CRD handler).
+func TestOpsWebhookServiceReference(t *testing.T) {
+	s := framework.StartServer(t, "")
+	const ws = "root:svc-hooks"
+	s.CreateWorkspaces(ws)
+	s.Kubectl(ws, "apply", "-f", framework.WriteFile(t, "crd.yaml", framework.NamespacedCRD("svc.example.com", "widgets", "Widget", `{type: object, x-kubernetes-preserve-unknown-fields: true}`)))
+	s.WaitEstablished(ws, "crd/widgets.svc.example.com")
+	for _, kind := range []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"} {
+		for _, policy := range []string{"Fail", "Ignore"} {
+			name := strings.ToLower(kind[:1]) + "-" + strings.ToLower(policy)
+			out, err := s.KubectlErr(ws, serviceHook(kind, name, policy), "apply", "-f", "-")
+			if err != nil {
+				t.Fatalf("%s with a service reference and failurePolicy %s refused: %v\n%s", kind, policy, err, out)
+			}
+			if !strings.Contains(out, "no Services") {
+				t.Errorf("%s with a service reference: no warning:\n%s", kind, out)
+			}
+		}
+	}
+	ctx := context.Background()
+	create := func(resource, label string) error {
+		name := label + "-" + framework.RandomSuffix()
+		if resource == "configmaps" {
+			_, err := s.Client(ws).CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+				Name: name, Labels: map[string]string{"svc": label}}}, metav1.CreateOptions{})
+			return err
+		}
+		out, err := s.KubectlErr(ws, "apiVersion: svc.example.com/v1\nkind: Widget\nmetadata: {name: "+name+", namespace: default, labels: {svc: "+label+"}}\n", "create", "-f", "-")
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	}
+	for _, resource := range []string{"configmaps", "widgets"} {
+		for _, hook := range []string{"v-fail", "m-fail"} {
+			framework.Eventually(t, 30*time.Second, resource+", "+hook+": a failing call refuses (the webhooks are in effect)", func() (bool, string) {
+				err := create(resource, hook)
+				return err != nil && strings.Contains(err.Error(), "no Services"), fmt.Sprint(err)
+			})
+		}
+		for _, hook := range []string{"v-ignore", "m-ignore"} {
+			if err := create(resource, hook); err != nil {
+				t.Errorf("%s, %s: a create matched by a service-referencing webhook with failurePolicy Ignore failed: %v", resource, hook, err)
+			}
+		}
 	}
 }
