@@ -14,6 +14,7 @@ package healthreasons
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"strings"
 
@@ -27,10 +28,15 @@ var paths = map[string]bool{"/readyz": true, "/livez": true, "/healthz": true}
 
 const withheld = " failed: reason withheld"
 
+// Authorizer is what WithReasons asks (the server's authorizer).
+type Authorizer interface {
+	Authorize(context.Context, authorizer.Attributes) (authorizer.Decision, string, error)
+}
+
 // WithReasons wraps the server's inner handler (after authentication and
 // authorization, before the endpoints) so that a verbose health answer
 // carries the reasons its reader may see.
-func WithReasons(h http.Handler, a authorizer.Authorizer) http.Handler {
+func WithReasons(h http.Handler, a Authorizer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet || !paths[r.URL.Path] || !r.URL.Query().Has("verbose") {
 			h.ServeHTTP(w, r)
