@@ -35,6 +35,7 @@ import (
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/errorlimit"
 	"github.com/kcpsql/kcp/server/exportview"
+	"github.com/kcpsql/kcp/server/healthreasons"
 	"github.com/kcpsql/kcp/server/incarnations"
 	"github.com/kcpsql/kcp/server/inmemory"
 	"github.com/kcpsql/kcp/server/localwatch"
@@ -264,6 +265,9 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *b
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
 		// After authorization: reads at resource versions from before a
 		// cluster's current incarnation answer 410 (incarnations).
+		// healthreasons: /readyz?verbose says why a check fails to those
+		// who may read the check's own endpoint (system:masters).
+		h = healthreasons.WithReasons(h, gc.Authorization.Authorizer)
 		routed := routing.WithLogicalCluster(errorlimit.WithLimit(tenantslots.WithHolder(requester.WithHolder(inner(incarnations.WithIncarnations(crds.Wrap(h), began), gc)))))
 		view, err := syncerview.New(routed, gc.Authentication.Authenticator, gc.Authorization.Authorizer, gc.LoopbackClientConfig, boundAPIs)
 		if err != nil {

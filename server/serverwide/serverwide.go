@@ -8,10 +8,12 @@ package serverwide
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"k8s.io/apiserver/pkg/audit"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -69,7 +71,37 @@ func (a Authorizer) inRoot(ctx context.Context, attr authorizer.Attributes) (con
 	return logicalcluster.WithCluster(ctx, logicalcluster.Root), true
 }
 
+// review reports whether attr is a question about a server-wide URL asked
+// in a cluster other than root by an access review (SubjectAccessReview,
+// SelfSubjectAccessReview, LocalSubjectAccessReview: the request being
+// served is a resource request, the question a non-resource URL), not a
+// request for the URL itself. A review answers for its own cluster only:
+// root's RBAC is not consulted, so it can neither tell a tenant what root
+// allows nor name root's bindings and roles in its reason.
+func review(ctx context.Context, attr authorizer.Attributes) bool {
+	if attr.IsResourceRequest() || !IsServerWide(attr.GetPath()) {
+		return false
+	}
+	c, ok := logicalcluster.From(ctx)
+	if !ok || c == logicalcluster.Root {
+		return false
+	}
+	info, ok := request.RequestInfoFrom(ctx)
+	return ok && info.IsResourceRequest
+}
+
+// notHere is a review's answer for a server-wide URL outside root.
+func notHere(ctx context.Context, attr authorizer.Attributes) (authorizer.Decision, string) {
+	c, _ := logicalcluster.From(ctx)
+	return authorizer.DecisionNoOpinion, fmt.Sprintf("%s is about the whole server, not logical cluster %s: "+
+		"an access review in %s answers only for %s's own URLs", attr.GetPath(), c, c, c)
+}
+
 func (a Authorizer) Authorize(ctx context.Context, attr authorizer.Attributes) (authorizer.Decision, string, error) {
+	if review(ctx, attr) {
+		d, reason := notHere(ctx, attr)
+		return d, reason, nil
+	}
 	if rctx, ok := a.inRoot(ctx, attr); ok {
 		d, reason, err := a.Root.Authorize(rctx, attr)
 		return d, denied(d, reason), err
@@ -78,6 +110,10 @@ func (a Authorizer) Authorize(ctx context.Context, attr authorizer.Attributes) (
 }
 
 func (a Authorizer) ConditionsAwareAuthorize(ctx context.Context, attr authorizer.Attributes) authorizer.ConditionsAwareDecision {
+	if review(ctx, attr) {
+		d, reason := notHere(ctx, attr)
+		return authorizer.ConditionsAwareDecisionFromParts(d, reason, nil)
+	}
 	if rctx, ok := a.inRoot(ctx, attr); ok {
 		// Root's RBAC has no conditions; asking for an unconditional
 		// decision keeps a conditional one from escaping into a tenant.

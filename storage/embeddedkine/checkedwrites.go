@@ -233,6 +233,21 @@ func maxWriters(maxOpen int) int {
 	return max(1, (maxOpen-1)/2)
 }
 
+// failed records a write the datastore did not store (Health: /readyz and
+// the log) and returns ret, the error its caller gets; unless the write
+// failed because its caller went away (a client that cancelled its request
+// or closed its connection: the context was cancelled), which is no fault
+// of the datastore: then nothing is recorded and the caller gets its
+// context's error, which kine's bridge and clusterstore do not log either.
+// A deadline that passed is recorded: the datastore took too long.
+func (b checkedWrites) failed(ctx context.Context, cause, ret error) error {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return ctx.Err()
+	}
+	b.health.failed(cause)
+	return ret
+}
+
 func (b checkedWrites) Create(ctx context.Context, key string, value []byte, lease int64) (int64, error) {
 	var rev int64
 	var err error
@@ -254,11 +269,9 @@ func (b checkedWrites) Create(ctx context.Context, key string, value []byte, lea
 		case gerr != nil:
 			// Unknown whether the key is ours or there: not a 409 a
 			// client would take for "someone else made it".
-			b.health.failed(fmt.Errorf("create %s: checking an AlreadyExists: %w", key, gerr))
-			return 0, ErrWriteUnknown
+			return 0, b.failed(ctx, fmt.Errorf("create %s: checking an AlreadyExists: %w", key, gerr), ErrWriteUnknown)
 		case kv == nil:
-			b.health.failed(fmt.Errorf("create %s: kine answered AlreadyExists but the key is not stored", key))
-			return 0, ErrWriteNotStored
+			return 0, b.failed(ctx, fmt.Errorf("create %s: kine answered AlreadyExists but the key is not stored", key), ErrWriteNotStored)
 		}
 		return rev, err
 	case err != nil:
@@ -267,8 +280,7 @@ func (b checkedWrites) Create(ctx context.Context, key string, value []byte, lea
 		if own, ok, _ := b.ownRow(ctx, key, value, lease); ok {
 			return own, nil
 		}
-		b.health.failed(fmt.Errorf("create %s: %w", key, err))
-		return rev, err
+		return rev, b.failed(ctx, fmt.Errorf("create %s: %w", key, err), err)
 	}
 	// Confirm: the key as of the reported revision must be this create.
 	// The row kine reports is read by its revision first: when it is this
@@ -285,8 +297,7 @@ func (b checkedWrites) Create(ctx context.Context, key string, value []byte, lea
 	}
 	_, kv, gerr := b.Backend.Get(ctx, key, rev, false)
 	if gerr != nil {
-		b.health.failed(fmt.Errorf("confirming the create of %s at revision %d: %w", key, rev, gerr))
-		return 0, ErrWriteUnknown
+		return 0, b.failed(ctx, fmt.Errorf("confirming the create of %s at revision %d: %w", key, rev, gerr), ErrWriteUnknown)
 	}
 	if kv != nil && kv.ModRevision == rev && bytes.Equal(kv.Value, value) {
 		b.health.succeeded()
@@ -297,8 +308,7 @@ func (b checkedWrites) Create(ctx context.Context, key string, value []byte, lea
 		// else between kine's attempts): that is a true AlreadyExists.
 		return rev, kineserver.ErrKeyExists
 	}
-	b.health.failed(fmt.Errorf("create %s: kine reported revision %d but the key is not stored", key, rev))
-	return 0, ErrWriteNotStored
+	return 0, b.failed(ctx, fmt.Errorf("create %s: kine reported revision %d but the key is not stored", key, rev), ErrWriteNotStored)
 }
 
 // ownRow reports whether this create's row is stored (and its revision),
@@ -333,8 +343,7 @@ func (b checkedWrites) Update(ctx context.Context, key string, value []byte, rev
 	var err error
 	b.write(ctx, func(ctx context.Context) { rev, kv, ok, err = b.Backend.Update(ctx, key, value, revision, lease) })
 	if err != nil {
-		b.health.failed(fmt.Errorf("update %s: %w", key, err))
-		return rev, kv, ok, err
+		return rev, kv, ok, b.failed(ctx, fmt.Errorf("update %s: %w", key, err), err)
 	}
 	if ok {
 		b.health.succeeded()
@@ -343,8 +352,7 @@ func (b checkedWrites) Update(ctx context.Context, key string, value []byte, rev
 	if kv != nil && kv.ModRevision == revision {
 		// The key is still at the revision the update expected: nobody
 		// won a race, the insert failed.
-		b.health.failed(fmt.Errorf("update %s at revision %d: not stored", key, revision))
-		return rev, nil, false, ErrWriteNotStored
+		return rev, nil, false, b.failed(ctx, fmt.Errorf("update %s at revision %d: not stored", key, revision), ErrWriteNotStored)
 	}
 	if kv != nil && kv.Lease == lease && bytes.Equal(kv.Value, value) {
 		// Stored by an INSERT whose commit reported failure (PostgreSQL).
@@ -361,12 +369,10 @@ func (b checkedWrites) Delete(ctx context.Context, key string, revision int64) (
 	var err error
 	b.write(ctx, func(ctx context.Context) { rev, kv, ok, err = b.Backend.Delete(ctx, key, revision) })
 	if err != nil {
-		b.health.failed(fmt.Errorf("delete %s: %w", key, err))
-		return rev, kv, ok, err
+		return rev, kv, ok, b.failed(ctx, fmt.Errorf("delete %s: %w", key, err), err)
 	}
 	if !ok && kv != nil && (revision == 0 || kv.ModRevision == revision) {
-		b.health.failed(fmt.Errorf("delete %s at revision %d: not stored", key, revision))
-		return rev, nil, false, ErrWriteNotStored
+		return rev, nil, false, b.failed(ctx, fmt.Errorf("delete %s at revision %d: not stored", key, revision), ErrWriteNotStored)
 	}
 	if ok {
 		b.health.succeeded()

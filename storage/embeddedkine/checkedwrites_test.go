@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	kineserver "github.com/k3s-io/kine/pkg/server"
 )
 
 // A create is confirmed by its row only when the row at the reported
@@ -84,5 +86,52 @@ func TestWriteContext(t *testing.T) {
 	serial.write(ctx, func(c context.Context) { got = c })
 	if got.Err() == nil {
 		t.Error("a serial write whose caller has gone got a live context: it would be stored for nobody")
+	}
+}
+
+// failingBackend fails every write, as a datastore does when its caller's
+// context is cancelled mid-way (mattn/go-sqlite3 answers "interrupted") or
+// when it cannot store (a full disk).
+type failingBackend struct {
+	kineserver.Backend
+	err error
+}
+
+func (f failingBackend) Create(context.Context, string, []byte, int64) (int64, error) {
+	return 0, f.err
+}
+func (f failingBackend) Update(context.Context, string, []byte, int64, int64) (int64, *kineserver.KeyValue, bool, error) {
+	return 0, nil, false, f.err
+}
+func (f failingBackend) Delete(context.Context, string, int64) (int64, *kineserver.KeyValue, bool, error) {
+	return 0, nil, false, f.err
+}
+func (f failingBackend) Get(context.Context, string, int64, bool) (int64, *kineserver.KeyValue, error) {
+	return 0, nil, f.err
+}
+
+// A write that fails because its caller went away (a client cancelled its
+// create) is no datastore fault: the datastore stays healthy and the caller
+// gets its context's error. The same failure of a waiting caller is one.
+func TestCancelledWriteIsNoFault(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	h := &Health{}
+	b := checkedWrites{Backend: failingBackend{err: errors.New("interrupted")}, health: h}
+	writes := map[string]func(context.Context) error{
+		"create": func(ctx context.Context) error { _, err := b.Create(ctx, "/k", []byte("v"), 0); return err },
+		"update": func(ctx context.Context) error { _, _, _, err := b.Update(ctx, "/k", []byte("v"), 3, 0); return err },
+		"delete": func(ctx context.Context) error { _, _, _, err := b.Delete(ctx, "/k", 3); return err },
+	}
+	for name, write := range writes {
+		if err := write(cancelled); !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with a cancelled context: %v, want context.Canceled", name, err)
+		}
+		if h.failing.Load() {
+			t.Fatalf("%s with a cancelled context marked the datastore unhealthy", name)
+		}
+	}
+	if err := writes["create"](context.Background()); err == nil || !h.failing.Load() {
+		t.Errorf("a failed create of a waiting caller: %v, failing %v; want an error and the datastore unhealthy", err, h.failing.Load())
 	}
 }

@@ -241,10 +241,12 @@ func (k *Kine) HandedRevision() uint64 {
 }
 
 func init() {
-	// kine logs through logrus; keep its chatter out of the way, but make its
-	// fatal paths loud: they would otherwise exit the server without a word
-	// in kcp's own log.
+	// kine logs through logrus; keep its chatter out of the way, never let
+	// it print an object or flood the log (kinelog.go), but make its fatal
+	// paths loud: they would otherwise exit the server without a word in
+	// kcp's own log.
 	logrus.SetLevel(logrus.WarnLevel)
+	takeOverKineLog()
 	logrus.StandardLogger().ExitFunc = func(code int) {
 		klog.ErrorS(nil, "the embedded kine storage layer hit a fatal error (see the kine message above); kcp stops", "exitCode", code)
 		klog.Flush()
