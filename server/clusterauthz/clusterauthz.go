@@ -30,11 +30,13 @@ import (
 	"strings"
 
 	"k8s.io/apiserver/pkg/audit"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"github.com/kcpsql/kcp/schema/apis"
 	"github.com/kcpsql/kcp/schema/tenancy"
+	"github.com/kcpsql/kcp/server/requester"
 	"github.com/kcpsql/kcp/server/viewidentity"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -245,6 +247,13 @@ func (a Authorizer) mayAccess(ctx context.Context, cluster logicalcluster.Name, 
 		// A token of the cluster's own service account: it is inside.
 		return true
 	}
+	if standsFor(ctx, u) {
+		// The cluster's own service account, named by a request of
+		// someone else in it: impersonated (allowed by this cluster's
+		// RBAC) or the subject of an access review. It is judged as that
+		// service account, by this cluster's RBAC.
+		return true
+	}
 	parent, ok := cluster.Parent()
 	if !ok {
 		return false
@@ -254,6 +263,21 @@ func (a Authorizer) mayAccess(ctx context.Context, cluster logicalcluster.Name, 
 		Resource: "workspaces", Subresource: "content", Name: cluster.Base(), ResourceRequest: true,
 	}
 	return a.authorizeIn(ctx, parent, attr)
+}
+
+// standsFor: u has a service account's name and is not who the request
+// authenticated as, but a user the request names (impersonation, the
+// subject of a SubjectAccessReview). A user that authenticated with such
+// a name (a token file, OIDC) proves nothing and is not one.
+func standsFor(ctx context.Context, u user.Info) bool {
+	if !strings.HasPrefix(u.GetName(), serviceaccount.ServiceAccountUsernamePrefix) {
+		return false
+	}
+	if _, ok := u.(ServiceAccountIdentity); ok {
+		return false
+	}
+	authenticated, ok := requester.Authenticated(ctx)
+	return ok && authenticated.GetName() != u.GetName()
 }
 
 func (a Authorizer) wildcardReader(ctx context.Context, u user.Info, verb string) bool {

@@ -245,3 +245,37 @@ rules: [{apiGroups: [workload.kcp.io], resources: [synctargets], verbs: [use]}]
 		t.Errorf("alice placing herself: %d %s", code, body)
 	}
 }
+
+// TestImpersonatedServiceAccountIsTheWorkspaces (issue 50 item 4): an
+// admin of a workspace impersonating one of its service accounts
+// (kubectl --as=system:serviceaccount:NS:NAME), or asking an access review
+// about one, is judged as that service account by the workspace's RBAC;
+// a user that merely authenticates with such a name is not (rows in
+// TestTenantAdminCannotEscape).
+func TestImpersonatedServiceAccountIsTheWorkspaces(t *testing.T) {
+	s := framework.StartServer(t, "")
+	s.CreateWorkspaces("root:team")
+	s.Kubectl("root:team", "create", "serviceaccount", "ci")
+	s.Kubectl("root:team", "create", "configmap", "settings", "--from-literal=a=b")
+	sa := "system:serviceaccount:default:ci"
+	if out, err := s.KubectlErr("root:team", "", "auth", "can-i", "get", "configmaps", "--as="+sa); err == nil || strings.TrimSpace(out) != "no" {
+		t.Errorf("can-i as the service account before any grant: %v %q, want a plain no", err, out)
+	}
+	s.Kubectl("root:team", "create", "role", "read-cm", "--verb=get,list", "--resource=configmaps")
+	s.Kubectl("root:team", "create", "rolebinding", "ci-reads", "--role=read-cm", "--serviceaccount=default:ci")
+	framework.Eventually(t, 20*time.Second, "can-i as the service account after the grant", func() (bool, string) {
+		out, err := s.KubectlErr("root:team", "", "auth", "can-i", "get", "configmaps", "--as="+sa)
+		return err == nil && strings.TrimSpace(out) == "yes", out
+	})
+	if out := s.Kubectl("root:team", "get", "configmap", "settings", "--as="+sa, "-o", "name"); strings.TrimSpace(out) != "configmap/settings" {
+		t.Errorf("get as the service account: %q", out)
+	}
+	if out, err := s.KubectlErr("root:team", "", "get", "secrets", "--as="+sa); err == nil || !strings.Contains(out, "forbidden") || strings.Contains(out, "may not access it") {
+		t.Errorf("what the grant does not cover: %v\n%s", err, out)
+	}
+	sar := `{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{"user":"` + sa + `","groups":["system:serviceaccounts","system:serviceaccounts:default","system:authenticated"],"resourceAttributes":{"namespace":"default","verb":"get","resource":"configmaps"}}}`
+	code, body := framework.DoWith(t, framework.UserClient(t, s, "admin", "system:masters"), "POST", s.URL()+"/clusters/root:team/apis/authorization.k8s.io/v1/subjectaccessreviews", sar, nil)
+	if code != 201 || !strings.Contains(body, `"allowed":true`) {
+		t.Errorf("a SubjectAccessReview about the workspace's service account: %d %s", code, body)
+	}
+}
