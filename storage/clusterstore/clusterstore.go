@@ -643,6 +643,11 @@ func (s *Store) GuaranteedUpdate(ctx context.Context, key string, dest runtime.O
 		if err := annotate(out, cluster); err != nil {
 			return nil, nil, err
 		}
+		if s.onCreate != nil && ignoreNotFound && res.ResourceVersion == 0 {
+			// An update that creates (server-side apply of a missing
+			// object, a PUT that may create): completed as a create is.
+			s.onCreate(out)
+		}
 		return out, ttl, nil
 	}
 	return datastoreError(s.Interface.GuaranteedUpdate(ctx, k, dest, ignoreNotFound, pre, annotated, cached))
