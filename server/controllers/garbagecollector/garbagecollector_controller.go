@@ -48,6 +48,10 @@ type resourceInfo struct {
 	gvr        schema.GroupVersionResource
 	namespaced bool
 	indexer    cache.Indexer
+	// stop ends the resource's informer (nil: not watched).
+	stop context.CancelFunc
+	// missing counts the discoveries in a row that no longer listed it.
+	missing int
 }
 
 // Controller is the informer and queue plumbing; the work is in reconciler.
@@ -123,6 +127,7 @@ func (c *Controller) discover(ctx context.Context) {
 		klog.V(2).InfoS("garbage collector discovery failed", "err", err)
 		return
 	}
+	seen := sets.New[schema.GroupVersionResource]()
 	for _, list := range lists {
 		gv, err := schema.ParseGroupVersion(list.GroupVersion)
 		if err != nil {
@@ -136,8 +141,48 @@ func (c *Controller) discover(ctx context.Context) {
 			if !verbs.HasAll("list", "watch", "delete", "patch") {
 				continue
 			}
+			seen.Insert(gv.WithResource(r.Name))
 			c.watch(ctx, gv.WithResource(r.Name), gv.WithKind(r.Kind), r.Namespaced)
 		}
+	}
+	if err == nil {
+		c.forget(seen)
+	}
+}
+
+// forgetAfter is how many complete discoveries in a row must miss a
+// resource before the collector stops watching it: a custom resource is
+// gone from discovery once the last CRD of its name in any cluster is
+// deleted, after its objects; the deletions of those objects (owners)
+// have been queued by then, and one more round gives their dependents time
+// to be looked at while the kind is still known.
+const forgetAfter = 2
+
+// forget stops watching the resources that complete discoveries no longer
+// list (the last CRD defining one is gone): their informers would fail to
+// list and watch forever, and their indexers hold nothing. Seen again, a
+// resource is watched again.
+func (c *Controller) forget(seen sets.Set[schema.GroupVersionResource]) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for gvr, info := range c.resources {
+		if seen.Has(gvr) || unwatched.Has(gvr.GroupResource()) {
+			info.missing = 0
+			continue
+		}
+		if info.missing++; info.missing < forgetAfter {
+			continue
+		}
+		if info.stop != nil {
+			info.stop()
+		}
+		delete(c.resources, gvr)
+		for gvk, i := range c.kinds {
+			if i == info {
+				delete(c.kinds, gvk)
+			}
+		}
+		klog.V(2).InfoS("garbage collector stopped watching a resource no longer served", "resource", gvr)
 	}
 }
 
@@ -173,6 +218,7 @@ func (c *Controller) watch(ctx context.Context, gvr schema.GroupVersionResource,
 		lw = clusterinformer.ListWatch(c.listRows(gvr, gvk), lw.WatchFuncWithContext)
 	}
 	_, ctrl := clusterinformer.NewShared(lw, &metav1.PartialObjectMetadata{}, c.consumer(info, trim))
+	ctx, info.stop = context.WithCancel(ctx)
 	go ctrl.RunWithContext(ctx)
 }
 
