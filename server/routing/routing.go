@@ -61,6 +61,10 @@ func WithLogicalCluster(next http.Handler) http.Handler {
 					fmt.Sprintf("%s is not allowed across all logical clusters (/clusters/*): only get, list and watch are", req.Method))
 				return
 			}
+			if StockInformerRequest(req.URL.Query()) {
+				writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, StockInformerMessage)
+				return
+			}
 		}
 		path, err := url.PathUnescape(rest)
 		if err != nil {
@@ -99,4 +103,27 @@ func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, ms
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(st)
+}
+
+// StockInformerMessage answers a stock client-go informer or reflector on
+// /clusters/*.
+const StockInformerMessage = "this looks like a stock client-go informer or reflector reading across all logical clusters (/clusters/*): " +
+	"its cache is keyed by namespace and name, so objects of different workspaces with equal names would overwrite each other and most would be lost without an error. " +
+	"Use the informer of github.com/kcpsql/kcp/client/clusterinformer (or clusterreconcile for controller-runtime), which keys by cluster too (docs/controllers.md); " +
+	"a plain list (kubectl get) works as it is"
+
+// StockInformerRequest reports whether a request across all clusters has
+// the shape of client-go's stock reflector, whose store is keyed by
+// namespace and name: the initial state streamed as watch events
+// (WatchList, sendInitialEvents=true), or the first list of a reflector
+// (resourceVersion=0 with a page size; the apiserver then answers the
+// whole list from its cache). kcp's informers across clusters list
+// without a page size and never stream the initial state; kubectl lists
+// without resourceVersion=0.
+func StockInformerRequest(q url.Values) bool {
+	if q.Get("sendInitialEvents") == "true" {
+		return true
+	}
+	limit := q.Get("limit")
+	return q.Get("resourceVersion") == "0" && limit != "" && limit != "0" && q.Get("watch") != "true" && q.Get("watch") != "1"
 }

@@ -3,6 +3,7 @@ package routing
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -94,4 +95,21 @@ func FuzzSplit(f *testing.F) {
 			t.Fatalf("Split(%q) rest %q is not a suffix", p, rest)
 		}
 	})
+}
+
+func TestStockInformerRequest(t *testing.T) {
+	for q, want := range map[string]bool{
+		"resourceVersion=0&limit=500": true, // a stock reflector's first list
+		"sendInitialEvents=true&watch=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan": true, // WatchList
+		"resourceVersion=0": false, // kcp's informers: one unpaged list
+		"limit=500":         false, // kubectl get
+		"":                  false,
+		"watch=true&resourceVersion=12&allowWatchBookmarks=true": false,
+		"resourceVersion=0&limit=0":                              false,
+	} {
+		v, _ := url.ParseQuery(q)
+		if got := StockInformerRequest(v); got != want {
+			t.Errorf("%q: %v, want %v", q, got, want)
+		}
+	}
 }

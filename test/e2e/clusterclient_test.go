@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -15,9 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
@@ -83,59 +80,52 @@ func TestClusterClient(t *testing.T) {
 		cfg := s.Config("root")
 		sel := labels.SelectorFromSet(labels.Set{ccLabel: "yes"})
 
-		t.Run("stock client-go informer collapses equal names", func(t *testing.T) {
+		t.Run("a stock client-go informer is refused, with a message naming the library", func(t *testing.T) {
+			// Its store is keyed by namespace/name: it would hold 12 of
+			// the config maps (2 shared names + 10 own) and lose the rest
+			// without an error. The server refuses its requests instead.
 			dyn, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(cfg))
 			if err != nil {
 				t.Fatal(err)
 			}
 			f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, "", func(o *metav1.ListOptions) { o.LabelSelector = sel.String() })
 			inf := f.ForResource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}).Informer()
+			var mu sync.Mutex
+			var seen string
+			inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+				mu.Lock()
+				seen = err.Error()
+				mu.Unlock()
+			})
 			sctx, scancel := context.WithCancel(ctx)
 			defer scancel()
 			f.Start(sctx.Done())
-			if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-				t.Fatal("stock informer did not sync")
-			}
-			// Its store is keyed by namespace/name: 2 shared names + 10 own.
-			if n := len(inf.GetStore().List()); n != 12 {
-				t.Errorf("stock informer holds %d of %d config maps, expected the 12 distinct namespace/names (if this is %d, client-go became cluster-aware)", n, created, created)
-			} else {
-				t.Logf("stock informer holds %d of %d config maps: equal names of different workspaces overwrite each other", n, created)
+			framework.Eventually(t, 30*time.Second, "the stock informer's error", func() (bool, string) {
+				mu.Lock()
+				defer mu.Unlock()
+				return strings.Contains(seen, "github.com/kcpsql/kcp/client/clusterinformer"), seen
+			})
+			if inf.HasSynced() || len(inf.GetStore().List()) != 0 {
+				t.Errorf("the stock informer synced %d objects", len(inf.GetStore().List()))
 			}
 		})
 
-		t.Run("stock reflector into a cluster-keyed store loses objects too (WatchList)", func(t *testing.T) {
-			if os.Getenv("KUBE_FEATURE_WatchListClient") == "false" {
-				t.Skip("WatchList is off in this environment")
+		t.Run("the stock reflector's shapes are refused, kubectl's and the library's are not", func(t *testing.T) {
+			admin := framework.UserClient(t, s, "admin", "system:masters")
+			base := s.URL() + "/clusters/*/api/v1/configmaps?labelSelector=" + ccLabel + "%3Dyes"
+			for q, want := range map[string]int{
+				"&resourceVersion=0&limit=500": 400,
+				"&watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true": 400,
+				"&limit=500":         200,
+				"&resourceVersion=0": 200,
+			} {
+				code, body := framework.Do(t, admin, "GET", base+q, "")
+				if code != want || (want == 400 && !strings.Contains(body, "client/clusterinformer")) || (want == 200 && strings.Count(body, `"kind":"ConfigMap"`)+strings.Count(body, `"name":"cc-`) == 0 && !strings.Contains(body, `"items"`)) {
+					t.Errorf("GET %s: %d, want %d\n%.300s", q, code, want, body)
+				}
 			}
-			cs, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(cfg))
-			if err != nil {
-				t.Fatal(err)
-			}
-			lw := &cache.ListWatch{
-				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-					o.LabelSelector = sel.String()
-					return cs.CoreV1().ConfigMaps("").List(ctx, o)
-				},
-				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-					o.LabelSelector = sel.String()
-					return cs.CoreV1().ConfigMaps("").Watch(ctx, o)
-				},
-			}
-			store := cache.NewStore(clusterinformer.KeyFunc)
-			rctx, rcancel := context.WithCancel(ctx)
-			defer rcancel()
-			go cache.NewReflector(lw, &corev1.ConfigMap{}, store, 0).RunWithContext(rctx)
-			framework.Eventually(t, 30*time.Second, "the reflector's initial state", func() (bool, string) {
-				return len(store.List()) > 0, ""
-			})
-			time.Sleep(time.Second)
-			// client-go streams the initial state into a temporary store keyed
-			// by namespace/name before handing it over.
-			if n := len(store.List()); n != 12 {
-				t.Errorf("stock reflector with a cluster-keyed store holds %d of %d, expected 12 (WatchList collapsing equal names)", n, created)
-			} else {
-				t.Logf("stock reflector with a cluster-keyed store holds %d of %d", n, created)
+			if out := s.Kubectl("root", "--server", s.URL()+"/clusters/*", "get", "configmaps", "-A", "-l", ccLabel+"=yes", "-o", "name"); strings.Count(out, "configmap/") != created {
+				t.Errorf("kubectl get across all workspaces: %d of %d\n%s", strings.Count(out, "configmap/"), created, out)
 			}
 		})
 
