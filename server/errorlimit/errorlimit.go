@@ -54,10 +54,16 @@ type limitWriter struct {
 // cache is cold, printed "Error from server (Forbidden): unknown" for a
 // workspace that does not exist, where the server had said why.
 func isDiscoveryRequest(r *http.Request) bool {
-	if r.Method != http.MethodGet {
+	return IsDiscovery(r.Method, r.URL.Path)
+}
+
+// IsDiscovery reports whether method and path (without /clusters/<name>)
+// are a discovery request (isDiscoveryRequest).
+func IsDiscovery(method, path string) bool {
+	if method != http.MethodGet {
 		return false
 	}
-	p := strings.TrimSuffix(r.URL.Path, "/")
+	p := strings.TrimSuffix(path, "/")
 	switch {
 	case p == "/api" || p == "/api/v1" || p == "/apis":
 		return true

@@ -13,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kcpsql/kcp/server/errorlimit"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -50,8 +51,32 @@ func WithLogicalCluster(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		cluster, rest, err := Split(req.URL.EscapedPath())
 		if err != nil {
+			if errorlimit.IsDiscovery(req.Method, afterCluster(req.URL.Path)) {
+				// client-go's discovery reads only a text/plain answer's
+				// words (errorlimit): kubectl said "the server rejected
+				// our request for an unknown reason" instead.
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				w.Header().Set("X-Content-Type-Options", "nosniff")
+				w.WriteHeader(http.StatusBadRequest)
+				fmt.Fprintln(w, err.Error())
+				return
+			}
 			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
 			return
+		}
+		if strings.HasPrefix(rest, prefix+"/") {
+			// The prefix twice: a client whose server URL already ends
+			// in /clusters/<name> following a server-relative URL the
+			// server gave it (OpenAPI v3's index, kubectl get --raw).
+			// The same cluster is that cluster; another is refused.
+			inner, innerRest, err := Split(rest)
+			if err != nil || inner != cluster {
+				second, _, _ := strings.Cut(strings.TrimPrefix(rest, prefix+"/"), "/")
+				writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest,
+					fmt.Sprintf("the path names two logical clusters (%s, then %s); name one", cluster, second))
+				return
+			}
+			rest = innerRest
 		}
 		if cluster.IsWildcard() {
 			switch req.Method {
@@ -103,6 +128,16 @@ func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, ms
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(st)
+}
+
+// afterCluster is what follows /clusters/<segment> in path.
+func afterCluster(path string) string {
+	rest, ok := strings.CutPrefix(path, prefix+"/")
+	if !ok {
+		return path
+	}
+	_, tail, _ := strings.Cut(rest, "/")
+	return "/" + tail
 }
 
 // StockInformerMessage answers a stock client-go informer or reflector on

@@ -113,3 +113,32 @@ func TestStockInformerRequest(t *testing.T) {
 		}
 	}
 }
+
+// The prefix twice (a server-relative URL followed by a client whose server
+// URL has the prefix already) is the one cluster; two clusters are refused.
+func TestDoublePrefix(t *testing.T) {
+	var got string
+	h := WithLogicalCluster(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, _ := logicalcluster.From(r.Context())
+		got = string(c) + " " + r.URL.Path
+	}))
+	for path, want := range map[string]string{
+		"/clusters/root:a/clusters/root:a/openapi/v3/api/v1": "root:a /openapi/v3/api/v1",
+		"/clusters/root:a/api/v1":                            "root:a /api/v1",
+		"/clusters/root:a/clusters/root:b/api/v1":            "400",
+		"/clusters/root:a/clusters/Bad_Name/api/v1":          "400",
+	} {
+		got = ""
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if want == "400" {
+			if rec.Code != 400 || got != "" {
+				t.Errorf("%s: %d %q, want 400", path, rec.Code, got)
+			}
+			continue
+		}
+		if got != want {
+			t.Errorf("%s: %q, want %q", path, got, want)
+		}
+	}
+}
