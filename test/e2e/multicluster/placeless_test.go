@@ -121,3 +121,67 @@ spec:
 		t.Errorf("create in a namespace no Placement selects, beside a Placement: %v\n%s", err, out)
 	}
 }
+
+// TestRefusedKindsExplainThemselves is issue 51, item 5: a built-in kind
+// that a workspace does not serve answers kubectl with what kcp runs and
+// how to get more, instead of "no matches for kind ... ensure CRDs are
+// installed first"; a workspace still reads like a cluster that has none
+// of them, and namespaces still delete.
+func TestRefusedKindsExplainThemselves(t *testing.T) {
+	s := framework.StartServer(t, "")
+	const ws = "root:apps"
+	s.CreateWorkspaces(ws)
+	const says = "kcp does not serve"
+	for _, c := range []struct {
+		what string
+		args []string
+		yaml string
+	}{
+		{what: "kubectl apply of a StatefulSet", args: []string{"apply", "-f", "-"}, yaml: `apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db}
+spec:
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {containers: [{name: c, image: postgres}]}
+`},
+		{what: "kubectl create of a Job", args: []string{"create", "-f", "-"}, yaml: `apiVersion: batch/v1
+kind: Job
+metadata: {name: once}
+spec:
+  template:
+    spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}
+`},
+		{what: "kubectl apply --server-side of a NetworkPolicy", args: []string{"apply", "--server-side", "-f", "-"}, yaml: `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny}
+spec: {podSelector: {}}
+`},
+		{what: "kubectl run", args: []string{"run", "shell", "--image=busybox"}},
+		{what: "kubectl create cronjob", args: []string{"create", "cronjob", "tick", "--image=busybox", "--schedule=* * * * *"}},
+		{what: "kubectl get of a StatefulSet by name", args: []string{"get", "statefulset", "db"}},
+	} {
+		out, err := s.KubectlErr(ws, c.yaml, c.args...)
+		t.Logf("%s:\n%s", c.what, out)
+		if err == nil || !strings.Contains(out, says) || strings.Contains(out, "ensure CRDs are installed") {
+			t.Errorf("%s: want an error saying %q, got %v:\n%s", c.what, says, err, out)
+		}
+	}
+	// Lists read like a cluster with none of them.
+	for _, r := range []string{"statefulsets", "jobs", "pods", "horizontalpodautoscalers", "poddisruptionbudgets"} {
+		if out, err := s.KubectlErr(ws, "", "get", r); err != nil || !strings.Contains(out, "No resources found") {
+			t.Errorf("kubectl get %s: %v\n%s", r, err, out)
+		}
+	}
+	// Served kinds are untouched, and namespaces with content delete.
+	s.Kubectl(ws, "create", "namespace", "gone")
+	s.Kubectl(ws, "-n", "gone", "create", "configmap", "c")
+	if out, err := s.KubectlErr(ws, "", "-n", "gone", "create", "deployment", "web", "--image=nginx"); err != nil {
+		t.Errorf("a Deployment: %v\n%s", err, out)
+	}
+	if out, err := s.KubectlErr(ws, "", "delete", "namespace", "gone", "--timeout=60s"); err != nil {
+		t.Errorf("deleting a namespace: %v\n%s", err, out)
+	}
+}
