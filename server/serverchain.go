@@ -57,7 +57,7 @@ func createServerChain(c genericcp.CompletedConfig, crds *crdserving.Server, loc
 	if err != nil {
 		return nil, fmt.Errorf("creating storage providers: %w", err)
 	}
-	providers = workloadapis.Providers(providers)
+	providers = workloadapis.WithRefused(workloadapis.WithUnplaced(workloadapis.Providers(providers)))
 	providers = tokenreview.WrapProviders(providers, c.ControlPlane.Generic.Authentication.Authenticator, c.ControlPlane.Generic.Authentication.APIAudiences)
 	providers = rbacescalation.WrapProviders(providers, c.ControlPlane.Generic.Authorization.Authorizer)
 	providers = local.WrapProviders(providers)

@@ -103,8 +103,8 @@ func newServiceStorage(getter generic.RESTOptionsGetter) (*serviceREST, *service
 		SingularQualifiedResource: api.Resource("service"),
 		PredicateFunc:             svcreg.Matcher,
 
-		CreateStrategy:      svcreg.Strategy,
-		UpdateStrategy:      svcreg.Strategy,
+		CreateStrategy:      serviceStrategyWithIPs,
+		UpdateStrategy:      serviceStrategyWithIPs,
 		DeleteStrategy:      svcreg.Strategy,
 		ResetFieldsStrategy: svcreg.Strategy,
 

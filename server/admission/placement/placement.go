@@ -5,10 +5,10 @@
 //     selector, needs the verb "use" on synctargets in its location
 //     workspace, checked with the requester's identity there (ordinary RBAC
 //     in that workspace decides);
-//   - a Deployment, Service or Ingress can be created only in a namespace
-//     that a Placement of its workspace selects: kcp runs no workload
-//     itself, so one that no physical cluster would run is refused with a
-//     message that says what to do, instead of being accepted and ignored;
+//   - a Deployment, Service or Ingress in a namespace that no Placement of
+//     its workspace selects is accepted and waits, as a Pod waits on a
+//     cluster without nodes; Unplaced tells the storage layer, which gives
+//     it a condition and the client a warning saying so;
 //   - an object of a synced resource created in a namespace already
 //     assigned to a SyncTarget gets that target's assignment label and
 //     finalizer at once (the placement controller labels what existed
@@ -197,6 +197,26 @@ func (p *Plugin) selecting(ctx context.Context, cluster logicalcluster.Name, nsL
 	return matching(objs, nsLabels), nil
 }
 
+// Unplaced reports whether no Placement of cluster selects the namespace
+// (false when that cannot be told: a missing namespace, a plugin not
+// started yet).
+func Unplaced(ctx context.Context, cluster logicalcluster.Name, namespace string) bool {
+	ns, err := namespacelifecycle.Namespace(ctx, cluster, namespace)
+	if err != nil {
+		return false
+	}
+	names, err := instance.selecting(ctx, cluster, ns.Labels)
+	return err == nil && len(names) == 0
+}
+
+// UnplacedMessage says why a workload object in namespace waits, and what
+// makes it run.
+func UnplacedMessage(resource, namespace string) string {
+	return fmt.Sprintf("no Placement of this workspace selects namespace %q: kcp runs %s on the physical clusters a Placement "+
+		"assigns the namespace to, so this one is stored but runs nowhere until a Placement (workload.kcp.io/v1alpha1) selects "+
+		"the namespace (docs/multicluster.md)", namespace, resource)
+}
+
 func matching(objs []*unstructured.Unstructured, nsLabels map[string]string) []string {
 	var names []string
 	for _, o := range objs {
@@ -363,22 +383,11 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	case workloads.Has(gr) && a.GetOperation() == admission.Update:
 		return checkNegotiated(cluster, gr, a)
 	case workloads.Has(gr) && a.GetOperation() == admission.Create:
-		if err := checkNegotiated(cluster, gr, a); err != nil {
-			return err
-		}
-		ns, err := namespacelifecycle.Namespace(ctx, cluster, a.GetNamespace())
-		if err != nil {
-			return nil // namespacelifecycle answers for a missing namespace
-		}
-		names, err := p.selecting(ctx, cluster, ns.Labels)
-		if err != nil {
-			return admission.NewForbidden(a, fmt.Errorf("cannot tell whether namespace %s is placed: %v", a.GetNamespace(), err))
-		}
-		if len(names) == 0 {
-			return admission.NewForbidden(a, fmt.Errorf("namespace %q of logical cluster %s runs on no physical cluster: "+
-				"kcp runs %s only on the physical clusters a Placement assigns the namespace to; create a Placement "+
-				"(workload.kcp.io/v1alpha1) that selects this namespace, see docs/multicluster.md", a.GetNamespace(), cluster, gr.Resource))
-		}
+		// A workload in a namespace no Placement selects is accepted, like
+		// a Pod on a cluster without nodes: the storage layer gives it a
+		// condition and a warning (server/workloadapis), and it runs once
+		// a Placement selects the namespace.
+		return checkNegotiated(cluster, gr, a)
 	}
 	return nil
 }
