@@ -8,6 +8,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kcpsql/kcp/schema/workload"
 )
@@ -160,5 +163,49 @@ func TestHonestOneTarget(t *testing.T) {
 	fresh := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "new", Labels: d.Labels}}
 	if m := MarkUnreachable(fresh, map[string]DeadTarget{"a": {Why: why}}); m == nil || available(m.Status) == nil || m.Status.UnavailableReplicas != 1 {
 		t.Errorf("a new Deployment on a dead target: %+v", m)
+	}
+}
+
+// TestMarkOncePerEpisode: kcp marks a Deployment once per NotReady episode
+// of a target, so a syncer that writes after the mark is not fought over;
+// a new episode marks again; a target Ready again is forgotten.
+func TestMarkOncePerEpisode(t *testing.T) {
+	c := &Controller{marked: map[string]map[string]string{},
+		targets: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{byTarget: func(obj interface{}) ([]string, error) {
+			return []string{targetKeyOf(obj.(*unstructured.Unstructured))}, nil
+		}})}
+	setTarget := func(ready metav1.ConditionStatus, since time.Time) {
+		st := &workload.SyncTarget{ObjectMeta: metav1.ObjectMeta{Name: "pc1", Annotations: map[string]string{"kcp.io/cluster": "root:compute"}}}
+		st.Status.Conditions = []metav1.Condition{{Type: workload.ConditionReady, Status: ready, Reason: workload.ReasonHeartbeatTimeout, Message: "no heartbeat", LastTransitionTime: metav1.NewTime(since)}}
+		m, _ := runtime.DefaultUnstructuredConverter.ToUnstructured(st)
+		if err := c.targets.Update(&unstructured.Unstructured{Object: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := workload.TargetKey("root:compute", "pc1")
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Labels: map[string]string{workload.StateLabelPrefix + key: workload.StateSync}}}
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+	setTarget(metav1.ConditionTrue, t0)
+	if dead := c.newlyDead("d", d); len(dead) != 0 {
+		t.Errorf("Ready target dead: %v", dead)
+	}
+	setTarget(metav1.ConditionFalse, t0.Add(time.Minute))
+	dead := c.newlyDead("d", d)
+	if dead[key].Why != "root:compute/pc1: no heartbeat" {
+		t.Fatalf("NotReady target: %v", dead)
+	}
+	c.remember("d", dead)
+	if again := c.newlyDead("d", d); len(again) != 0 {
+		t.Errorf("marked twice in one episode: %v", again)
+	}
+	// Another episode (Ready, then NotReady again) marks again.
+	setTarget(metav1.ConditionTrue, t0.Add(2*time.Minute))
+	if c.newlyDead("d", d); len(c.marked) != 0 {
+		t.Errorf("a Ready target not forgotten: %v", c.marked)
+	}
+	setTarget(metav1.ConditionFalse, t0.Add(3*time.Minute))
+	if again := c.newlyDead("d", d); len(again) != 1 {
+		t.Errorf("a new episode not marked: %v", again)
 	}
 }
