@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "sigs.k8s.io/json"
 )
@@ -256,7 +257,18 @@ type ShareStatus struct {
 	Mode   string                 `json:"mode"`
 	Share  int32                  `json:"share"`
 	Status map[string]interface{} `json:"status"`
+	// Unreachable is set by kcp, never by a syncer, when the target's
+	// heartbeat has stopped (its SyncTarget is Ready=False): why, naming
+	// the target. Status is then the copy's last report, and no longer
+	// counts as ready or available (DeploymentShare). The target's syncer
+	// replaces the whole annotation, without it, when it reports again.
+	Unreachable string `json:"unreachable,omitempty"`
 }
+
+// ReasonSyncTargetNotReady is the reason of a workload's Available=False
+// condition when kcp no longer counts a target's copy because the
+// target's heartbeat has stopped.
+const ReasonSyncTargetNotReady = "SyncTargetNotReady"
 
 // CheckOverridePatch refuses an override that would change what the
 // syncer owns on a downstream copy: its identity (apiVersion, kind,
@@ -339,12 +351,44 @@ func KCPOwnedKey(key string) bool {
 
 // DeploymentShare decodes a Deployment's per-target status annotation
 // (StatusAnnotationPrefix + key): the mode, the share and the copy's status.
+// The status of a share kcp marked Unreachable is UnreachableStatus of the
+// last report: nothing of it is ready or available.
 func DeploymentShare(annotation string) (ShareStatus, appsv1.DeploymentStatus, error) {
 	var s ShareStatus
 	var st appsv1.DeploymentStatus
 	if err := json.Unmarshal([]byte(annotation), &s); err != nil {
 		return s, st, err
 	}
-	err := runtime.DefaultUnstructuredConverter.FromUnstructured(s.Status, &st)
-	return s, st, err
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(s.Status, &st); err != nil {
+		return s, st, err
+	}
+	if s.Unreachable != "" {
+		st = UnreachableStatus(st, max(s.Share, st.Replicas), s.Unreachable)
+	}
+	return s, st, nil
+}
+
+// UnreachableStatus is what kcp reports of a Deployment's copy on a target
+// whose heartbeat has stopped, from the copy's last reported status: its
+// replicas, updated replicas and observed generation as last reported (they
+// describe what was asked of the target), none ready or available, desired
+// (the copy's replicas) unavailable, and Available=False with the reason
+// SyncTargetNotReady and why as the message. Progressing stays as reported.
+func UnreachableStatus(last appsv1.DeploymentStatus, desired int32, why string) appsv1.DeploymentStatus {
+	st := *last.DeepCopy()
+	st.ReadyReplicas, st.AvailableReplicas, st.UnavailableReplicas = 0, 0, desired
+	available := appsv1.DeploymentCondition{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionFalse,
+		Reason: ReasonSyncTargetNotReady, Message: why}
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == appsv1.DeploymentAvailable {
+			prev := st.Conditions[i]
+			if prev.Status == available.Status && prev.Reason == available.Reason && prev.Message == available.Message {
+				available.LastUpdateTime, available.LastTransitionTime = prev.LastUpdateTime, prev.LastTransitionTime
+			}
+			st.Conditions[i] = available
+			return st
+		}
+	}
+	st.Conditions = append(st.Conditions, available)
+	return st
 }

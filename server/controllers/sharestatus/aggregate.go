@@ -15,7 +15,12 @@
 //     available: a joining cluster's share still starting does not make the
 //     whole unavailable);
 //     Progressing is False when any copy's is (ProgressDeadlineExceeded),
-//     and says ReplicaSetUpdated while any copy still rolls out.
+//     and says ReplicaSetUpdated while any copy still rolls out;
+//   - a target whose heartbeat has stopped counts for nothing ready or
+//     available: kcp marks its annotation Unreachable (honest.go), and the
+//     Available condition names the target and why (reason
+//     SyncTargetNotReady when the whole is not available). A Deployment on
+//     one such target gets the same status written over its own.
 //
 // One controller for all logical clusters: one watch of Deployments across
 // all of them.
@@ -23,7 +28,6 @@ package sharestatus
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -37,18 +41,13 @@ import (
 // itself), when no target has reported yet, or, in Divide mode, when one
 // has not.
 func Aggregate(d *appsv1.Deployment) (appsv1.DeploymentStatus, bool) {
-	var keys []string
-	for k, v := range d.Labels {
-		if key, ok := strings.CutPrefix(k, workload.StateLabelPrefix); ok && v == workload.StateSync {
-			keys = append(keys, key)
-		}
-	}
+	keys := AssignedKeys(d)
 	if len(keys) < 2 {
 		return appsv1.DeploymentStatus{}, false
 	}
-	sort.Strings(keys)
 	var shares []workload.ShareStatus
 	var statuses []appsv1.DeploymentStatus
+	var unreachable []string
 	for _, k := range keys {
 		raw, ok := d.Annotations[workload.StatusAnnotationPrefix+k]
 		if !ok {
@@ -59,6 +58,9 @@ func Aggregate(d *appsv1.Deployment) (appsv1.DeploymentStatus, bool) {
 			continue
 		}
 		shares, statuses = append(shares, s), append(statuses, st)
+		if s.Unreachable != "" {
+			unreachable = append(unreachable, s.Unreachable)
+		}
 	}
 	if len(shares) == 0 {
 		return appsv1.DeploymentStatus{}, false
@@ -106,11 +108,11 @@ func Aggregate(d *appsv1.Deployment) (appsv1.DeploymentStatus, bool) {
 	// still starts its share (a rebalancing keeps the others' shares until
 	// it is available).
 	wholeAvailable := divide && d.Spec.Replicas != nil && out.AvailableReplicas >= *d.Spec.Replicas
-	out.Conditions = conditions(d, keys, statuses, all, wholeAvailable)
+	out.Conditions = conditions(d, keys, statuses, all, wholeAvailable, unreachable)
 	return out, true
 }
 
-func conditions(d *appsv1.Deployment, keys []string, statuses []appsv1.DeploymentStatus, all, wholeAvailable bool) []appsv1.DeploymentCondition {
+func conditions(d *appsv1.Deployment, keys []string, statuses []appsv1.DeploymentStatus, all, wholeAvailable bool, unreachable []string) []appsv1.DeploymentCondition {
 	availableCount := 0
 	var notProgressing *appsv1.DeploymentCondition
 	rolling := !all
@@ -139,6 +141,12 @@ func conditions(d *appsv1.Deployment, keys []string, statuses []appsv1.Deploymen
 	} else if availableCount < len(keys) {
 		available.Status, available.Reason = corev1.ConditionFalse, "MinimumReplicasUnavailable"
 		available.Message = fmt.Sprintf("Deployment has minimum availability on %d of %d clusters.", availableCount, len(keys))
+		if len(unreachable) > 0 {
+			available.Reason = workload.ReasonSyncTargetNotReady
+		}
+	}
+	if len(unreachable) > 0 {
+		available.Message += " Not counted: " + strings.Join(unreachable, "; ")
 	}
 	progressing := appsv1.DeploymentCondition{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable",
 		Message: fmt.Sprintf("Deployment %q has successfully progressed on all %d clusters.", d.Name, len(keys))}

@@ -2,6 +2,7 @@ package sharestatus
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -11,11 +12,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
 	"github.com/kcpsql/kcp/server/localwatch"
@@ -23,18 +26,34 @@ import (
 
 const name = "kcp-share-status"
 
+// byTarget indexes Deployments by the keys of their assigned targets, and
+// SyncTargets by their own key.
+const byTarget = "target"
+
 // Controller writes the combined status of Deployments that several
-// SyncTargets run.
+// SyncTargets run, and keeps a dead target's last report from counting
+// (honest.go).
 type Controller struct {
 	queue       workqueue.TypedRateLimitingInterface[string]
 	deployments cache.Indexer
-	informer    cache.Controller
+	targets     cache.Indexer
+	informers   []cache.Controller
 	clients     *clusterinformer.Clients
+
+	mu sync.Mutex
+	// marked: Deployment key -> target key -> the NotReady episode whose
+	// mark has been written (or found) on that Deployment.
+	marked map[string]map[string]string
 }
 
-// NewController watches Deployments of all logical clusters.
+// NewController watches Deployments and SyncTargets of all logical
+// clusters (one watch each).
 func NewController(loopback *rest.Config, local *localwatch.Storages) (*Controller, error) {
 	wild, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
+	if err != nil {
+		return nil, err
+	}
+	wildDyn, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
 	}
@@ -42,21 +61,88 @@ func NewController(loopback *rest.Config, local *localwatch.Storages) (*Controll
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{queue: worker.NewQueue[string](name), clients: clients}
+	c := &Controller{queue: worker.NewQueue[string](name), clients: clients, marked: map[string]map[string]string{}}
 	enqueue := func(obj interface{}) {
 		if key, err := clusterinformer.KeyFunc(obj); err == nil {
 			c.queue.Add(key)
 		}
 	}
+	indexers := cache.Indexers{byTarget: func(obj interface{}) ([]string, error) {
+		if d, ok := obj.(*appsv1.Deployment); ok {
+			return AssignedKeys(d), nil
+		}
+		return nil, nil
+	}}
+	for k, v := range clusterinformer.ClusterIndexers {
+		indexers[k] = v
+	}
 	lw := local.FromClient(wild.AppsV1().RESTClient(), appsv1.SchemeGroupVersion, "deployments", fields.Everything())
-	c.deployments, c.informer = clusterinformer.New(lw, &appsv1.Deployment{}, clusterinformer.ClusterIndexers,
-		cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o interface{}) { enqueue(o) }})
+	var deployments cache.Controller
+	c.deployments, deployments = clusterinformer.New(lw, &appsv1.Deployment{}, indexers,
+		cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o interface{}) { enqueue(o) }, DeleteFunc: func(o interface{}) {
+			if tomb, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				c.forget(tomb.Key)
+			} else if key, err := clusterinformer.KeyFunc(o); err == nil {
+				c.forget(key)
+			}
+		}})
+
+	// A target whose Ready changes (dies, or returns) concerns every
+	// Deployment assigned to it; heartbeats that change nothing else do not.
+	targets := wildDyn.Resource(workload.SyncTargetsResource)
+	enqueueAssigned := func(obj interface{}) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return
+		}
+		objs, _ := c.deployments.ByIndex(byTarget, targetKeyOf(u))
+		for _, o := range objs {
+			enqueue(o)
+		}
+	}
+	var synctargets cache.Controller
+	c.targets, synctargets = clusterinformer.New(clusterinformer.ListWatch(targets.List, targets.Watch), &unstructured.Unstructured{},
+		cache.Indexers{byTarget: func(obj interface{}) ([]string, error) {
+			return []string{targetKeyOf(obj.(*unstructured.Unstructured))}, nil
+		}},
+		cache.ResourceEventHandlerFuncs{
+			AddFunc: func(obj interface{}) {
+				if _, dead := deadTarget(obj); dead {
+					enqueueAssigned(obj)
+				}
+			},
+			UpdateFunc: func(old, obj interface{}) {
+				was, wasDead := deadTarget(old)
+				is, isDead := deadTarget(obj)
+				if wasDead != isDead || was != is {
+					enqueueAssigned(obj)
+				}
+			},
+		})
+	c.informers = []cache.Controller{deployments, synctargets}
 	return c, nil
+}
+
+func targetKeyOf(u *unstructured.Unstructured) string {
+	return workload.TargetKey(string(clusterinformer.ClusterOf(u)), u.GetName())
+}
+
+// deadTarget is DeadTargetOf for a SyncTarget from the informer.
+func deadTarget(obj interface{}) (DeadTarget, bool) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return DeadTarget{}, false
+	}
+	var t workload.SyncTarget
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &t); err != nil {
+		return DeadTarget{}, false
+	}
+	return DeadTargetOf(string(clusterinformer.ClusterOf(u)), &t)
 }
 
 // Run processes the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	worker.Run(ctx, name, c.queue, workers, []cache.Controller{c.informer}, func(ctx context.Context, key string) (time.Duration, error) {
+	worker.Run(ctx, name, c.queue, workers, c.informers, func(ctx context.Context, key string) (time.Duration, error) {
 		return 0, c.sync(ctx, key)
 	})
 }
@@ -64,21 +150,31 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 func (c *Controller) sync(ctx context.Context, key string) error {
 	obj, ok, _ := c.deployments.GetByKey(key)
 	if !ok {
+		c.forget(key)
 		return nil
 	}
 	d := obj.(*appsv1.Deployment)
-	want, ok := Aggregate(d)
-	if !ok || sameStatus(d.Status, want) {
+	dead := c.newlyDead(key, d)
+	out := d
+	if marked := MarkUnreachable(d, dead); marked != nil {
+		out = marked
+	}
+	if want, ok := Aggregate(out); ok && !sameStatus(out.Status, want) {
+		if out == d {
+			out = d.DeepCopy()
+		}
+		out.Status = want
+	}
+	if out == d {
+		c.remember(key, dead)
 		return nil
 	}
 	now := metav1.Now()
-	for i := range want.Conditions {
-		if want.Conditions[i].LastTransitionTime.IsZero() {
-			want.Conditions[i].LastTransitionTime, want.Conditions[i].LastUpdateTime = now, now
+	for i := range out.Status.Conditions {
+		if out.Status.Conditions[i].LastTransitionTime.IsZero() {
+			out.Status.Conditions[i].LastTransitionTime, out.Status.Conditions[i].LastUpdateTime = now, now
 		}
 	}
-	out := d.DeepCopy()
-	out.Status = want
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(out)
 	if err != nil {
 		return err
@@ -96,7 +192,60 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 		// Gone, or changed since: its next event brings it back.
 		return nil
 	}
+	if err == nil {
+		c.remember(key, dead)
+	}
 	return err
+}
+
+// newlyDead returns the Deployment's assigned targets that are NotReady
+// and whose NotReady episode has not been marked on it yet, and forgets the
+// episodes of targets Ready again.
+func (c *Controller) newlyDead(key string, d *appsv1.Deployment) map[string]DeadTarget {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	dead := map[string]DeadTarget{}
+	for _, k := range AssignedKeys(d) {
+		objs, _ := c.targets.ByIndex(byTarget, k)
+		var t DeadTarget
+		isDead := false
+		for _, o := range objs {
+			if t, isDead = deadTarget(o); isDead {
+				break
+			}
+		}
+		if !isDead {
+			delete(c.marked[key], k)
+			continue
+		}
+		if c.marked[key][k] != t.Episode {
+			dead[k] = t
+		}
+	}
+	if len(c.marked[key]) == 0 {
+		delete(c.marked, key)
+	}
+	return dead
+}
+
+func (c *Controller) remember(key string, dead map[string]DeadTarget) {
+	if len(dead) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.marked[key] == nil {
+		c.marked[key] = map[string]string{}
+	}
+	for k, t := range dead {
+		c.marked[key][k] = t.Episode
+	}
+}
+
+func (c *Controller) forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.marked, key)
 }
 
 // sameStatus compares statuses without the conditions' times.
