@@ -23,7 +23,8 @@ const maxAnswer = 64 << 20
 // server's loopback credentials and resolves service references through
 // the host's DNS; here every URL gets an empty client config (no
 // credentials, the policy's dialer, no proxy) and service references are
-// refused, since logical clusters have no Services to refer to.
+// refused: a workspace's Services run on physical clusters, which kcp
+// reaches only through their syncer (not yet for webhooks).
 func (p *Policy) AuthResolverWrapper() webhook.AuthenticationInfoResolverWrapper {
 	return func(webhook.AuthenticationInfoResolver) webhook.AuthenticationInfoResolver {
 		return &webhook.AuthenticationInfoResolverDelegator{
@@ -33,7 +34,7 @@ func (p *Policy) AuthResolverWrapper() webhook.AuthenticationInfoResolverWrapper
 				return cfg, nil
 			},
 			ClientConfigForServiceFunc: func(name, namespace string, port int) (*rest.Config, error) {
-				return nil, fmt.Errorf("webhook service reference %s/%s:%d: %w (logical clusters have no Services; give the webhook a url)", namespace, name, port, ErrNotAllowed)
+				return nil, fmt.Errorf("webhook service reference %s/%s:%d: %w (kcp does not call webhooks served by a Service yet: the Service's pods run on physical clusters, which kcp reaches only through their syncer; give the webhook a url)", namespace, name, port, ErrNotAllowed)
 			},
 		}
 	}

@@ -338,12 +338,12 @@ func TestAdmissionWebhooks(t *testing.T) {
 
 	// A service reference: stored with a warning, its calls fail clearly.
 	out := apply(a, webhookConfig("ValidatingWebhookConfiguration", "svc", `{service: {namespace: default, name: hook, port: 443}}`, "Fail", 5, "svc: ref"))
-	if !strings.Contains(out, "no Services") {
+	if !strings.Contains(out, "webhooks served by a Service") {
 		t.Errorf("no warning for a service reference:\n%s", out)
 	}
 	framework.Eventually(t, 30*time.Second, "a service-referencing webhook's call fails clearly", func() (bool, string) {
 		_, err := s.Client(a).CoreV1().ConfigMaps("default").Create(ctx, cm("a-svc", map[string]string{"svc": "ref"}), metav1.CreateOptions{})
-		return err != nil && strings.Contains(err.Error(), "no Services"), fmt.Sprint(err)
+		return err != nil && strings.Contains(err.Error(), "webhooks served by a Service"), fmt.Sprint(err)
 	})
 
 	// Refused networks, whatever the flag allows besides.

@@ -289,7 +289,6 @@ func TestConversionWebhookSSRF(t *testing.T) {
 		{"localhost", "locals", url("localhost", "/leak")},
 		{"0.0.0.0", "zeros", url("0.0.0.0", "/leak")},
 		{"cloud metadata address", "metas", `{"url":"https://169.254.169.254/latest/meta-data/"}`},
-		{"the server's own service", "selves", `{"service":{"namespace":"default","name":"kubernetes","port":443}}`},
 	} {
 		crdCode, crdBody, readCode, readBody := convertThrough(t, s, tenant, "ssrf-a", row.plural, row.clientConfig)
 		refused(row.what, crdCode, crdBody, readCode, readBody)
@@ -297,6 +296,20 @@ func TestConversionWebhookSSRF(t *testing.T) {
 			t.Errorf("%s: creating the CRD = %d, want 422 naming the clientConfig: %s", row.what, crdCode, crdBody)
 		}
 	}
+	// A conversion webhook served by a Service (the server's own, here) is
+	// accepted, so that applications like Tekton install (issue 50 item
+	// 3): objects are served at the storage version, and a request at
+	// another version fails with a message that says why, without any
+	// call.
+	crdCode, crdBody, readCode, readBody := convertThrough(t, s, tenant, "ssrf-a", "selves", `{"service":{"namespace":"default","name":"kubernetes","port":443}}`)
+	refused("the server's own service", crdCode, crdBody, readCode, readBody)
+	if crdCode != http.StatusCreated || readCode < 400 || !strings.Contains(readBody, "webhooks served by a Service") {
+		t.Errorf("a conversion webhook served by a Service: CRD %d, read at v2 %d, want 201 and a refusal saying why: %s %s", crdCode, readCode, crdBody, readBody)
+	}
+	if code, body := framework.Do(t, tenant, "GET", s.URL()+"/clusters/root:ssrf-a/apis/ssrf.example.com/v1/namespaces/default/selves/probe", ""); code != http.StatusOK {
+		t.Errorf("reading at the storage version of a CRD with a Service conversion webhook: %d %s", code, body)
+	}
+
 	// A name that resolves to the server's own host passes admission; the
 	// dialer must refuse the address it resolves to.
 	if host, err := os.Hostname(); err == nil {

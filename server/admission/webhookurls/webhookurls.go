@@ -50,7 +50,7 @@ var (
 	crds                  = apiextensionsv1.Resource("customresourcedefinitions")
 	validatingWebhooks    = admissionregistrationv1.Resource("validatingwebhookconfigurations")
 	mutatingWebhooks      = admissionregistrationv1.Resource("mutatingwebhookconfigurations")
-	serviceReferenceWarns = "logical clusters have no Services for kcp to call: calls of this webhook fail (requests it matches are refused if its failurePolicy is Fail); give it a url"
+	serviceReferenceWarns = "kcp does not call webhooks served by a Service yet (the Service's pods run on physical clusters, which kcp reaches only through their syncer): calls of this webhook fail (requests it matches are refused if its failurePolicy is Fail, and go through if it is Ignore); give it a url"
 )
 
 func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
@@ -59,7 +59,7 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	}
 	switch a.GetResource().GroupResource() {
 	case crds:
-		return p.validateCRD(a)
+		return p.validateCRD(ctx, a)
 	case validatingWebhooks, mutatingWebhooks:
 		return p.validateWebhooks(ctx, a)
 	}
@@ -106,17 +106,33 @@ func (p *plugin) validateWebhooks(ctx context.Context, a admission.Attributes) e
 	return nil
 }
 
-func (p *plugin) validateCRD(a admission.Attributes) error {
+// validateCRD checks a CRD's conversion webhook URL. A conversion webhook
+// served by a Service (Tekton's, cert-manager's CRDs) is accepted with a
+// warning: its objects are served at the storage version, and a request
+// at another version fails with the webhook's error, until kcp can call a
+// Service's pods on a physical cluster.
+func (p *plugin) validateCRD(ctx context.Context, a admission.Attributes) error {
 	var url *string
 	var service bool
+	var storage string
 	switch crd := a.GetObject().(type) {
 	case *apiextensions.CustomResourceDefinition:
 		if c := crd.Spec.Conversion; c != nil && c.WebhookClientConfig != nil {
 			url, service = c.WebhookClientConfig.URL, c.WebhookClientConfig.Service != nil
 		}
+		for _, v := range crd.Spec.Versions {
+			if v.Storage {
+				storage = v.Name
+			}
+		}
 	case *apiextensionsv1.CustomResourceDefinition:
 		if c := crd.Spec.Conversion; c != nil && c.Webhook != nil && c.Webhook.ClientConfig != nil {
 			url, service = c.Webhook.ClientConfig.URL, c.Webhook.ClientConfig.Service != nil
+		}
+		for _, v := range crd.Spec.Versions {
+			if v.Storage {
+				storage = v.Name
+			}
 		}
 	default:
 		return nil
@@ -124,7 +140,8 @@ func (p *plugin) validateCRD(a admission.Attributes) error {
 	path := field.NewPath("spec", "conversion", "webhook", "clientConfig")
 	var errs field.ErrorList
 	if service {
-		errs = append(errs, field.Forbidden(path.Child("service"), "logical clusters have no Services for kcp to call; give the webhook a url"))
+		warning.AddWarning(ctx, "", fmt.Sprintf("%s: kcp does not call conversion webhooks served by a Service yet (the Service's pods run on physical clusters, which kcp reaches only through their syncer); "+
+			"%s is served at its storage version %s, and a request at another version fails until the webhook is given a url", path.Child("service"), a.GetName(), storage))
 	}
 	if url != nil {
 		if err := p.policy.CheckURL(*url); err != nil {
