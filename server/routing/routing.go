@@ -53,12 +53,14 @@ func WithLogicalCluster(next http.Handler) http.Handler {
 		if err != nil {
 			if errorlimit.IsDiscovery(req.Method, afterCluster(req.URL.Path)) {
 				// client-go's discovery reads only a text/plain answer's
-				// words (errorlimit): kubectl said "the server rejected
-				// our request for an unknown reason" instead.
+				// words (errorlimit), and keeps them only for a 403 (a
+				// 400's become "the server rejected our request for an
+				// unknown reason"). No workspace can have this name: it
+				// is answered as one that does not exist is.
 				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 				w.Header().Set("X-Content-Type-Options", "nosniff")
-				w.WriteHeader(http.StatusBadRequest)
-				fmt.Fprintln(w, err.Error())
+				w.WriteHeader(http.StatusForbidden)
+				fmt.Fprintf(w, "%v: no workspace has this name\n", err)
 				return
 			}
 			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
@@ -68,15 +70,12 @@ func WithLogicalCluster(next http.Handler) http.Handler {
 			// The prefix twice: a client whose server URL already ends
 			// in /clusters/<name> following a server-relative URL the
 			// server gave it (OpenAPI v3's index, kubectl get --raw).
-			// The same cluster is that cluster; another is refused.
-			inner, innerRest, err := Split(rest)
-			if err != nil || inner != cluster {
-				second, _, _ := strings.Cut(strings.TrimPrefix(rest, prefix+"/"), "/")
-				writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest,
-					fmt.Sprintf("the path names two logical clusters (%s, then %s); name one", cluster, second))
-				return
+			// The same cluster is that cluster. Another stays a path of
+			// the first cluster, which serves nothing there (404, and
+			// audited as sent).
+			if inner, innerRest, err := Split(rest); err == nil && inner == cluster {
+				rest = innerRest
 			}
-			rest = innerRest
 		}
 		if cluster.IsWildcard() {
 			switch req.Method {

@@ -192,8 +192,13 @@ subjects:
 			`{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"Role","metadata":{"name":"too-much"},"rules":[{"apiGroups":["*"],"resources":["*"],"verbs":["*"]}]}`, nil, []int{403}},
 		{"9", "token-file user named like the cluster's service account", anonymous, "GET", a + "/api/v1/namespaces/default/configmaps",
 			"", map[string]string{"Authorization": "Bearer fake-bot-token"}, []int{403}},
-		{"9", "workspace admin impersonates the service-account name", orgAdmin, "GET", a + "/api/v1/namespaces/default/configmaps",
-			"", map[string]string{"Impersonate-User": "system:serviceaccount:default:bot"}, []int{403}},
+		// Impersonation is authorized by the workspace's own RBAC, and the
+		// impersonated service account is then judged as the workspace's
+		// (issue 50 item 4): no more than its bindings give it.
+		{"9", "workspace admin impersonates a service account without rights", orgAdmin, "GET", a + "/api/v1/namespaces/default/configmaps",
+			"", map[string]string{"Impersonate-User": "system:serviceaccount:default:nobody"}, []int{403}},
+		{"9", "workspace admin impersonates the bot: judged as the bot", orgAdmin, "GET", a + "/api/v1/namespaces/default/configmaps",
+			"", map[string]string{"Impersonate-User": "system:serviceaccount:default:bot"}, []int{200}},
 		// Last, and in org-t: without the fix, each locks everyone out.
 		{"6", "workspace admin sets the phase to Terminating", orgAdmin, "PATCH", lcT + "/cluster/status", `{"status":{"phase":"Terminating"}}`, merge, []int{403}},
 		{"6", "workspace admin deletes the LogicalCluster", orgAdmin, "DELETE", lcT + "/cluster", "", nil, []int{403}},
