@@ -253,31 +253,32 @@ func (p *Plugin) checkBind(ctx context.Context, a admission.Attributes) error {
 	return nil
 }
 
-// MayBind checks that u (the identity u's request authenticated as, if
-// it impersonates u) has the verb "bind" on the APIExport name of the
+// MayBind checks that u, and the identity u's request authenticated as
+// if it impersonates u, have the verb "bind" on the APIExport name of the
 // workspace path, in that workspace's RBAC. A missing workspace or export
 // gives the same error as a missing grant.
 func MayBind(ctx context.Context, authz authorizer.Authorizer, u user.Info, path, name string) error {
-	// Checked in the provider's workspace: as the identity the request
-	// proved, not one it impersonates (impersonation was authorized in
-	// the requester's workspace only).
-	u = requester.Real(ctx, u)
 	provider, err := logicalcluster.Parse(path)
 	if err != nil || provider.IsWildcard() {
 		return fmt.Errorf("%q is not a workspace path (like root:platform)", path)
 	}
-	attr := authorizer.AttributesRecord{
-		User: u, Verb: apis.VerbBind, APIGroup: apis.Group, APIVersion: apis.Version,
-		Resource: "apiexports", Name: name, ResourceRequest: true,
-	}
-	d, _, err := authz.Authorize(clusterauthz.WithExportGrant(logicalcluster.WithCluster(ctx, provider)), attr)
-	if err != nil || d != authorizer.DecisionAllow {
-		who := ""
-		if u != nil {
-			who = u.GetName()
+	// Checked in the provider's workspace for the identity the request
+	// acts as and, when it impersonates, the one it proved (impersonation
+	// was authorized in the requester's workspace only).
+	for _, who := range requester.Both(ctx, u) {
+		attr := authorizer.AttributesRecord{
+			User: who, Verb: apis.VerbBind, APIGroup: apis.Group, APIVersion: apis.Version,
+			Resource: "apiexports", Name: name, ResourceRequest: true,
 		}
-		return fmt.Errorf("%q may not bind APIExport %s of workspace %s: binding needs the verb %q on apiexports/%s in that workspace (granted with RBAC there), or the workspace does not exist",
-			who, name, path, apis.VerbBind, name)
+		d, _, err := authz.Authorize(clusterauthz.WithExportGrant(logicalcluster.WithCluster(ctx, provider)), attr)
+		if err != nil || d != authorizer.DecisionAllow {
+			name := ""
+			if who != nil {
+				name = who.GetName()
+			}
+			return fmt.Errorf("%q may not bind APIExport %s of workspace %s: binding needs the verb %q on apiexports/%s in that workspace (granted with RBAC there), or the workspace does not exist",
+				name, attr.Name, path, apis.VerbBind, attr.Name)
+		}
 	}
 	return nil
 }

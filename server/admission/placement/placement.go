@@ -428,22 +428,23 @@ func (p *Plugin) validatePlacement(ctx context.Context, a admission.Attributes) 
 			return admission.NewForbidden(a, fmt.Errorf("spec.namespaceSelector: %v", err))
 		}
 	}
-	// Checked in the location workspace: as the identity the request
-	// proved, not one it impersonates (impersonation was authorized in
-	// the Placement's workspace only).
-	requesterInfo := requester.Real(ctx, a.GetUserInfo())
-	attr := authorizer.AttributesRecord{
-		User: requesterInfo, Verb: workload.VerbUse, APIGroup: workload.Group, APIVersion: workload.Version,
-		Resource: "synctargets", ResourceRequest: true,
-	}
-	d, _, err := p.authz.Authorize(logicalcluster.WithCluster(ctx, loc), attr)
-	if err != nil || d != authorizer.DecisionAllow {
-		name := ""
-		if requesterInfo != nil {
-			name = requesterInfo.GetName()
+	// Checked in the location workspace for the identity the request acts
+	// as and, when it impersonates, the one it proved (impersonation was
+	// authorized in the Placement's workspace only).
+	for _, who := range requester.Both(ctx, a.GetUserInfo()) {
+		attr := authorizer.AttributesRecord{
+			User: who, Verb: workload.VerbUse, APIGroup: workload.Group, APIVersion: workload.Version,
+			Resource: "synctargets", ResourceRequest: true,
 		}
-		return admission.NewForbidden(a, fmt.Errorf("%q may not use the SyncTargets of workspace %s: a Placement needs the verb %q on "+
-			"synctargets.%s there (granted with RBAC in that workspace), or the workspace does not exist", name, loc, workload.VerbUse, workload.Group))
+		d, _, err := p.authz.Authorize(logicalcluster.WithCluster(ctx, loc), attr)
+		if err != nil || d != authorizer.DecisionAllow {
+			name := ""
+			if who != nil {
+				name = who.GetName()
+			}
+			return admission.NewForbidden(a, fmt.Errorf("%q may not use the SyncTargets of workspace %s: a Placement needs the verb %q on "+
+				"synctargets.%s there (granted with RBAC in that workspace), or the workspace does not exist", name, loc, workload.VerbUse, workload.Group))
+		}
 	}
 	return nil
 }

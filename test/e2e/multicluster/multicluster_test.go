@@ -88,11 +88,13 @@ spec: {push: {secretNamespace: default, secretName: %s-kubeconfig}, resources: [
 		t.Errorf("the SyncTarget does not report its synced resources: %s", out)
 	}
 
-	// Nothing runs a Deployment in a namespace that no Placement selects:
-	// refused, with what to do.
-	if out, err := s.KubectlErr(teamA, "", "create", "deployment", "web", "--image=nginx"); err == nil || !strings.Contains(out, "Placement") {
-		t.Errorf("a Deployment without a Placement: want a refusal naming Placement, got %v\n%s", err, out)
+	// A Deployment in a namespace that no Placement selects is stored,
+	// as on a cluster without nodes, with a warning that says what to do
+	// (placeless_test.go has the rest).
+	if out, err := s.KubectlErr(teamA, "", "create", "deployment", "early", "--image=nginx"); err != nil || !strings.Contains(out, "Placement") {
+		t.Errorf("a Deployment without a Placement: want it stored with a warning naming Placement, got %v\n%s", err, out)
 	}
+	s.Kubectl(teamA, "delete", "deployment", "early")
 	// A Placement needs "use" on the location's SyncTargets: a team member
 	// (a service account that is admin of team-a only) is refused.
 	s.Kubectl(teamA, "create", "serviceaccount", "dev")
