@@ -450,6 +450,9 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (time.Duration, error)
 		// (writing the whole Deployment would run it several times over).
 		return time.Second, nil
 	}
+	if ok, why := s.runsHere(it.gvr, up, pol); !ok {
+		return 0, s.notHere(ctx, it, down, why)
+	}
 	if pol != nil && pol.Targets[s.key].Leaving {
 		// Being drained: the copy here runs on as it is until kcp hands
 		// the namespace to the other targets; nothing new starts here.
@@ -553,6 +556,14 @@ func (s *Syncer) downstreamCopy(up *unstructured.Unstructured, namespace string)
 	ann[UpstreamNamespaceAnnotation] = up.GetNamespace()
 	ann[UpstreamGenerationAnnotation] = fmt.Sprint(up.GetGeneration())
 	out.SetAnnotations(ann)
+	if up.GetKind() == "Job" {
+		jobWithoutSelector(out)
+	}
+	if up.GetKind() == "RoleBinding" {
+		if err := rewriteRoleBinding(out, clusterinformer.ClusterOf(up), up.GetNamespace()); err != nil {
+			return nil, err
+		}
+	}
 	if up.GetKind() == "Service" {
 		unstructured.RemoveNestedField(out.Object, "spec", "clusterIP")
 		unstructured.RemoveNestedField(out.Object, "spec", "clusterIPs")
@@ -589,6 +600,7 @@ func (s *Syncer) statusUp(ctx context.Context, it item, up, down *unstructured.U
 		return nil
 	}
 	st = runtimeDeepCopy(st).(map[string]interface{})
+	statusForUpstream(it.gvr, st, it.namespace)
 	upStatus, _, _ := unstructured.NestedMap(up.Object, "status")
 	if _, has := st["observedGeneration"]; has {
 		observed, _, _ := unstructured.NestedInt64(down.Object, "status", "observedGeneration")
@@ -713,6 +725,11 @@ func (s *Syncer) applyPolicy(gvr schema.GroupVersionResource, obj *unstructured.
 			replicas = 1
 		}
 		if err := unstructured.SetNestedField(obj.Object, int64(pol.Share(int32(replicas), s.key)), "spec", "replicas"); err != nil {
+			return err
+		}
+	}
+	if gvr == hpasGVR {
+		if err := s.hpaBounds(obj, pol); err != nil {
 			return err
 		}
 	}
