@@ -129,3 +129,12 @@ func statusForUpstream(gvr schema.GroupVersionResource, st map[string]interface{
 		}
 	}
 }
+
+// podForDownstream leaves a Pod's priority and node to the physical
+// cluster: its priority admission computes the priority from the class
+// name (and refuses a value it did not compute), and its scheduler picks
+// the node.
+func podForDownstream(obj *unstructured.Unstructured) {
+	unstructured.RemoveNestedField(obj.Object, "spec", "priority")
+	unstructured.RemoveNestedField(obj.Object, "spec", "nodeName")
+}

@@ -556,8 +556,11 @@ func (s *Syncer) downstreamCopy(up *unstructured.Unstructured, namespace string)
 	ann[UpstreamNamespaceAnnotation] = up.GetNamespace()
 	ann[UpstreamGenerationAnnotation] = fmt.Sprint(up.GetGeneration())
 	out.SetAnnotations(ann)
-	if up.GetKind() == "Job" {
+	switch up.GetKind() {
+	case "Job":
 		jobWithoutSelector(out)
+	case "Pod":
+		podForDownstream(out)
 	}
 	if up.GetKind() == "RoleBinding" {
 		if err := rewriteRoleBinding(out, clusterinformer.ClusterOf(up), up.GetNamespace()); err != nil {

@@ -21,7 +21,8 @@ const (
 	SpreadReplicas
 	// SpreadOne: exactly one target runs the object, whatever the mode:
 	// what must not run twice (a CronJob's schedule, a Job's completions,
-	// a StatefulSet's ordinals and the claims bound to them). The target
+	// a StatefulSet's ordinals and the claims bound to them, a Pod created
+	// directly: one Pod is one Pod). The target
 	// is the namespace's first target in key order (NamespacePolicy.One).
 	SpreadOne
 	// SpreadBounds: every target runs a copy; Divide splits minReplicas
@@ -37,7 +38,8 @@ func SpreadOf(gr schema.GroupResource) Spread {
 		return SpreadReplicas
 	case schema.GroupResource{Group: "apps", Resource: "statefulsets"},
 		schema.GroupResource{Group: "batch", Resource: "jobs"},
-		schema.GroupResource{Group: "batch", Resource: "cronjobs"}:
+		schema.GroupResource{Group: "batch", Resource: "cronjobs"},
+		schema.GroupResource{Resource: "pods"}:
 		return SpreadOne
 	case schema.GroupResource{Group: "autoscaling", Resource: "horizontalpodautoscalers"}:
 		return SpreadBounds

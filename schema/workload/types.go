@@ -251,6 +251,7 @@ var SyncedResources = []schema.GroupVersionResource{
 	{Group: "autoscaling", Version: "v2", Resource: "horizontalpodautoscalers"},
 	{Version: "v1", Resource: "services"},
 	{Version: "v1", Resource: "persistentvolumeclaims"},
+	{Version: "v1", Resource: "pods"},
 	{Group: "networking.k8s.io", Version: "v1", Resource: "ingresses"},
 	{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"},
 	{Version: "v1", Resource: "configmaps"},
@@ -273,6 +274,7 @@ var WorkloadResources = []schema.GroupResource{
 	{Group: "autoscaling", Resource: "horizontalpodautoscalers"},
 	{Resource: "services"},
 	{Resource: "persistentvolumeclaims"},
+	{Resource: "pods"},
 	{Group: "networking.k8s.io", Resource: "ingresses"},
 	{Group: "networking.k8s.io", Resource: "networkpolicies"},
 }

@@ -1,8 +1,8 @@
 // Package workloadapis serves, in every logical cluster, the built-in
 // workload APIs that kcp runs on physical clusters (Served: Deployments,
 // StatefulSets, DaemonSets, Jobs, CronJobs, PodDisruptionBudgets,
-// HorizontalPodAutoscalers, Ingresses, NetworkPolicies, Services and
-// PersistentVolumeClaims). kcp runs no controller for them (no
+// HorizontalPodAutoscalers, Ingresses, NetworkPolicies, Services,
+// PersistentVolumeClaims and Pods). kcp runs no controller for them (no
 // ReplicaSets, no Pods, no cluster IPs, no volumes): a syncer copies them
 // to the physical cluster a Placement assigns their namespace to and copies
 // their status back (docs/multicluster.md).
@@ -50,6 +50,7 @@ import (
 	autoscalingrest "k8s.io/kubernetes/pkg/registry/autoscaling/rest"
 	batchrest "k8s.io/kubernetes/pkg/registry/batch/rest"
 	pvcstore "k8s.io/kubernetes/pkg/registry/core/persistentvolumeclaim/storage"
+	podstore "k8s.io/kubernetes/pkg/registry/core/pod/storage"
 	svcreg "k8s.io/kubernetes/pkg/registry/core/service"
 	networkingrest "k8s.io/kubernetes/pkg/registry/networking/rest"
 	policyrest "k8s.io/kubernetes/pkg/registry/policy/rest"
@@ -80,12 +81,13 @@ var Served = []schema.GroupVersionResource{
 	networkingv1.SchemeGroupVersion.WithResource("networkpolicies"),
 	corev1.SchemeGroupVersion.WithResource("services"),
 	corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims"),
+	corev1.SchemeGroupVersion.WithResource("pods"),
 }
 
 // Providers adds upstream's storage providers of the apps, batch, policy,
 // autoscaling and networking.k8s.io groups (each serves only what Enable
-// turned on) and Services and PersistentVolumeClaims to the core group's
-// provider.
+// turned on) and Services, PersistentVolumeClaims and Pods to the core
+// group's provider.
 func Providers(in []controlplaneapiserver.RESTStorageProvider) []controlplaneapiserver.RESTStorageProvider {
 	out := make([]controlplaneapiserver.RESTStorageProvider, 0, len(in)+5)
 	for _, p := range in {
@@ -125,6 +127,18 @@ func (p withServices) NewRESTStorage(rc serverstorage.APIResourceConfigSource, g
 		}
 		info.VersionedResourcesStorageMap["v1"]["persistentvolumeclaims"] = pvc
 		info.VersionedResourcesStorageMap["v1"]["persistentvolumeclaims/status"] = pvcStatus
+	}
+	if rc.ResourceEnabled(corev1.SchemeGroupVersion.WithResource("pods")) {
+		// Upstream's own Pod storage, the object and its status only: a
+		// Pod created in kcp (kubectl run) runs on a physical cluster;
+		// binding, eviction, logs, exec, attach, port-forward and proxy
+		// would need a kubelet kcp does not have.
+		pods, err := podstore.NewStorage(getter, nil, nil, nil, nil)
+		if err != nil {
+			return info, err
+		}
+		info.VersionedResourcesStorageMap["v1"]["pods"] = pods.Pod
+		info.VersionedResourcesStorageMap["v1"]["pods/status"] = pods.Status
 	}
 	return info, nil
 }

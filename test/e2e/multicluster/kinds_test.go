@@ -242,6 +242,16 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: tr
 		t.Fatalf("wait for job/migrate: %v\n%s\n%s", err, out, s.Kubectl(team, "get", "job", "migrate", "-o", "yaml"))
 	}
 	framework.MustContain(t, "kubectl get job", s.Kubectl(team, "get", "job", "migrate"), "2/2")
+
+	// A Pod created directly runs once, on the namespace's first cluster.
+	framework.MustContain(t, "kubectl run", s.Kubectl(team, "run", "one", "--image=nginx"), "pod/one created", "runs on one physical cluster only")
+	if out, err := s.KubectlErr(team, "", "wait", "--for=condition=Ready", "pod/one", "--timeout=60s"); err != nil {
+		t.Fatalf("wait for pod/one: %v\n%s\n%s", err, out, s.Kubectl(team, "get", "pod", "one", "-o", "yaml"))
+	}
+	if !exists(one, gvr("", "v1", "pods"), "one") || exists(other, gvr("", "v1", "pods"), "one") {
+		t.Errorf("pod/one must run on %s only", one)
+	}
+	s.Kubectl(team, "delete", "pod", "one", "--wait=true", "--timeout=60s")
 	framework.Eventually(t, 60*time.Second, "status of the others", func() (bool, string) {
 		got := s.Kubectl(team, "get", "pvc/scratch", "hpa/web", "pdb/db", "daemonset/agent", "-o",
 			`jsonpath={range .items[*]}{.kind}:{.status.phase}{.status.conditions[0].type}{.status.desiredNumberScheduled} {end}`)
