@@ -10,12 +10,14 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/schema/workload"
+	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
 var (
 	rolebindingsGVR = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}
 	hpasGVR         = schema.GroupVersionResource{Group: "autoscaling", Version: "v2", Resource: "horizontalpodautoscalers"}
+	statefulsetsGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}
 )
 
 // runsHere reports whether this target runs an upstream object at all: a
@@ -137,4 +139,62 @@ func statusForUpstream(gvr schema.GroupVersionResource, st map[string]interface{
 func podForDownstream(obj *unstructured.Unstructured) {
 	unstructured.RemoveNestedField(obj.Object, "spec", "priority")
 	unstructured.RemoveNestedField(obj.Object, "spec", "nodeName")
+}
+
+// scaledByAutoscaler reports whether an autoscaler of the workspace
+// targets this Deployment or StatefulSet (the autoscaler's copy on this
+// cluster then owns its replicas).
+func (s *Syncer) scaledByAutoscaler(it item) bool {
+	hpas, ok := s.upstream[hpasGVR]
+	if !ok || (it.gvr != deploymentsGVR && it.gvr != statefulsetsGVR) {
+		return false
+	}
+	objs, _ := hpas.ByIndex(clusterinformer.ByClusterNamespace, string(it.cluster)+"|"+it.namespace)
+	for _, o := range objs {
+		if kind, name := scaleTarget(o.(*unstructured.Unstructured)); name == it.name && scaleKind(it.gvr) == kind {
+			return true
+		}
+	}
+	return false
+}
+
+func scaleTarget(hpa *unstructured.Unstructured) (kind, name string) {
+	kind, _, _ = unstructured.NestedString(hpa.Object, "spec", "scaleTargetRef", "kind")
+	name, _, _ = unstructured.NestedString(hpa.Object, "spec", "scaleTargetRef", "name")
+	return kind, name
+}
+
+func scaleKind(gvr schema.GroupVersionResource) string {
+	if gvr == statefulsetsGVR {
+		return "StatefulSet"
+	}
+	return "Deployment"
+}
+
+// leaveReplicas keeps a downstream copy's replicas as the autoscaler
+// there set them: the syncer applies what is there (so that it neither
+// reverts the autoscaler nor, by dropping a field it owned, resets it).
+func leaveReplicas(desired, down *unstructured.Unstructured) {
+	if down == nil {
+		return
+	}
+	if r, found, _ := unstructured.NestedInt64(down.Object, "spec", "replicas"); found {
+		_ = unstructured.SetNestedField(desired.Object, r, "spec", "replicas")
+	}
+}
+
+// enqueueScaleTarget looks again at what an autoscaler scales when the
+// autoscaler comes, changes or goes.
+func (s *Syncer) enqueueScaleTarget(it item, objs ...*unstructured.Unstructured) {
+	for _, o := range objs {
+		if o == nil {
+			continue
+		}
+		switch kind, name := scaleTarget(o); kind {
+		case "Deployment":
+			s.queue.Add(item{gvr: deploymentsGVR, cluster: it.cluster, namespace: it.namespace, name: name})
+		case "StatefulSet":
+			s.queue.Add(item{gvr: statefulsetsGVR, cluster: it.cluster, namespace: it.namespace, name: name})
+		}
+	}
 }

@@ -410,6 +410,9 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (time.Duration, error)
 	dr := s.down.Resource(it.gvr).Namespace(dns)
 	up, ok := s.upstreamObj(it)
 	down, downExists := s.downstreamObj(it.gvr, dns, it.name)
+	if it.gvr == hpasGVR {
+		s.enqueueScaleTarget(it, up, down)
+	}
 	if !ok || up.GetDeletionTimestamp() != nil {
 		s.forget(it)
 	}
@@ -467,6 +470,9 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (time.Duration, error)
 	}
 	if err := s.applyPolicy(it.gvr, desired, pol); err != nil {
 		return 0, err
+	}
+	if s.scaledByAutoscaler(it) {
+		leaveReplicas(desired, down)
 	}
 	body, err := json.Marshal(desired.Object)
 	if err != nil {

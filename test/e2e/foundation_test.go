@@ -256,13 +256,15 @@ func TestDiscoveryAndOpenAPIPerCluster(t *testing.T) {
 			t.Errorf("api-resources in %s lacks %s", c, r)
 		}
 	}
-	for _, r := range []string{"pods", "replicasets.apps", "nodes"} {
+	for _, r := range []string{"replicasets.apps", "nodes", "persistentvolumes"} {
 		if strings.Contains(out, "\n"+r+"\n") {
 			t.Errorf("api-resources in %s lists %s, which kcp does not serve", c, r)
 		}
 	}
-	// The workload APIs a syncer runs on physical clusters (issue 14).
-	for _, r := range []string{"deployments.apps", "services", "ingresses.networking.k8s.io"} {
+	// The workload APIs a syncer runs on physical clusters (issues 14, 51).
+	for _, r := range []string{"deployments.apps", "services", "ingresses.networking.k8s.io", "statefulsets.apps", "daemonsets.apps",
+		"jobs.batch", "cronjobs.batch", "poddisruptionbudgets.policy", "horizontalpodautoscalers.autoscaling",
+		"networkpolicies.networking.k8s.io", "persistentvolumeclaims", "pods"} {
 		if !strings.Contains(out, "\n"+r+"\n") {
 			t.Errorf("api-resources in %s lacks %s", c, r)
 		}

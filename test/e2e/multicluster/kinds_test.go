@@ -2,6 +2,7 @@ package multicluster
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -70,6 +71,16 @@ apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata: {name: db}
 spec: {maxUnavailable: 1, selector: {matchLabels: {app: db}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: nginx}]}
 ---
 apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler
@@ -153,7 +164,7 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: tr
 	out := s.Kubectl(team, "apply", "-f", framework.WriteFile(t, "app.yaml", kindsApp))
 	framework.MustContain(t, "kubectl apply", out, "statefulset.apps/db created", "daemonset.apps/agent created", "job.batch/migrate created",
 		"cronjob.batch/tick created", "poddisruptionbudget.policy/db created", "horizontalpodautoscaler.autoscaling/web created",
-		"networkpolicy.networking.k8s.io/db created", "persistentvolumeclaim/scratch created", "role.rbac.authorization.k8s.io/app created",
+		"networkpolicy.networking.k8s.io/db created", "deployment.apps/web created", "persistentvolumeclaim/scratch created", "role.rbac.authorization.k8s.io/app created",
 		"rolebinding.rbac.authorization.k8s.io/app created",
 		// What kcp will not do says so.
 		`statefulsets.apps "db" runs on one physical cluster only`, `jobs.batch "migrate" runs on one physical cluster only`,
@@ -257,6 +268,32 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: tr
 			`jsonpath={range .items[*]}{.kind}:{.status.phase}{.status.conditions[0].type}{.status.desiredNumberScheduled} {end}`)
 		return strings.Contains(got, "PersistentVolumeClaim:Pending") && strings.Contains(got, "HorizontalPodAutoscaler:AbleToScale") &&
 			strings.Contains(got, "PodDisruptionBudget:DisruptionAllowed") && !strings.Contains(got, "DaemonSet: "), got
+	})
+
+	// The autoscaler on each cluster owns the Deployment's replicas there
+	// (it raises them to its minimum, 2): a change of the Deployment in
+	// kcp goes down without undoing that.
+	framework.Eventually(t, 60*time.Second, "the autoscalers to scale web to their minimum", func() (bool, string) {
+		got := ""
+		for _, pc := range []string{"pc1", "pc2"} {
+			d, err := down[pc].AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			got += fmt.Sprintf("%s=%d ", pc, *d.Spec.Replicas)
+		}
+		return got == "pc1=2 pc2=2 ", got
+	})
+	s.Kubectl(team, "annotate", "deployment", "web", "note=changed")
+	framework.Eventually(t, 30*time.Second, "the annotation downstream, replicas left to the autoscaler", func() (bool, string) {
+		d, err := down[one].AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil || d.Annotations["note"] != "changed" {
+			return false, fmt.Sprint(err)
+		}
+		if *d.Spec.Replicas != 2 {
+			t.Errorf("the syncer undid the autoscaler: replicas %d", *d.Spec.Replicas)
+		}
+		return true, ""
 	})
 
 	// The CronJob runs once per schedule, on one cluster, and its last
