@@ -323,6 +323,14 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: tr
 		}
 	}
 
+	// Every kind's schema is negotiated from the physical clusters.
+	negotiated := s.Kubectl(compute, "get", "negotiatedapiresources", "-o", "name")
+	for _, r := range workload.WorkloadResources {
+		if !strings.Contains(negotiated, "/"+r.Resource+".") {
+			t.Errorf("no negotiated %s in %s:\n%s", r, compute, negotiated)
+		}
+	}
+
 	// Deleted in the workspace, gone downstream first.
 	s.Kubectl(team, "delete", "-f", framework.WriteFile(t, "app.yaml", kindsApp), "--wait=true", "--timeout=60s")
 	for r, name := range onlyOne {
@@ -330,6 +338,44 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: tr
 			t.Errorf("%s/%s still on %s after its deletion", r.Resource, name, one)
 		}
 	}
+
+	// Divide: the StatefulSet still runs once, on the same first target,
+	// its claim bound there; each cluster's autoscaler gets its share of
+	// the bounds.
+	const divided = "root:kinds-divide"
+	s.CreateWorkspaces(divided)
+	for _, name := range []string{"pc1", "pc2"} {
+		staticVolume(t, down[name], "pv-"+name+"-divide")
+	}
+	s.Kubectl(divided, "apply", "-f", framework.WriteFile(t, "divide.yaml", `apiVersion: workload.kcp.io/v1alpha1
+kind: Placement
+metadata: {name: both}
+spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: true, mode: Divide}
+`))
+	framework.Eventually(t, 60*time.Second, "default on both clusters", func() (bool, string) {
+		a := s.Kubectl(divided, "get", "namespace", "default", "-o", `jsonpath={.metadata.annotations.workload\.kcp\.io/sync-target}`)
+		return a == "root:compute/pc1,root:compute/pc2", a
+	})
+	out = s.Kubectl(divided, "apply", "-f", framework.WriteFile(t, "app.yaml", kindsApp))
+	framework.MustContain(t, "kubectl apply (Divide)", out, `statefulsets.apps "db" runs on one physical cluster only`)
+	if out, err := s.KubectlErr(divided, "", "rollout", "status", "statefulset/db", "--timeout=90s"); err != nil {
+		t.Fatalf("rollout status statefulset/db (Divide): %v\n%s", err, out)
+	}
+	dns := syncer.DownstreamNamespace(logicalcluster.Name(divided), "default")
+	if _, err := down[other].AppsV1().StatefulSets(dns).Get(ctx, "db", metav1.GetOptions{}); err == nil {
+		t.Errorf("the divided StatefulSet runs on %s too", other)
+	}
+	framework.Eventually(t, 30*time.Second, "each autoscaler with half the bounds", func() (bool, string) {
+		got := ""
+		for _, pc := range []string{"pc1", "pc2"} {
+			h, err := down[pc].AutoscalingV2().HorizontalPodAutoscalers(dns).Get(ctx, "web", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			got += fmt.Sprintf("%s=%d..%d ", pc, *h.Spec.MinReplicas, h.Spec.MaxReplicas)
+		}
+		return got == "pc1=1..3 pc2=1..3 ", got
+	})
 }
 
 func staticVolume(t *testing.T, c kubernetes.Interface, name string) {
