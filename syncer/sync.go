@@ -83,6 +83,8 @@ type Syncer struct {
 	dstream  map[schema.GroupVersionResource]cache.Indexer
 	queue    workqueue.TypedRateLimitingInterface[item]
 	infs     []cache.Controller
+	// unsynced are resources kept upstream only (unsyncable), and why.
+	unsynced map[schema.GroupVersionResource]string
 
 	// inFlight counts items being processed; caughtUp is set once the
 	// queue has been empty with nothing in flight after the first lists.
@@ -155,6 +157,9 @@ func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, re
 	if err != nil {
 		return nil, err
 	}
+	if s.unsynced, err = unsyncable(context.Background(), downstream, resources); err != nil {
+		return nil, err
+	}
 	for _, gvr := range append([]schema.GroupVersionResource{namespacesGVR}, resources...) {
 		gvr := gvr
 		// Upstream: one list and one watch per resource across every
@@ -180,6 +185,9 @@ func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, re
 		idx, inf := clusterinformer.New(clusterinformer.ListWatch(r.List, r.Watch), &unstructured.Unstructured{}, clusterinformer.ClusterIndexers,
 			cache.ResourceEventHandlerFuncs{AddFunc: enqueueUp, UpdateFunc: updateUp, DeleteFunc: enqueueUp})
 		s.upstream[gvr], s.infs = idx, append(s.infs, inf)
+		if _, skip := s.unsynced[gvr]; skip {
+			continue
+		}
 
 		// Downstream: what this syncer wrote, found by its label.
 		dr := down.Resource(gvr)
@@ -406,6 +414,13 @@ func (s *Syncer) ensureNamespace(ctx context.Context, cluster logicalcluster.Nam
 // syncObject moves one object's spec down and status up, and deletes the
 // downstream copy first when the upstream object goes.
 func (s *Syncer) syncObject(ctx context.Context, it item) (time.Duration, error) {
+	if _, skip := s.unsynced[it.gvr]; skip {
+		// Nothing of it runs here: only a deletion's finalizer to remove.
+		if up, ok := s.upstreamObj(it); ok && up.GetDeletionTimestamp() != nil {
+			return 0, s.removeFinalizer(ctx, it, up)
+		}
+		return 0, nil
+	}
 	dns := DownstreamNamespace(it.cluster, it.namespace)
 	dr := s.down.Resource(it.gvr).Namespace(dns)
 	up, ok := s.upstreamObj(it)
