@@ -22,11 +22,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -83,6 +81,8 @@ type Syncer struct {
 	dstream  map[schema.GroupVersionResource]cache.Indexer
 	queue    workqueue.TypedRateLimitingInterface[item]
 	infs     []cache.Controller
+	// unsynced are resources kept upstream only (unsyncable), and why.
+	unsynced map[schema.GroupVersionResource]string
 
 	// inFlight counts items being processed; caughtUp is set once the
 	// queue has been empty with nothing in flight after the first lists.
@@ -155,6 +155,9 @@ func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, re
 	if err != nil {
 		return nil, err
 	}
+	if s.unsynced, err = unsyncable(context.Background(), downstream, resources); err != nil {
+		return nil, err
+	}
 	for _, gvr := range append([]schema.GroupVersionResource{namespacesGVR}, resources...) {
 		gvr := gvr
 		// Upstream: one list and one watch per resource across every
@@ -180,6 +183,9 @@ func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, re
 		idx, inf := clusterinformer.New(clusterinformer.ListWatch(r.List, r.Watch), &unstructured.Unstructured{}, clusterinformer.ClusterIndexers,
 			cache.ResourceEventHandlerFuncs{AddFunc: enqueueUp, UpdateFunc: updateUp, DeleteFunc: enqueueUp})
 		s.upstream[gvr], s.infs = idx, append(s.infs, inf)
+		if _, skip := s.unsynced[gvr]; skip {
+			continue
+		}
 
 		// Downstream: what this syncer wrote, found by its label.
 		dr := down.Resource(gvr)
@@ -406,10 +412,20 @@ func (s *Syncer) ensureNamespace(ctx context.Context, cluster logicalcluster.Nam
 // syncObject moves one object's spec down and status up, and deletes the
 // downstream copy first when the upstream object goes.
 func (s *Syncer) syncObject(ctx context.Context, it item) (time.Duration, error) {
+	if _, skip := s.unsynced[it.gvr]; skip {
+		// Nothing of it runs here: only a deletion's finalizer to remove.
+		if up, ok := s.upstreamObj(it); ok && up.GetDeletionTimestamp() != nil {
+			return 0, s.removeFinalizer(ctx, it, up)
+		}
+		return 0, nil
+	}
 	dns := DownstreamNamespace(it.cluster, it.namespace)
 	dr := s.down.Resource(it.gvr).Namespace(dns)
 	up, ok := s.upstreamObj(it)
 	down, downExists := s.downstreamObj(it.gvr, dns, it.name)
+	if it.gvr == hpasGVR {
+		s.enqueueScaleTarget(it, up, down)
+	}
 	if !ok || up.GetDeletionTimestamp() != nil {
 		s.forget(it)
 	}
@@ -450,6 +466,9 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (time.Duration, error)
 		// (writing the whole Deployment would run it several times over).
 		return time.Second, nil
 	}
+	if ok, why := s.runsHere(it.gvr, up, pol); !ok {
+		return 0, s.notHere(ctx, it, down, why)
+	}
 	if pol != nil && pol.Targets[s.key].Leaving {
 		// Being drained: the copy here runs on as it is until kcp hands
 		// the namespace to the other targets; nothing new starts here.
@@ -464,6 +483,9 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (time.Duration, error)
 	}
 	if err := s.applyPolicy(it.gvr, desired, pol); err != nil {
 		return 0, err
+	}
+	if s.scaledByAutoscaler(it) {
+		leaveReplicas(desired, down)
 	}
 	body, err := json.Marshal(desired.Object)
 	if err != nil {
@@ -553,6 +575,17 @@ func (s *Syncer) downstreamCopy(up *unstructured.Unstructured, namespace string)
 	ann[UpstreamNamespaceAnnotation] = up.GetNamespace()
 	ann[UpstreamGenerationAnnotation] = fmt.Sprint(up.GetGeneration())
 	out.SetAnnotations(ann)
+	switch up.GetKind() {
+	case "Job":
+		jobWithoutSelector(out)
+	case "Pod":
+		podForDownstream(out)
+	}
+	if up.GetKind() == "RoleBinding" {
+		if err := rewriteRoleBinding(out, clusterinformer.ClusterOf(up), up.GetNamespace()); err != nil {
+			return nil, err
+		}
+	}
 	if up.GetKind() == "Service" {
 		unstructured.RemoveNestedField(out.Object, "spec", "clusterIP")
 		unstructured.RemoveNestedField(out.Object, "spec", "clusterIPs")
@@ -589,6 +622,7 @@ func (s *Syncer) statusUp(ctx context.Context, it item, up, down *unstructured.U
 		return nil
 	}
 	st = runtimeDeepCopy(st).(map[string]interface{})
+	statusForUpstream(it.gvr, st, it.namespace)
 	upStatus, _, _ := unstructured.NestedMap(up.Object, "status")
 	if _, has := st["observedGeneration"]; has {
 		observed, _, _ := unstructured.NestedInt64(down.Object, "status", "observedGeneration")
@@ -668,92 +702,4 @@ func firstKey(pol *workload.NamespacePolicy) string {
 		}
 	}
 	return first
-}
-
-// shareStatusUp writes this target's status of a Deployment that several
-// targets run into its own annotation (a merge patch of the status
-// subresource that sets that one annotation, which the syncer view
-// allows); kcp combines them.
-func (s *Syncer) shareStatusUp(ctx context.Context, it item, up *unstructured.Unstructured, st map[string]interface{}, pol *workload.NamespacePolicy) error {
-	replicas, found, _ := unstructured.NestedInt64(up.Object, "spec", "replicas")
-	if !found {
-		replicas = 1
-	}
-	raw, err := json.Marshal(workload.ShareStatus{Mode: pol.Mode, Share: pol.Share(int32(replicas), s.key), Status: st})
-	if err != nil {
-		return err
-	}
-	name := workload.StatusAnnotationPrefix + s.key
-	if up.GetAnnotations()[name] == string(raw) {
-		return nil
-	}
-	patch, _ := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{"annotations": map[string]string{name: string(raw)}}})
-	c, err := s.upClient(it.cluster)
-	if err != nil {
-		return err
-	}
-	// Through the status subresource: a Deployment's generation counts
-	// changes of its annotations made through the object itself, and a
-	// status write changes none of the spec.
-	_, err = c.Resource(it.gvr).Namespace(it.namespace).Patch(ctx, it.name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}, "status")
-	return ignoreNotFound(err)
-}
-
-// applyPolicy gives a downstream copy this target's share of a
-// Deployment's replicas (Divide) and applies the overrides of this target:
-// a strategic merge patch for kinds client-go knows (containers merge by
-// name), a JSON merge patch for others.
-func (s *Syncer) applyPolicy(gvr schema.GroupVersionResource, obj *unstructured.Unstructured, pol *workload.NamespacePolicy) error {
-	if pol == nil {
-		return nil
-	}
-	if gvr == deploymentsGVR && pol.Mode == workload.ModeDivide {
-		replicas, found, _ := unstructured.NestedInt64(obj.Object, "spec", "replicas")
-		if !found {
-			replicas = 1
-		}
-		if err := unstructured.SetNestedField(obj.Object, int64(pol.Share(int32(replicas), s.key)), "spec", "replicas"); err != nil {
-			return err
-		}
-	}
-	for _, o := range pol.Targets[s.key].Overrides {
-		if o.Resource != "" && o.Resource != workload.ResourceName(gvr.Group, gvr.Resource) {
-			continue
-		}
-		// Admission refuses such overrides; checked again here, since the
-		// syncer finds and maps back its copies by what they would change.
-		if err := workload.CheckOverridePatch(o.Patch.Raw); err != nil {
-			return fmt.Errorf("override for %s: %v", pol.Targets[s.key].Name, err)
-		}
-		if err := patchObject(obj, o.Patch.Raw); err != nil {
-			return fmt.Errorf("override for %s: %v", pol.Targets[s.key].Name, err)
-		}
-	}
-	return nil
-}
-
-func patchObject(obj *unstructured.Unstructured, patch []byte) error {
-	if len(patch) == 0 {
-		return nil
-	}
-	current, err := json.Marshal(obj.Object)
-	if err != nil {
-		return err
-	}
-	var out []byte
-	if typed, err := scheme.Scheme.New(obj.GroupVersionKind()); err == nil {
-		out, err = strategicpatch.StrategicMergePatch(current, patch, typed)
-		if err != nil {
-			return err
-		}
-	} else if out, err = jsonpatch.MergePatch(current, patch); err != nil {
-		return err
-	}
-	// Decoded as unstructured decodes (integers stay int64).
-	patched := &unstructured.Unstructured{}
-	if err := patched.UnmarshalJSON(out); err != nil {
-		return err
-	}
-	obj.Object = patched.Object
-	return nil
 }

@@ -62,7 +62,7 @@ and writes:
 		},
 	}
 	sync.Flags().StringVar(&labels, "labels", "", "location attributes of the cluster, as k=v,k=v (region, provider, ...)")
-	sync.Flags().StringVar(&resources, "resources", "", "more resources to sync besides Deployments, Services, Ingresses, ConfigMaps, Secrets and ServiceAccounts: CRDs of the physical cluster as plural.group,... (spec.resources of the SyncTarget; the syncer imports their schemas)")
+	sync.Flags().StringVar(&resources, "resources", "", "more resources to sync besides the built-in kinds (Deployments, StatefulSets, Jobs, Services, ... see docs/multicluster.md): CRDs of the physical cluster as plural.group,... (spec.resources of the SyncTarget; the syncer imports their schemas)")
 	sync.Flags().StringVarP(&output, "output", "o", "", "write the manifest for the physical cluster to this file (- for standard output)")
 	sync.Flags().StringVar(&kubeconfigOut, "kcp-kubeconfig-out", "", "where to write the syncer's kubeconfig for kcp (default: NAME-syncer.kubeconfig)")
 	sync.Flags().StringVar(&image, "syncer-image", "kcp-syncer:latest", "image of cmd/syncer for the manifest's Deployment (build and push it yourself)")
@@ -317,10 +317,27 @@ func syncerManifest(name, image string, kubeconfig []byte, resources []interface
 	all := []string{"get", "list", "watch", "create", "update", "patch", "delete"}
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{""}, Resources: []string{"namespaces", "configmaps", "secrets", "serviceaccounts", "services"}, Verbs: all},
-		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: all},
-		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"ingresses"}, Verbs: all},
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: all},
 	}
+	// Every synced resource (workload.SyncedResources, the one list).
+	byGroup := map[string][]string{}
+	var groups []string
+	for _, r := range workload.SyncedResources {
+		if _, ok := byGroup[r.Group]; !ok {
+			groups = append(groups, r.Group)
+		}
+		byGroup[r.Group] = append(byGroup[r.Group], r.Resource)
+	}
+	for _, g := range groups {
+		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{g}, Resources: byGroup[g], Verbs: all})
+	}
+	// A tenant's Roles grant what the syncer itself may not have (escalate),
+	// and RoleBindings bind them or the ClusterRoles that are safe to
+	// reference on a shared cluster (bind); both only in the namespaces
+	// the syncer creates, which is the syncer's rule, not RBAC's.
+	rules = append(rules,
+		rbacv1.PolicyRule{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"roles"}, Verbs: []string{"escalate", "bind"}},
+		rbacv1.PolicyRule{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"clusterroles"}, ResourceNames: workload.SyncedClusterRoles, Verbs: []string{"bind"}})
 	// --resources: the CRDs (read, for their schemas) and their objects.
 	for _, r := range resources {
 		plural, group, _ := strings.Cut(r.(string), ".")

@@ -237,22 +237,46 @@ func StateLabel(location, name string) string { return StateLabelPrefix + Target
 func Finalizer(location, name string) string  { return FinalizerPrefix + TargetKey(location, name) }
 
 // SyncedResources are the resources a syncer syncs by default: every object
-// of them in an assigned namespace goes to the physical cluster.
+// of them in an assigned namespace goes to the physical cluster (how each
+// kind is shared between several targets: SpreadOf). This is the one
+// list; the syncer, its manifest's RBAC, placement admission and the
+// placement controller all read it.
 var SyncedResources = []schema.GroupVersionResource{
 	{Group: "apps", Version: "v1", Resource: "deployments"},
+	{Group: "apps", Version: "v1", Resource: "statefulsets"},
+	{Group: "apps", Version: "v1", Resource: "daemonsets"},
+	{Group: "batch", Version: "v1", Resource: "jobs"},
+	{Group: "batch", Version: "v1", Resource: "cronjobs"},
+	{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"},
+	{Group: "autoscaling", Version: "v2", Resource: "horizontalpodautoscalers"},
 	{Version: "v1", Resource: "services"},
+	{Version: "v1", Resource: "persistentvolumeclaims"},
+	{Version: "v1", Resource: "pods"},
 	{Group: "networking.k8s.io", Version: "v1", Resource: "ingresses"},
+	{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"},
 	{Version: "v1", Resource: "configmaps"},
 	{Version: "v1", Resource: "secrets"},
 	{Version: "v1", Resource: "serviceaccounts"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
 }
 
 // WorkloadResources are the synced resources kcp serves only to run them:
-// creating one in a namespace that no Placement selects is refused.
+// creating one in a namespace that no Placement selects is refused. Their
+// schemas are negotiated from the physical clusters.
 var WorkloadResources = []schema.GroupResource{
 	{Group: "apps", Resource: "deployments"},
+	{Group: "apps", Resource: "statefulsets"},
+	{Group: "apps", Resource: "daemonsets"},
+	{Group: "batch", Resource: "jobs"},
+	{Group: "batch", Resource: "cronjobs"},
+	{Group: "policy", Resource: "poddisruptionbudgets"},
+	{Group: "autoscaling", Resource: "horizontalpodautoscalers"},
 	{Resource: "services"},
+	{Resource: "persistentvolumeclaims"},
+	{Resource: "pods"},
 	{Group: "networking.k8s.io", Resource: "ingresses"},
+	{Group: "networking.k8s.io", Resource: "networkpolicies"},
 }
 
 // IsWorkloadResource reports whether gr is one of WorkloadResources.

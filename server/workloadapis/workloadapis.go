@@ -1,7 +1,9 @@
 // Package workloadapis serves, in every logical cluster, the built-in
-// workload APIs that kcp runs on physical clusters: apps/v1 Deployments,
-// v1 Services and networking.k8s.io/v1 Ingresses. kcp runs no controller
-// for them (no ReplicaSets, no Pods, no cluster IPs): a syncer copies them
+// workload APIs that kcp runs on physical clusters (Served: Deployments,
+// StatefulSets, DaemonSets, Jobs, CronJobs, PodDisruptionBudgets,
+// HorizontalPodAutoscalers, Ingresses, NetworkPolicies, Services,
+// PersistentVolumeClaims and Pods). kcp runs no controller for them (no
+// ReplicaSets, no Pods, no cluster IPs, no volumes): a syncer copies them
 // to the physical cluster a Placement assigns their namespace to and copies
 // their status back (docs/multicluster.md).
 //
@@ -18,10 +20,15 @@ import (
 	"context"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -30,39 +37,67 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	_ "k8s.io/kubernetes/pkg/apis/apps/install"
+	_ "k8s.io/kubernetes/pkg/apis/autoscaling/install"
+	_ "k8s.io/kubernetes/pkg/apis/batch/install"
 	api "k8s.io/kubernetes/pkg/apis/core"
 	_ "k8s.io/kubernetes/pkg/apis/networking/install"
+	_ "k8s.io/kubernetes/pkg/apis/policy/install"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	"k8s.io/kubernetes/pkg/printers"
 	printersinternal "k8s.io/kubernetes/pkg/printers/internalversion"
 	printerstorage "k8s.io/kubernetes/pkg/printers/storage"
 	appsrest "k8s.io/kubernetes/pkg/registry/apps/rest"
+	autoscalingrest "k8s.io/kubernetes/pkg/registry/autoscaling/rest"
+	batchrest "k8s.io/kubernetes/pkg/registry/batch/rest"
+	pvcstore "k8s.io/kubernetes/pkg/registry/core/persistentvolumeclaim/storage"
+	podstore "k8s.io/kubernetes/pkg/registry/core/pod/storage"
 	svcreg "k8s.io/kubernetes/pkg/registry/core/service"
 	networkingrest "k8s.io/kubernetes/pkg/registry/networking/rest"
+	policyrest "k8s.io/kubernetes/pkg/registry/policy/rest"
 )
 
 // Enable turns on exactly the workload resources in a resource
 // configuration (not the rest of their groups: no ReplicaSets, StatefulSets,
 // NetworkPolicies, ...).
 func Enable(rc *serverstorage.ResourceConfig) {
-	rc.EnableResources(
-		appsv1.SchemeGroupVersion.WithResource("deployments"),
-		networkingv1.SchemeGroupVersion.WithResource("ingresses"),
-		corev1.SchemeGroupVersion.WithResource("services"),
-	)
+	rc.EnableResources(Served...)
 }
 
-// Providers adds the apps and networking.k8s.io storage providers and
-// Services to the core group's provider.
+// Served are the built-in workload resources Enable turns on: every kind
+// an ordinary application's manifests use. Roles and RoleBindings (served
+// by the generic control plane already) and ConfigMaps, Secrets and
+// ServiceAccounts are not listed; workload.SyncedResources says which of
+// all these a syncer copies.
+var Served = []schema.GroupVersionResource{
+	appsv1.SchemeGroupVersion.WithResource("deployments"),
+	appsv1.SchemeGroupVersion.WithResource("statefulsets"),
+	appsv1.SchemeGroupVersion.WithResource("daemonsets"),
+	batchv1.SchemeGroupVersion.WithResource("jobs"),
+	batchv1.SchemeGroupVersion.WithResource("cronjobs"),
+	policyv1.SchemeGroupVersion.WithResource("poddisruptionbudgets"),
+	autoscalingv2.SchemeGroupVersion.WithResource("horizontalpodautoscalers"),
+	autoscalingv1.SchemeGroupVersion.WithResource("horizontalpodautoscalers"),
+	networkingv1.SchemeGroupVersion.WithResource("ingresses"),
+	networkingv1.SchemeGroupVersion.WithResource("networkpolicies"),
+	corev1.SchemeGroupVersion.WithResource("services"),
+	corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims"),
+	corev1.SchemeGroupVersion.WithResource("pods"),
+}
+
+// Providers adds upstream's storage providers of the apps, batch, policy,
+// autoscaling and networking.k8s.io groups (each serves only what Enable
+// turned on) and Services, PersistentVolumeClaims and Pods to the core
+// group's provider.
 func Providers(in []controlplaneapiserver.RESTStorageProvider) []controlplaneapiserver.RESTStorageProvider {
-	out := make([]controlplaneapiserver.RESTStorageProvider, 0, len(in)+2)
+	out := make([]controlplaneapiserver.RESTStorageProvider, 0, len(in)+5)
 	for _, p := range in {
 		if p.GroupName() == api.GroupName {
 			p = withServices{p}
 		}
 		out = append(out, p)
 	}
-	return append(out, appsrest.StorageProvider{}, networkingrest.RESTStorageProvider{})
+	return append(out, appsrest.StorageProvider{}, batchrest.RESTStorageProvider{}, policyrest.RESTStorageProvider{},
+		autoscalingrest.RESTStorageProvider{}, networkingrest.RESTStorageProvider{})
 }
 
 type withServices struct {
@@ -83,6 +118,28 @@ func (p withServices) NewRESTStorage(rc serverstorage.APIResourceConfigSource, g
 	}
 	info.VersionedResourcesStorageMap["v1"]["services"] = svc
 	info.VersionedResourcesStorageMap["v1"]["services/status"] = status
+	if rc.ResourceEnabled(corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims")) {
+		// Upstream's own PVC storage: kcp binds nothing; the physical
+		// cluster's claim status is copied back.
+		pvc, pvcStatus, err := pvcstore.NewREST(getter)
+		if err != nil {
+			return info, err
+		}
+		info.VersionedResourcesStorageMap["v1"]["persistentvolumeclaims"] = pvc
+		info.VersionedResourcesStorageMap["v1"]["persistentvolumeclaims/status"] = pvcStatus
+	}
+	if rc.ResourceEnabled(corev1.SchemeGroupVersion.WithResource("pods")) {
+		// Upstream's own Pod storage, the object and its status only: a
+		// Pod created in kcp (kubectl run) runs on a physical cluster;
+		// binding, eviction, logs, exec, attach, port-forward and proxy
+		// would need a kubelet kcp does not have.
+		pods, err := podstore.NewStorage(getter, nil, nil, nil, nil)
+		if err != nil {
+			return info, err
+		}
+		info.VersionedResourcesStorageMap["v1"]["pods"] = pods.Pod
+		info.VersionedResourcesStorageMap["v1"]["pods/status"] = pods.Status
+	}
 	return info, nil
 }
 

@@ -261,16 +261,20 @@ func TestDiscoveryAndOpenAPIPerCluster(t *testing.T) {
 	// of them can be deleted, so nothing that deletes what discovery lists
 	// sees them. Cluster-scoped ones are not listed at all.
 	deletable := s.Kubectl(c, "api-resources", "--verbs=delete", "-o", "name")
-	for _, r := range []string{"pods", "replicasets.apps", "nodes"} {
+	for _, r := range []string{"replicasets.apps", "nodes", "persistentvolumes"} {
 		if strings.Contains("\n"+deletable, "\n"+r+"\n") {
 			t.Errorf("api-resources --verbs=delete in %s lists %s, which kcp does not serve", c, r)
 		}
 	}
-	if strings.Contains(out, "\nnodes\n") {
-		t.Errorf("api-resources in %s lists nodes", c)
+	for _, r := range []string{"nodes", "persistentvolumes"} {
+		if strings.Contains(out, "\n"+r+"\n") {
+			t.Errorf("api-resources in %s lists %s", c, r)
+		}
 	}
-	// The workload APIs a syncer runs on physical clusters (issue 14).
-	for _, r := range []string{"deployments.apps", "services", "ingresses.networking.k8s.io"} {
+	// The workload APIs a syncer runs on physical clusters (issues 14, 51).
+	for _, r := range []string{"deployments.apps", "services", "ingresses.networking.k8s.io", "statefulsets.apps", "daemonsets.apps",
+		"jobs.batch", "cronjobs.batch", "poddisruptionbudgets.policy", "horizontalpodautoscalers.autoscaling",
+		"networkpolicies.networking.k8s.io", "persistentvolumeclaims", "pods"} {
 		if !strings.Contains(out, "\n"+r+"\n") {
 			t.Errorf("api-resources in %s lacks %s", c, r)
 		}

@@ -268,6 +268,7 @@ func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 		return nil // namespacelifecycle answers for a missing namespace
 	}
 	AddAssignment(obj, ns)
+	warnSpread(ctx, gr, a.GetObject(), a.GetName(), ns)
 	return nil
 }
 

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kcpsql/kcp/schema/workload"
+)
+
+// TestSyncerManifestGrantsEverySyncedResource: the syncer's ClusterRole on
+// the physical cluster follows workload.SyncedResources, and binds no
+// ClusterRole but the ones a synced RoleBinding may reference.
+func TestSyncerManifestGrantsEverySyncedResource(t *testing.T) {
+	raw, err := syncerManifest("pc1", "img", []byte("kubeconfig"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role *rbacv1.ClusterRole
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		if strings.Contains("\n"+doc, "\nkind: ClusterRole\n") {
+			role = &rbacv1.ClusterRole{}
+			if err := yaml.Unmarshal([]byte(doc), role); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if role == nil {
+		t.Fatalf("no ClusterRole in\n%s", raw)
+	}
+	grants := func(group, resource, verb, name string) bool {
+		for _, r := range role.Rules {
+			if has(r.APIGroups, group) && has(r.Resources, resource) && has(r.Verbs, verb) && (len(r.ResourceNames) == 0 || has(r.ResourceNames, name)) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, r := range workload.SyncedResources {
+		for _, verb := range []string{"list", "watch", "patch", "delete"} {
+			if !grants(r.Group, r.Resource, verb, "") {
+				t.Errorf("the syncer may not %s %s", verb, r.GroupResource())
+			}
+		}
+	}
+	if !grants("rbac.authorization.k8s.io", "clusterroles", "bind", "view") || grants("rbac.authorization.k8s.io", "clusterroles", "bind", "cluster-admin") ||
+		grants("rbac.authorization.k8s.io", "clusterroles", "escalate", "view") || grants("rbac.authorization.k8s.io", "clusterrolebindings", "create", "") {
+		t.Errorf("cluster-scoped RBAC: %+v", role.Rules)
+	}
+}
+
+func has(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,110 @@
+package syncer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/kcpsql/kcp/schema/workload"
+)
+
+// shareStatusUp writes this target's status of a Deployment that several
+// targets run into its own annotation (a merge patch of the status
+// subresource that sets that one annotation, which the syncer view
+// allows); kcp combines them.
+func (s *Syncer) shareStatusUp(ctx context.Context, it item, up *unstructured.Unstructured, st map[string]interface{}, pol *workload.NamespacePolicy) error {
+	replicas, found, _ := unstructured.NestedInt64(up.Object, "spec", "replicas")
+	if !found {
+		replicas = 1
+	}
+	raw, err := json.Marshal(workload.ShareStatus{Mode: pol.Mode, Share: pol.Share(int32(replicas), s.key), Status: st})
+	if err != nil {
+		return err
+	}
+	name := workload.StatusAnnotationPrefix + s.key
+	if up.GetAnnotations()[name] == string(raw) {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{"annotations": map[string]string{name: string(raw)}}})
+	c, err := s.upClient(it.cluster)
+	if err != nil {
+		return err
+	}
+	// Through the status subresource: a Deployment's generation counts
+	// changes of its annotations made through the object itself, and a
+	// status write changes none of the spec.
+	_, err = c.Resource(it.gvr).Namespace(it.namespace).Patch(ctx, it.name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}, "status")
+	return ignoreNotFound(err)
+}
+
+// applyPolicy gives a downstream copy this target's share of a
+// Deployment's replicas (Divide) and applies the overrides of this target:
+// a strategic merge patch for kinds client-go knows (containers merge by
+// name), a JSON merge patch for others.
+func (s *Syncer) applyPolicy(gvr schema.GroupVersionResource, obj *unstructured.Unstructured, pol *workload.NamespacePolicy) error {
+	if pol == nil {
+		return nil
+	}
+	if gvr == deploymentsGVR && pol.Mode == workload.ModeDivide {
+		replicas, found, _ := unstructured.NestedInt64(obj.Object, "spec", "replicas")
+		if !found {
+			replicas = 1
+		}
+		if err := unstructured.SetNestedField(obj.Object, int64(pol.Share(int32(replicas), s.key)), "spec", "replicas"); err != nil {
+			return err
+		}
+	}
+	if gvr == hpasGVR {
+		if err := s.hpaBounds(obj, pol); err != nil {
+			return err
+		}
+	}
+	for _, o := range pol.Targets[s.key].Overrides {
+		if o.Resource != "" && o.Resource != workload.ResourceName(gvr.Group, gvr.Resource) {
+			continue
+		}
+		// Admission refuses such overrides; checked again here, since the
+		// syncer finds and maps back its copies by what they would change.
+		if err := workload.CheckOverridePatch(o.Patch.Raw); err != nil {
+			return fmt.Errorf("override for %s: %v", pol.Targets[s.key].Name, err)
+		}
+		if err := patchObject(obj, o.Patch.Raw); err != nil {
+			return fmt.Errorf("override for %s: %v", pol.Targets[s.key].Name, err)
+		}
+	}
+	return nil
+}
+
+func patchObject(obj *unstructured.Unstructured, patch []byte) error {
+	if len(patch) == 0 {
+		return nil
+	}
+	current, err := json.Marshal(obj.Object)
+	if err != nil {
+		return err
+	}
+	var out []byte
+	if typed, err := scheme.Scheme.New(obj.GroupVersionKind()); err == nil {
+		out, err = strategicpatch.StrategicMergePatch(current, patch, typed)
+		if err != nil {
+			return err
+		}
+	} else if out, err = jsonpatch.MergePatch(current, patch); err != nil {
+		return err
+	}
+	// Decoded as unstructured decodes (integers stay int64).
+	patched := &unstructured.Unstructured{}
+	if err := patched.UnmarshalJSON(out); err != nil {
+		return err
+	}
+	obj.Object = patched.Object
+	return nil
+}
