@@ -137,31 +137,27 @@ func TestRefusedKindsExplainThemselves(t *testing.T) {
 		args []string
 		yaml string
 	}{
-		{what: "kubectl apply of a StatefulSet", args: []string{"apply", "-f", "-"}, yaml: `apiVersion: apps/v1
-kind: StatefulSet
+		{what: "kubectl apply of a ReplicaSet", args: []string{"apply", "-f", "-"}, yaml: `apiVersion: apps/v1
+kind: ReplicaSet
 metadata: {name: db}
 spec:
-  serviceName: db
   selector: {matchLabels: {app: db}}
   template:
     metadata: {labels: {app: db}}
     spec: {containers: [{name: c, image: postgres}]}
 `},
-		{what: "kubectl create of a Job", args: []string{"create", "-f", "-"}, yaml: `apiVersion: batch/v1
-kind: Job
-metadata: {name: once}
-spec:
-  template:
-    spec: {restartPolicy: Never, containers: [{name: c, image: busybox}]}
+		{what: "kubectl create of a LimitRange", args: []string{"create", "-f", "-"}, yaml: `apiVersion: v1
+kind: LimitRange
+metadata: {name: small}
+spec: {limits: [{type: Container, max: {cpu: "1"}}]}
 `},
-		{what: "kubectl apply --server-side of a NetworkPolicy", args: []string{"apply", "--server-side", "-f", "-"}, yaml: `apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: deny}
-spec: {podSelector: {}}
+		{what: "kubectl apply --server-side of an EndpointSlice", args: []string{"apply", "--server-side", "-f", "-"}, yaml: `apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1}
+addressType: IPv4
+endpoints: []
 `},
-		{what: "kubectl run", args: []string{"run", "shell", "--image=busybox"}},
-		{what: "kubectl create cronjob", args: []string{"create", "cronjob", "tick", "--image=busybox", "--schedule=* * * * *"}},
-		{what: "kubectl get of a StatefulSet by name", args: []string{"get", "statefulset", "db"}},
+		{what: "kubectl get of a ReplicaSet by name", args: []string{"get", "replicaset", "db"}},
 	} {
 		out, err := s.KubectlErr(ws, c.yaml, c.args...)
 		t.Logf("%s:\n%s", c.what, out)
@@ -170,7 +166,7 @@ spec: {podSelector: {}}
 		}
 	}
 	// Lists read like a cluster with none of them.
-	for _, r := range []string{"statefulsets", "jobs", "pods", "horizontalpodautoscalers", "poddisruptionbudgets"} {
+	for _, r := range []string{"replicasets", "limitranges", "endpointslices", "replicationcontrollers"} {
 		if out, err := s.KubectlErr(ws, "", "get", r); err != nil || !strings.Contains(out, "No resources found") {
 			t.Errorf("kubectl get %s: %v\n%s", r, err, out)
 		}
