@@ -160,9 +160,11 @@ func (f *FlowControl) Handle(ctx context.Context, rd utilflowcontrol.RequestDige
 	// workspace's, whatever it reaches and whichever identity it
 	// continues as: a tenant cannot leave its flow by going through its
 	// own view.
-	view, viaView := viewidentity.TenantFrom(ctx)
+	view, slots, viaView := viewidentity.TenantFrom(ctx)
 	if viaView {
 		cluster, ok = view, true
+	} else {
+		slots = cluster
 	}
 	if !ok || cluster == logicalcluster.Root || (!viaView && (cluster.IsWildcard() || rd.User == nil || slices.Contains(rd.User.GetGroups(), user.SystemPrivilegedGroup))) {
 		f.Interface.Handle(ctx, rd, noteFn, workEstimator, queueNoteFn, execFn)
@@ -181,7 +183,7 @@ func (f *FlowControl) Handle(ctx context.Context, rd utilflowcontrol.RequestDige
 		if err != nil {
 			klog.V(2).InfoS("API priority and fairness of a tenant: using root's classification alone", "cluster", cluster, "err", err)
 		}
-		f.inSlot(ctx, cluster, rd, func() { f.Interface.Handle(ctx, tenant, noteFn, workEstimator, queueNoteFn, execFn) })
+		f.inSlot(ctx, slots, rd, func() { f.Interface.Handle(ctx, tenant, noteFn, workEstimator, queueNoteFn, execFn) })
 		return
 	}
 	// The tenant's own classification first (within its share), then the
@@ -197,7 +199,7 @@ func (f *FlowControl) Handle(ctx context.Context, rd utilflowcontrol.RequestDige
 		if ownMatched {
 			rootNote = func(*flowcontrolv1.FlowSchema, *flowcontrolv1.PriorityLevelConfiguration, string) {}
 		}
-		f.inSlot(ctx, cluster, rd, func() { f.Interface.Handle(ctx, tenant, rootNote, workEstimator, queueNoteFn, execFn) })
+		f.inSlot(ctx, slots, rd, func() { f.Interface.Handle(ctx, tenant, rootNote, workEstimator, queueNoteFn, execFn) })
 	})
 }
 

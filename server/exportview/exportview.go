@@ -137,7 +137,7 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		viewidentity.Refuse(w, apierrors.NewBadRequest(err.Error()), "")
 		return
 	}
-	ctx := viewidentity.WithTenant(req.Context(), provider)
+	ctx := viewidentity.WithTenant(req.Context(), provider, string(provider))
 	as := identity(provider, name)
 	grant := viewidentity.Grant{User: as.GetName(), Cluster: cluster}
 	if !info.IsResourceRequest {

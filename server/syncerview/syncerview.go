@@ -149,7 +149,7 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		viewidentity.Refuse(w, apierrors.NewForbidden(gr, info.Name, fmt.Errorf("the syncer view allows list and watch, a status merge patch, the syncer's own status annotation and the removal of its own finalizer; not %s", info.Verb)), "")
 		return
 	}
-	ctx := viewidentity.WithTenant(req.Context(), location)
+	ctx := viewidentity.WithTenant(req.Context(), location, string(location)+"/"+target)
 	if cluster.IsWildcard() && f.exports != nil && gr.Group != "" {
 		if e, _ := f.exports.Export(location, apiresource.ExportName); e != nil {
 			for _, r := range e.Resources {

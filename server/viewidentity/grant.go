@@ -86,15 +86,24 @@ func Unprivileged(name string) user.Info {
 
 type tenantKey struct{}
 
-// WithTenant names the workspace a view request is made for (the
-// provider's, the location's): fairness counts the request there, in that
-// tenant's flow, whatever cluster it reaches (one consumer, or all).
-func WithTenant(ctx context.Context, workspace logicalcluster.Name) context.Context {
-	return context.WithValue(ctx, tenantKey{}, workspace)
+type tenant struct {
+	workspace logicalcluster.Name
+	slots     logicalcluster.Name
 }
 
-// TenantFrom is the workspace a view request is made for, if it is one.
-func TenantFrom(ctx context.Context) (logicalcluster.Name, bool) {
-	w, ok := ctx.Value(tenantKey{}).(logicalcluster.Name)
-	return w, ok
+// WithTenant names the workspace a view request is made for (the
+// provider's, the location's): fairness counts the request there, in that
+// tenant's flow, whatever cluster it reaches (one consumer, or all). slots
+// keys the bounds on requests executing and watches starting at once (the
+// workspace, or one SyncTarget's syncer of it, so that a location's
+// syncers do not wait for each other); it is only a key.
+func WithTenant(ctx context.Context, workspace logicalcluster.Name, slots string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, tenant{workspace: workspace, slots: logicalcluster.Name(slots)})
+}
+
+// TenantFrom is the workspace a view request is made for, and the key of
+// its slots, if it is one.
+func TenantFrom(ctx context.Context) (workspace, slots logicalcluster.Name, ok bool) {
+	t, ok := ctx.Value(tenantKey{}).(tenant)
+	return t.workspace, t.slots, ok
 }

@@ -164,7 +164,7 @@ func hasVersion(gvs []schema.GroupVersion, v string) bool {
 // It offers no delete, so controllers that delete what discovery lists
 // (namespace deletion, garbage collection, quota) leave it alone.
 type refusedStorage struct {
-	printerstorage.TableConvertor
+	rest.TableConvertor
 	gvk      schema.GroupVersionKind
 	resource string
 	newObj   func() runtime.Object
@@ -192,8 +192,15 @@ func newRefused(gvk schema.GroupVersionKind, resource string) (*refusedStorage, 
 			return o
 		}
 	}
+	// Upstream's printers, where they print the kind (kubectl get shows
+	// its columns), else name and age (LimitRanges have no printer).
+	var tables rest.TableConvertor = rest.NewDefaultTableConvertor(schema.GroupResource{Group: gvk.Group, Resource: resource})
+	printer := printerstorage.TableConvertor{TableGenerator: printers.NewTableGenerator().With(printersinternal.AddHandlers)}
+	if _, err := printer.ConvertToTable(context.Background(), mk(gvk.Kind+"List")(), nil); err == nil {
+		tables = printer
+	}
 	return &refusedStorage{
-		TableConvertor: printerstorage.TableConvertor{TableGenerator: printers.NewTableGenerator().With(printersinternal.AddHandlers)},
+		TableConvertor: tables,
 		gvk:            gvk, resource: resource, newObj: mk(gvk.Kind), newList: mk(gvk.Kind + "List"),
 	}, nil
 }
