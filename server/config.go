@@ -79,7 +79,7 @@ func makeAuthClusterAware(g *genericapiserver.Config, rbac *clusterrbac.Authoriz
 		// A request the syncer view accepted continues as the view's
 		// identity (syncerview).
 		// The user proven is remembered before impersonation replaces it
-		// (requester.Real).
+		// (requester.Both).
 		g.Authentication.Authenticator = requester.Remember(viewidentity.WithViewIdentity(satokens.WithServiceAccountIdentity(g.Authentication.Authenticator)))
 	}
 	if g.Authorization.Authorizer != nil {

@@ -52,23 +52,14 @@ func Authenticated(ctx context.Context) (user.Info, bool) {
 	return h.u, true
 }
 
-// Real is the identity the request proved: the authenticated user when
-// the request impersonates another (u is the impersonated one), else u.
-func Real(ctx context.Context, u user.Info) user.Info {
-	if a, ok := Authenticated(ctx); ok {
-		return a
-	}
-	return u
-}
-
 // Both are the identities to check outside the request's own cluster: u
 // (the request acts as it) and, when the request impersonates u, the
 // identity it proved too. Each must hold the permission: impersonation
 // gives no more than the impersonated identity has, and counts only in
 // the cluster that allowed it.
 func Both(ctx context.Context, u user.Info) []user.Info {
-	r := Real(ctx, u)
-	if u == nil || r == nil || r.GetName() == u.GetName() {
+	r, ok := Authenticated(ctx)
+	if !ok || u == nil || r.GetName() == u.GetName() {
 		return []user.Info{u}
 	}
 	return []user.Info{u, r}
