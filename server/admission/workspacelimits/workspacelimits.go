@@ -149,43 +149,123 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		// The update that removes the last finalizer of an object being
 		// deleted deletes it.
 		if !a.IsDryRun() && finalized(a) {
-			c := p.countOf(cluster)
-			c.mu.Lock()
-			c.deleted = true
-			c.mu.Unlock()
+			for _, n := range capped(cfg, cluster) {
+				c := p.countOf(n.name)
+				c.mu.Lock()
+				c.deleted = true
+				c.mu.Unlock()
+			}
 		}
 		return nil
 	}
 	if a.GetSubresource() != "" {
 		return nil
 	}
-	lim := effective(cfg.Limits(cluster), cfg.Defaults)
-	if lim == (tenancy.Limits{}) {
-		return nil
-	}
-	c := p.countOf(cluster)
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if a.GetOperation() == admission.Delete {
 		// Not lowered here (see the package comment): the next create
-		// that the count would refuse reads it again. A dry run deletes
-		// nothing.
+		// that a count would refuse reads it again. A dry run deletes
+		// nothing. The deletion makes room in every capped workspace
+		// above too.
 		if !a.IsDryRun() {
-			c.deleted = true
+			for _, n := range capped(cfg, cluster) {
+				c := p.countOf(n.name)
+				c.mu.Lock()
+				c.deleted = true
+				c.mu.Unlock()
+			}
 		}
 		return nil
 	}
+	levels := capped(cfg, cluster)
+	if len(levels) == 0 {
+		return nil
+	}
+	size := int64(0)
+	for _, l := range levels {
+		if l.limits.Bytes > 0 {
+			raw, err := json.Marshal(a.GetObject())
+			if err != nil {
+				return apierrors.NewInternalError(err)
+			}
+			size = int64(len(raw))
+			break
+		}
+	}
+	// A new Workspace brings its own first objects (its LogicalCluster
+	// and namespaces), which count in this workspace's tree too: room for
+	// them is asked for now.
+	objects := int64(1)
+	if a.GetResource().GroupResource() == tenancy.WorkspacesResource.GroupResource() {
+		objects += EmptyWorkspaceObjects
+	}
+	// Each capped level is locked from the workspace up (one order, so
+	// concurrent creates never wait on each other in a cycle), checked,
+	// and charged only once every level has room.
+	for _, l := range levels {
+		c := p.countOf(l.name)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if err := p.check(ctx, cfg, a, cluster, l, c, objects, size); err != nil {
+			return err
+		}
+	}
+	if !a.IsDryRun() {
+		for _, l := range levels {
+			c := p.countOf(l.name)
+			c.objects += objects
+			c.bytes += size
+		}
+	}
+	return nil
+}
+
+// EmptyWorkspaceObjects is what a new workspace stores before anyone
+// writes in it: its LogicalCluster and three namespaces.
+const EmptyWorkspaceObjects = 4
+
+// level is one workspace whose caps a create must fit: the workspace of
+// the request or one above it (root never).
+type level struct {
+	name   logicalcluster.Name
+	limits tenancy.Limits
+	own    tenancy.Limits
+}
+
+// capped lists the workspace and every workspace above it (root excluded)
+// that has a cap: a workspace's caps bound what it and every workspace
+// inside it store together, so that creating child workspaces never
+// stores more than the parent's cap allows.
+func capped(cfg *Config, cluster logicalcluster.Name) []level {
+	var out []level
+	for n := cluster; n != logicalcluster.Root && n != ""; {
+		own := cfg.Limits(n)
+		if lim := effective(own, cfg.Defaults); lim != (tenancy.Limits{}) {
+			out = append(out, level{name: n, limits: lim, own: own})
+		}
+		parent, ok := n.Parent()
+		if !ok {
+			break
+		}
+		n = parent
+	}
+	return out
+}
+
+// check refuses a create that would take one level over a cap; c is
+// locked.
+func (p *Plugin) check(ctx context.Context, cfg *Config, a admission.Attributes, cluster logicalcluster.Name, l level, c *count, objects, size int64) error {
+	lim := l.limits
 	recount := func() error {
 		c.deleted = false
-		objects, bytes, err := cfg.Count(ctx, cluster)
+		n, b, err := cfg.Count(ctx, l.name)
 		if err != nil {
 			c.at = time.Time{}
 			// The datastore is what failed: 503, as for any write now, and
 			// nothing of the datastore's own message.
-			klog.V(2).InfoS("workspace limits: counting failed", "cluster", cluster, "err", err)
-			return apierrors.NewServiceUnavailable(fmt.Sprintf("cannot count what workspace %s stores right now; try again", cluster))
+			klog.V(2).InfoS("workspace limits: counting failed", "cluster", l.name, "err", err)
+			return apierrors.NewServiceUnavailable(fmt.Sprintf("cannot count what workspace %s stores right now; try again", l.name))
 		}
-		c.objects, c.bytes, c.at = objects, bytes, time.Now()
+		c.objects, c.bytes, c.at = n, b, time.Now()
 		return nil
 	}
 	if c.at.IsZero() || time.Since(c.at) > RecountEvery {
@@ -193,33 +273,29 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 			return err
 		}
 	}
-	size := int64(0)
-	if lim.Bytes > 0 {
-		raw, err := json.Marshal(a.GetObject())
-		if err != nil {
-			return apierrors.NewInternalError(err)
-		}
-		size = int64(len(raw))
-	}
 	over := func() bool {
-		return (lim.Objects > 0 && c.objects+1 > lim.Objects) || (lim.Bytes > 0 && c.bytes+size > lim.Bytes)
+		return (lim.Objects > 0 && c.objects+objects > lim.Objects) || (lim.Bytes > 0 && c.bytes+size > lim.Bytes)
 	}
 	if over() && (c.deleted || time.Since(c.at) > RecountRefused) {
 		if err := recount(); err != nil {
 			return err
 		}
 	}
-	if lim.Objects > 0 && c.objects+1 > lim.Objects {
+	what := fmt.Sprintf("workspace %s (with the workspaces inside it) stores", l.name)
+	if l.name != cluster {
+		what = fmt.Sprintf("workspace %s, which %s is inside, stores with the workspaces inside it", l.name, cluster)
+	}
+	if lim.Objects > 0 && c.objects+objects > lim.Objects {
+		extra := ""
+		if objects > 1 {
+			extra = fmt.Sprintf(", a new workspace needs %d", objects)
+		}
 		return apierrors.NewForbidden(a.GetResource().GroupResource(), a.GetName(),
-			fmt.Errorf("workspace %s stores %d objects, its limit (%s) is %d: delete something first, or ask whoever manages the workspace to raise it", cluster, c.objects, source(cfg.Limits(cluster).Objects, "objects"), lim.Objects))
+			fmt.Errorf("%s %d objects%s, its limit (%s) is %d: delete something first, or ask whoever manages the workspace to raise it", what, c.objects, extra, source(l.own.Objects, "objects"), lim.Objects))
 	}
 	if lim.Bytes > 0 && c.bytes+size > lim.Bytes {
 		return apierrors.NewForbidden(a.GetResource().GroupResource(), a.GetName(),
-			fmt.Errorf("workspace %s stores %d bytes, this object would add %d, its limit (%s) is %d: delete something first, or ask whoever manages the workspace to raise it", cluster, c.bytes, size, source(cfg.Limits(cluster).Bytes, "bytes"), lim.Bytes))
-	}
-	if !a.IsDryRun() {
-		c.objects++
-		c.bytes += size
+			fmt.Errorf("%s %d bytes, this object would add %d, its limit (%s) is %d: delete something first, or ask whoever manages the workspace to raise it", what, c.bytes, size, source(l.own.Bytes, "bytes"), lim.Bytes))
 	}
 	return nil
 }
