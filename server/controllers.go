@@ -16,6 +16,7 @@ import (
 
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
+	saadmission "github.com/kcpsql/kcp/server/admission/serviceaccount"
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
 	"github.com/kcpsql/kcp/server/admission/workspacetype"
 	"github.com/kcpsql/kcp/server/boundapis"
@@ -71,6 +72,9 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 		}
 		namespacelifecycle.Start(namespaces, hc.LoopbackClientConfig)
 		return nil
+	})
+	s.AddPostStartHookOrDie("kcp-service-account-admission", func(hc genericapiserver.PostStartHookContext) error {
+		return saadmission.Start(hc.LoopbackClientConfig)
 	})
 	s.AddPostStartHookOrDie("kcp-resource-quota", func(hc genericapiserver.PostStartHookContext) error {
 		return resourcequota.Start(hc.Context, hc.LoopbackClientConfig, local)

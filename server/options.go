@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle"
 	mutatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
+	saadmission "k8s.io/kubernetes/plugin/pkg/admission/serviceaccount"
 	validatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	"k8s.io/apiserver/pkg/admission/plugin/resourcequota"
 	mutatingwebhook "k8s.io/apiserver/pkg/admission/plugin/webhook/mutating"
@@ -40,6 +41,7 @@ import (
 	"github.com/kcpsql/kcp/server/clusteradmission"
 	"github.com/kcpsql/kcp/server/outbound"
 	"github.com/kcpsql/kcp/server/pki"
+	kcpserviceaccount "github.com/kcpsql/kcp/server/admission/serviceaccount"
 	kcpquota "github.com/kcpsql/kcp/server/resourcequota"
 	"github.com/kcpsql/kcp/server/satokens"
 	"github.com/kcpsql/kcp/storage/datastore"
@@ -118,6 +120,7 @@ var clusterUnawarePlugins = []string{
 	validatingwebhook.PluginName,
 	validatingpolicy.PluginName,
 	mutatingpolicy.PluginName,
+	saadmission.PluginName,
 }
 
 // NewOptions returns the defaults: SQLite in .kcp, https://127.0.0.1:6443.
@@ -144,12 +147,13 @@ func NewOptions() *Options {
 	apibinding.Register(up.Admission.GenericAdmission.Plugins)
 	workspacelimits.Register(up.Admission.GenericAdmission.Plugins)
 	kcpquota.Register(up.Admission.GenericAdmission.Plugins)
+	kcpserviceaccount.Register(up.Admission.GenericAdmission.Plugins)
 	policy := &outbound.Policy{}
 	webhookurls.Register(up.Admission.GenericAdmission.Plugins, policy)
 	clusteradmission.Register(up.Admission.GenericAdmission.Plugins, policy)
 	// Namespace lifecycle first, as upstream orders its own plugin.
 	up.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{namespacelifecycle.PluginName},
-		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, workspacetype.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, placement.PluginName, pushsecret.PluginName, apibinding.PluginName, workspacelimits.PluginName, clusteradmission.PluginName, kcpquota.PluginName)...)
+		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, workspacetype.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, placement.PluginName, pushsecret.PluginName, apibinding.PluginName, workspacelimits.PluginName, clusteradmission.PluginName, kcpquota.PluginName, kcpserviceaccount.PluginName)...)
 	// Upstream caches token authentication results by token alone and
 	// validates in a context without the request's cluster; a result from
 	// one cluster would then be accepted in another. Service-account tokens

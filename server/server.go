@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"k8s.io/kubernetes/pkg/capabilities"
 	"net/http"
 	"os"
 	"slices"
@@ -67,6 +68,11 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	start := time.Now()
 	// No tenant's object may end the process (see package panics).
 	panics.Install()
+	// Pods run on physical clusters, never here: whether a tenant's pod may
+	// be privileged is the location's decision (SyncTarget spec.podSecurity,
+	// enforced by placement admission and the physical cluster), not a
+	// fixed "disallowed by cluster policy" of kcp's validation.
+	capabilities.Setup(true, 0)
 	// Before anything fills a cache: the start-up fill is what needs it.
 	limit, err := memlimit.Set(o.MemoryLimitRatio, os.Getenv("GOMEMLIMIT"), func() (uint64, string, error) { return memlimit.FromCgroup(os.DirFS("/")) })
 	if err != nil {

@@ -28,12 +28,14 @@ import (
 // Kubernetes version, its nodes and their summed capacity and allocatable
 // resources into the status of SyncTarget name, with Ready=True: kcp marks
 // the target NotReady when heartbeats stop. A failed beat is logged and
-// retried at the next interval.
-func Heartbeat(ctx context.Context, upstream dynamic.Interface, name string, downstream kubernetes.Interface, interval time.Duration, resources []schema.GroupVersionResource, caughtUp func() bool) {
+// retried at the next interval. onTarget, when set, receives the
+// SyncTarget read at each beat (its spec is the location's decisions, such
+// as the pod security level).
+func Heartbeat(ctx context.Context, upstream dynamic.Interface, name string, downstream kubernetes.Interface, interval time.Duration, resources []schema.GroupVersionResource, caughtUp func() bool, onTarget func(*workload.SyncTarget)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if err := beat(ctx, upstream, name, downstream, resources, caughtUp); err != nil && ctx.Err() == nil {
+		if err := beat(ctx, upstream, name, downstream, resources, caughtUp, onTarget); err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "heartbeat failed", "syncTarget", name)
 		}
 		select {
@@ -44,11 +46,7 @@ func Heartbeat(ctx context.Context, upstream dynamic.Interface, name string, dow
 	}
 }
 
-func beat(ctx context.Context, upstream dynamic.Interface, name string, downstream kubernetes.Interface, resources []schema.GroupVersionResource, caughtUp func() bool) error {
-	st, err := observe(ctx, downstream, resources)
-	if err != nil {
-		return fmt.Errorf("reading the physical cluster: %v", err)
-	}
+func beat(ctx context.Context, upstream dynamic.Interface, name string, downstream kubernetes.Interface, resources []schema.GroupVersionResource, caughtUp func() bool, onTarget func(*workload.SyncTarget)) error {
 	targets := upstream.Resource(workload.SyncTargetsResource)
 	obj, err := targets.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -57,6 +55,13 @@ func beat(ctx context.Context, upstream dynamic.Interface, name string, downstre
 	var target workload.SyncTarget
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &target); err != nil {
 		return err
+	}
+	if onTarget != nil {
+		onTarget(&target)
+	}
+	st, err := observe(ctx, downstream, resources)
+	if err != nil {
+		return fmt.Errorf("reading the physical cluster: %v", err)
 	}
 	now := metav1.Now()
 	target.Status.LastHeartbeatTime = &now

@@ -88,6 +88,10 @@ type Syncer struct {
 	// queue has been empty with nothing in flight after the first lists.
 	inFlight atomic.Int64
 	caughtUp atomic.Bool
+
+	// podSecurity is the SyncTarget's pod security level (nil until the
+	// heartbeat has read the SyncTarget).
+	podSecurity atomic.Pointer[string]
 }
 
 // CaughtUp reports whether the syncer has gone through everything on
@@ -378,7 +382,7 @@ func (s *Syncer) syncNamespace(ctx context.Context, it item) error {
 		return nil // its objects go first; the namespace goes when it leaves the view
 	}
 	err := s.ensureNamespace(ctx, it.cluster, it.name)
-	if err == errNamespaceTerminating {
+	if err == errNamespaceTerminating || err == errLevelUnknown {
 		s.queue.AddAfter(it, time.Second)
 		return nil
 	}
@@ -392,17 +396,22 @@ var errNamespaceTerminating = fmt.Errorf("the downstream namespace is still term
 
 func (s *Syncer) ensureNamespace(ctx context.Context, cluster logicalcluster.Name, upstreamNS string) error {
 	name := DownstreamNamespace(cluster, upstreamNS)
+	psLabels, err := s.podSecurityLabels()
+	if err != nil {
+		return err
+	}
 	if ns, ok := s.downstreamObj(namespacesGVR, "", name); ok {
 		if ns.GetDeletionTimestamp() != nil {
 			return errNamespaceTerminating
 		}
-		return nil
+		return s.relabelNamespace(ctx, ns, psLabels)
 	}
 	ns := &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "v1", "kind": "Namespace"}}
 	ns.SetName(name)
-	ns.SetLabels(map[string]string{TargetLabel: s.key})
+	psLabels[TargetLabel] = s.key
+	ns.SetLabels(psLabels)
 	ns.SetAnnotations(map[string]string{UpstreamClusterAnnotation: string(cluster), UpstreamNamespaceAnnotation: upstreamNS})
-	_, err := s.down.Resource(namespacesGVR).Create(ctx, ns, metav1.CreateOptions{FieldManager: FieldManager})
+	_, err = s.down.Resource(namespacesGVR).Create(ctx, ns, metav1.CreateOptions{FieldManager: FieldManager})
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	}
@@ -453,7 +462,7 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (time.Duration, error)
 		}
 		return 0, s.removeFinalizer(ctx, it, up)
 	}
-	if err := s.ensureNamespace(ctx, it.cluster, it.namespace); err == errNamespaceTerminating {
+	if err := s.ensureNamespace(ctx, it.cluster, it.namespace); err == errNamespaceTerminating || err == errLevelUnknown {
 		// Look again in a second rather than back off for minutes.
 		return time.Second, nil
 	} else if err != nil {

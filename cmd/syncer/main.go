@@ -120,7 +120,7 @@ func main() {
 		}()
 	}
 	go s.Run(ctx, *workers)
-	syncer.Heartbeat(ctx, upClient, *target, downClient, *interval, synced, s.CaughtUp)
+	syncer.Heartbeat(ctx, upClient, *target, downClient, *interval, synced, s.CaughtUp, s.SetPodSecurity)
 }
 
 func fail(format string, a ...any) {

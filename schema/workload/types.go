@@ -52,6 +52,13 @@ type SyncTargetSpec struct {
 	// HeartbeatTimeout overrides the server's --synctarget-heartbeat-timeout
 	// for this target.
 	HeartbeatTimeout *metav1.Duration `json:"heartbeatTimeout,omitempty"`
+	// PodSecurity is the Pod Security Standard every tenant pod on this
+	// physical cluster must meet: restricted, baseline (the default) or
+	// privileged. It is the location's decision: kcp refuses pods and pod
+	// templates that break it in namespaces assigned to the target, and the
+	// syncer labels the downstream namespaces for the physical cluster's
+	// own PodSecurity admission.
+	PodSecurity string `json:"podSecurity,omitempty"`
 	// Unschedulable (cordoned) targets get no new namespaces; namespaces
 	// already assigned stay.
 	Unschedulable bool `json:"unschedulable,omitempty"`
@@ -67,6 +74,23 @@ type SyncTargetSpec struct {
 	// cluster serves (<plural>.<group>); read by the syncer at start, in
 	// both modes (bin/syncer adds its --resources).
 	Resources []string `json:"resources,omitempty"`
+}
+
+// Pod Security Standard levels of a SyncTarget.
+const (
+	PodSecurityRestricted = "restricted"
+	PodSecurityBaseline   = "baseline"
+	PodSecurityPrivileged = "privileged"
+)
+
+// PodSecurityLevel is the level a SyncTarget enforces (baseline when it
+// names none).
+func (s *SyncTargetSpec) PodSecurityLevel() string {
+	switch s.PodSecurity {
+	case PodSecurityRestricted, PodSecurityPrivileged:
+		return s.PodSecurity
+	}
+	return PodSecurityBaseline
 }
 
 // PushSpec names the Secret (in the SyncTarget's workspace) whose key

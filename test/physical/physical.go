@@ -227,6 +227,8 @@ func (c *Cluster) start(ctx context.Context) error {
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file="+f.ServiceAccountKey(), "--service-account-signing-key-file="+f.ServiceAccountKey(),
 		"--service-cluster-ip-range=10.96.0.0/16", "--enable-priority-and-fairness=false", "--profiling=false",
+		// As kubeadm and kind set it: SyncTargets decide what tenants may run.
+		"--allow-privileged=true",
 		"--default-not-ready-toleration-seconds=30", "--default-unreachable-toleration-seconds=30",
 	); err != nil {
 		return err

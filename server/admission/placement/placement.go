@@ -102,6 +102,10 @@ type state struct {
 	indexer cache.Indexer
 	synced  cache.InformerSynced
 	clients *clusterinformer.Clients
+	// targets are the SyncTargets of every location (their pod security
+	// level).
+	targets       cache.Indexer
+	targetsSynced cache.InformerSynced
 }
 
 var instance = &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update)}
@@ -135,7 +139,10 @@ func Start(ctx context.Context, loopback *rest.Config) error {
 	r := d.Resource(workload.PlacementsResource)
 	indexer, ctrl := clusterinformer.New(clusterinformer.ListWatch(r.List, r.Watch), &unstructured.Unstructured{}, clusterinformer.ClusterIndexers, nil)
 	go ctrl.RunWithContext(ctx)
-	instance.state.Store(&state{indexer: indexer, synced: ctrl.HasSynced, clients: clients})
+	tr := d.Resource(workload.SyncTargetsResource)
+	targets, tctrl := clusterinformer.New(clusterinformer.ListWatch(tr.List, tr.Watch), &unstructured.Unstructured{}, clusterinformer.ClusterIndexers, nil)
+	go tctrl.RunWithContext(ctx)
+	instance.state.Store(&state{indexer: indexer, synced: ctrl.HasSynced, clients: clients, targets: targets, targetsSynced: tctrl.HasSynced})
 	return nil
 }
 
@@ -374,6 +381,9 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	}
 	if a.GetSubresource() != "" {
 		return nil
+	}
+	if err := p.validatePodSecurity(ctx, cluster, a); err != nil {
+		return err
 	}
 	gr := a.GetResource().GroupResource()
 	switch {

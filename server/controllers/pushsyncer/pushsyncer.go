@@ -242,7 +242,7 @@ func (c *Controller) reconcile(parent, ctx context.Context, key string) (time.Du
 	c.running[key] = &run{cancel: cancel, fingerprint: fp}
 	c.mu.Unlock()
 	go s.Run(sctx, 2)
-	go syncer.Heartbeat(sctx, upClient, target.Name, downClient, HeartbeatInterval, synced, s.CaughtUp)
+	go syncer.Heartbeat(sctx, upClient, target.Name, downClient, HeartbeatInterval, synced, s.CaughtUp, s.SetPodSecurity)
 	if ext, err := apiextensionsclient.NewForConfig(down); err == nil {
 		go syncer.ReportImports(sctx, upClient, target.Name, ext, append(syncer.BuiltInImports(), imports...), recheck)
 	}
