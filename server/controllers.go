@@ -16,8 +16,8 @@ import (
 
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
-	saadmission "github.com/kcpsql/kcp/server/admission/serviceaccount"
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
+	saadmission "github.com/kcpsql/kcp/server/admission/serviceaccount"
 	"github.com/kcpsql/kcp/server/admission/workspacetype"
 	"github.com/kcpsql/kcp/server/boundapis"
 	"github.com/kcpsql/kcp/server/clusteradmission"

@@ -99,7 +99,9 @@ func TestChildWorkspacesCountInTheParent(t *testing.T) {
 		},
 	})
 	defer Configure(nil)
-	in := func(c logicalcluster.Name) context.Context { return logicalcluster.WithCluster(context.Background(), c) }
+	in := func(c logicalcluster.Name) context.Context {
+		return logicalcluster.WithCluster(context.Background(), c)
+	}
 	admitted := 0
 	var err error
 	for range 20 {
