@@ -168,6 +168,11 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			} else {
 				klog.ErrorS(err, "share status controller")
 			}
+			if c, err := sharestatus.NewOneTargetController(hc.LoopbackClientConfig); err == nil {
+				go c.Run(ctx, 2)
+			} else {
+				klog.ErrorS(err, "one-target status controller")
+			}
 		}
 		// The writers' informers list every object of their resources as
 		// soon as that resource's watch cache is filled; at start-up they
