@@ -347,9 +347,6 @@ func (p *projector) projectRef(ref interface{}, dns string, cluster logicalclust
 func projectInvolved(p *projector, out *unstructured.Unstructured, dns string, cluster logicalcluster.Name, ns string) {
 	for _, f := range []string{"involvedObject", "related"} {
 		if ref, ok := out.Object[f]; ok {
-			if m, ok := ref.(map[string]interface{}); ok && m["apiVersion"] == nil && m["kind"] != nil {
-				m["apiVersion"] = "v1"
-			}
 			p.projectRef(ref, dns, cluster, ns)
 		}
 	}
