@@ -270,6 +270,7 @@ func (p *projector) projection(gvr schema.GroupVersionResource, down *unstructur
 					}
 				}
 			}
+			_ = unstructured.SetNestedSlice(out.Object, subsets, "subsets")
 		}
 	case "endpointslices":
 		if eps, ok, _ := unstructured.NestedSlice(out.Object, "endpoints"); ok {
@@ -278,6 +279,7 @@ func (p *projector) projection(gvr schema.GroupVersionResource, down *unstructur
 					p.projectRef(m["targetRef"], down.GetNamespace(), cluster, ns)
 				}
 			}
+			_ = unstructured.SetNestedSlice(out.Object, eps, "endpoints")
 		}
 	}
 	return out, retry

@@ -14,36 +14,38 @@ import (
 
 func TestProjectedList(t *testing.T) {
 	pods := schema.GroupResource{Resource: "pods"}
+	own := labels.Set{workload.ProjectedFromLabel: "k1", "app": "web"}
 	for _, c := range []struct {
-		gr       schema.GroupResource
-		selector string
-		want     string // "" for not a projection list
+		gr         schema.GroupResource
+		selector   string
+		projection bool // a list of the syncer's projections
+		listsOwn   bool // which lists its own projections
 	}{
-		{pods, workload.ProjectedFromLabel + "=k1", workload.ProjectedFromLabel + "=k1"},
-		{pods, workload.ProjectedFromLabel, workload.ProjectedFromLabel + ",workload.kcp.io/projected-from=k1"},
+		{pods, workload.ProjectedFromLabel + "=k1", true, true},
+		{pods, workload.ProjectedFromLabel, true, true},
+		{pods, workload.ProjectedFromLabel + ",app=web", true, true},
 		// Another target's key: the forced one makes the answer empty.
-		{pods, workload.ProjectedFromLabel + "=k2", workload.ProjectedFromLabel + "=k1," + workload.ProjectedFromLabel + "=k2"},
-		{pods, workload.ProjectedFromLabel + "!=k1", workload.ProjectedFromLabel + "!=k1," + workload.ProjectedFromLabel + "=k1"},
-		{pods, "app=web", ""},
-		{schema.GroupResource{Group: "apps", Resource: "deployments"}, workload.ProjectedFromLabel + "=k1", ""},
+		{pods, workload.ProjectedFromLabel + "=k2", true, false},
+		{pods, workload.ProjectedFromLabel + "!=k1", true, false},
+		{pods, "app=web", false, false},
+		{schema.GroupResource{Group: "apps", Resource: "deployments"}, workload.ProjectedFromLabel + "=k1", false, false},
 	} {
 		sel, err := labels.Parse(c.selector)
 		if err != nil {
 			t.Fatal(err)
 		}
 		got, ok := projectedList(c.gr, sel, "k1")
-		if c.want == "" {
-			if ok {
-				t.Errorf("%s %q: a projection list %s", c.gr, c.selector, got)
-			}
+		if ok != c.projection {
+			t.Errorf("%s %q: projection list %v, want %v", c.gr, c.selector, ok, c.projection)
+		}
+		if !ok {
 			continue
 		}
-		want, _ := labels.Parse(c.want)
-		if !ok || got.String() != want.String() {
-			t.Errorf("%s %q: %v %v, want %s", c.gr, c.selector, got, ok, want)
+		if got.Matches(own) != c.listsOwn {
+			t.Errorf("%s %q: %s lists the syncer's own: %v, want %v", c.gr, c.selector, got, !c.listsOwn, c.listsOwn)
 		}
 		// Never another target's projections, nor a tenant's objects.
-		if got.Matches(labels.Set{workload.ProjectedFromLabel: "k2"}) || got.Matches(labels.Set{"app": "web"}) {
+		if got.Matches(labels.Set{workload.ProjectedFromLabel: "k2", "app": "web"}) || got.Matches(labels.Set{"app": "web"}) {
 			t.Errorf("%s %q: %s matches what is not k1's", c.gr, c.selector, got)
 		}
 	}
