@@ -3,6 +3,8 @@ package multicluster
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +22,7 @@ import (
 // physical clusters: team-a's Deployment runs duplicated on pc1 and pc2,
 // and what they run (Pods, ReplicaSets, ControllerRevisions, Endpoints,
 // EndpointSlices, Events) is seen in team-a as on a cluster, read-only.
-// team-b is placed on pc1 only (for the syncer rows).
+// team-b is placed on pc1 only.
 func TestProjection(t *testing.T) {
 	bins := binaries(t)
 	s := framework.StartServer(t, "")
@@ -197,72 +199,6 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}, locationSelecto
 		})
 	})
 
-	t.Run("projections are read-only for tenants", func(t *testing.T) {
-		s.GrantAccess("root", "alice", "team-a")
-		s.Kubectl(teamA, "create", "clusterrolebinding", "alice-admin", "--clusterrole=cluster-admin", "--user=alice")
-		rs := `apiVersion: apps/v1
-kind: ReplicaSet
-metadata: {name: mine}
-spec:
-  selector: {matchLabels: {app: mine}}
-  template:
-    metadata: {labels: {app: mine}}
-    spec: {containers: [{name: c, image: nginx}]}
-`
-		if out, err := s.KubectlErr(teamA, rs, "--as=alice", "create", "-f", "-"); err == nil || !strings.Contains(out, "read-only") || !strings.Contains(out, "Deployment") {
-			t.Errorf("alice creating a ReplicaSet: want a refusal that explains itself, got %v\n%s", err, out)
-		}
-		if out, err := s.KubectlErr(teamA, "", "--as=alice", "create", "configmap", "forged"); err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
-		if out, err := s.KubectlErr(teamA, "", "--as=alice", "label", "configmap", "forged", workload.ProjectedFromLabel+"="+workload.TargetKey(compute, "pc1")); err == nil || !strings.Contains(out, "read-only") {
-			t.Errorf("alice labelling a ConfigMap as a projection: want a refusal, got %v\n%s", err, out)
-		}
-		p := pods()[0]
-		if out, err := s.KubectlErr(teamA, "", "--as=alice", "label", "pod", p.name, "mine=yes"); err == nil || !strings.Contains(out, "read-only") {
-			t.Errorf("alice labelling a projected pod: want a refusal, got %v\n%s", err, out)
-		}
-		if out, err := s.KubectlErr(teamA, "", "--as=alice", "label", "pod", p.name, workload.ProjectedFromLabel+"-"); err == nil || !strings.Contains(out, "read-only") {
-			t.Errorf("alice removing the projected-from label: want a refusal, got %v\n%s", err, out)
-		}
-	})
-
-	t.Run("a syncer writes projections only where its target runs", func(t *testing.T) {
-		pc2, location := syncerClient(t, syncers["pc2"].kubeconfig)
-		view := "/services/syncer/" + location + "/pc2/clusters/"
-		pod := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"forged","labels":{"` + workload.ProjectedFromLabel + `":"` + workload.TargetKey(compute, "pc2") + `"}},"spec":{"containers":[{"name":"c","image":"evil"}]}}`
-		// team-b runs on pc1 only.
-		if code, body := pc2.do("POST", view+teamB+"/api/v1/namespaces/default/pods", "application/json", pod); code < 400 {
-			t.Errorf("pc2 writing a pod into team-b: %d %s", code, body)
-		}
-		if out, _ := s.KubectlErr(teamB, "", "get", "pod", "forged"); !strings.Contains(out, "NotFound") {
-			t.Errorf("team-b has a forged pod: %s", out)
-		}
-		// pc1's projection in team-a is not pc2's to change or delete.
-		var victim string
-		for _, p := range pods() {
-			if p.cluster == "root:compute/pc1" {
-				victim = p.name
-			}
-		}
-		raw := s.Kubectl(teamA, "get", "pod", victim, "-o", "json")
-		if code, body := pc2.do("PUT", view+teamA+"/api/v1/namespaces/default/pods/"+victim, "application/json", raw); code != 404 {
-			t.Errorf("pc2 updating pc1's projection: %d %s", code, body)
-		}
-		if code, body := pc2.do("DELETE", view+teamA+"/api/v1/namespaces/default/pods/"+victim, "", ""); code != 404 {
-			t.Errorf("pc2 deleting pc1's projection: %d %s", code, body)
-		}
-		// A tenant's own objects are not a syncer's either.
-		s.Kubectl(teamA, "create", "configmap", "tenants")
-		if code, body := pc2.do("DELETE", view+teamA+"/api/v1/namespaces/default/events/whatever", "", ""); code != 404 {
-			t.Errorf("pc2 deleting a tenant's event: %d %s", code, body)
-		}
-		// Listing another target's projections shows nothing.
-		if code, body := pc2.do("GET", view+"*/api/v1/pods?labelSelector="+workload.ProjectedFromLabel+"%3D"+workload.TargetKey(compute, "pc1"), "", ""); code != 200 || strings.Contains(body, `"name":"web-`) {
-			t.Errorf("pc2 listing pc1's projections: %d %s", code, body)
-		}
-	})
-
 	t.Run("projections are never synced down", func(t *testing.T) {
 		for _, pc := range []string{"pc1", "pc2"} {
 			l, err := down[pc].CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: workload.ProjectedFromLabel})
@@ -282,6 +218,142 @@ spec:
 			out := s.Kubectl(teamA, "get", "pods,replicasets", "-l", "app=web", "-o", "name")
 			return strings.TrimSpace(out) == "", out
 		})
+	})
+}
+
+// TestProjectionWritesAreGuarded: who may write projections, without a
+// physical cluster (two SyncTargets registered with the real kubectl kcp
+// workload sync, heartbeats written by the test): team-a is placed on pc1
+// only. pc1's syncer writes a projection through its view; pc2's cannot
+// write into team-a, nor change or delete pc1's projection, nor list it;
+// the projection is never assigned (never synced down); a tenant can
+// neither create a ReplicaSet nor forge or change a projection.
+func TestProjectionWritesAreGuarded(t *testing.T) {
+	s := framework.StartServer(t, "", "--synctarget-heartbeat-timeout=1h")
+	const compute, teamA = "root:compute", "root:team-a"
+	s.CreateWorkspaces(compute, teamA)
+	admin := adminIn(t, s, compute)
+	creds := map[string]string{}
+	for _, name := range []string{"pc1", "pc2"} {
+		creds[name] = filepath.Join(t.TempDir(), name+"-syncer.kubeconfig")
+		if out, err := s.KubectlPlugin(admin, "kcp", "workload", "sync", name, "--kcp-kubeconfig-out", creds[name], "--labels", "name="+name); err != nil {
+			t.Fatalf("kubectl kcp workload sync %s: %v\n%s", name, err, out)
+		}
+		fakeHeartbeat(t, s, compute, name)
+	}
+	waitTargetsReady(t, s, compute, "pc1", "pc2")
+	s.Kubectl(teamA, "apply", "-f", framework.WriteFile(t, "pc1.yaml", `apiVersion: workload.kcp.io/v1alpha1
+kind: Placement
+metadata: {name: pc1}
+spec: {locationWorkspace: "root:compute", namespaceSelector: {}, locationSelector: {matchLabels: {name: pc1}}}
+`))
+	framework.Eventually(t, 30*time.Second, "team-a's default on pc1", func() (bool, string) {
+		a := s.Kubectl(teamA, "get", "namespace", "default", "-o", `jsonpath={.metadata.annotations.workload\.kcp\.io/sync-target}`)
+		return a == "root:compute/pc1", a
+	})
+	pc1, location := syncerClient(t, creds["pc1"])
+	pc2, _ := syncerClient(t, creds["pc2"])
+	k1, k2 := workload.TargetKey(compute, "pc1"), workload.TargetKey(compute, "pc2")
+	view := func(target string) string { return "/services/syncer/" + location + "/" + target + "/clusters/" }
+	pods := "/api/v1/namespaces/default/pods"
+	// What pc1's syncer sends: a Pod of its cluster, labelled as another
+	// target's and assigned, to see what the view makes of it.
+	forged := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-1","labels":{"app":"web","` + workload.ProjectedFromLabel + `":"` + k2 + `","` +
+		workload.StateLabelPrefix + k2 + `":"Sync"},"finalizers":["` + workload.FinalizerPrefix + k2 + `"]},"spec":{"nodeName":"n1","containers":[{"name":"c","image":"nginx"}]}}`
+
+	t.Run("a syncer writes projections only where its target runs", func(t *testing.T) {
+		if code, body := pc2.do("POST", view("pc2")+teamA+pods, "application/json", forged); code != 403 || !strings.Contains(body, "not assigned") {
+			t.Errorf("pc2 writing a pod into team-a (placed on pc1 only): %d %s", code, body)
+		}
+		if code, body := pc1.do("POST", view("pc1")+teamA+pods, "application/json", forged); code != 201 {
+			t.Fatalf("pc1 projecting a pod into team-a: %d %s", code, body)
+		}
+		meta, _ := kcpMeta(t, s, teamA, "pod", "web-1")
+		if meta.Labels[workload.ProjectedFromLabel] != k1 || meta.Labels[workload.StateLabelPrefix+k2] != "" || meta.Labels[workload.StateLabelPrefix+k1] != "" || len(meta.Finalizers) != 0 {
+			t.Errorf("the projection as stored: labels %v finalizers %v", meta.Labels, meta.Finalizers)
+		}
+		raw := s.Kubectl(teamA, "get", "pod", "web-1", "-o", "json")
+		if code, body := pc2.do("PUT", view("pc2")+teamA+pods+"/web-1", "application/json", raw); code != 404 {
+			t.Errorf("pc2 updating pc1's projection: %d %s", code, body)
+		}
+		if code, body := pc2.do("DELETE", view("pc2")+teamA+pods+"/web-1", "", ""); code != 404 {
+			t.Errorf("pc2 deleting pc1's projection: %d %s", code, body)
+		}
+		if code, body := pc2.do("GET", view("pc2")+"*/api/v1/pods?labelSelector="+workload.ProjectedFromLabel+"%3D"+k1, "", ""); code != 200 || strings.Contains(body, "web-1") {
+			t.Errorf("pc2 listing pc1's projections: %d %s", code, body)
+		}
+		if code, body := pc1.do("GET", view("pc1")+"*/api/v1/pods?labelSelector="+workload.ProjectedFromLabel, "", ""); code != 200 || !strings.Contains(body, "web-1") {
+			t.Errorf("pc1 listing its projections: %d %s", code, body)
+		}
+		// A tenant's own objects are no syncer's to change or delete.
+		s.Kubectl(teamA, "create", "configmap", "tenants")
+		s.Kubectl(teamA, "run", "mine", "--image=nginx")
+		if code, body := pc1.do("DELETE", view("pc1")+teamA+pods+"/mine", "", ""); code != 404 {
+			t.Errorf("pc1 deleting a tenant's pod: %d %s", code, body)
+		}
+		mine := s.Kubectl(teamA, "get", "pod", "mine", "-o", "json")
+		if code, body := pc1.do("PUT", view("pc1")+teamA+pods+"/mine", "application/json", mine); code != 404 {
+			t.Errorf("pc1 updating a tenant's pod: %d %s", code, body)
+		}
+		if code, body := pc1.do("POST", view("pc1")+teamA+"/api/v1/namespaces/default/configmaps", "application/json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}`); code != 403 {
+			t.Errorf("pc1 creating a configmap: %d %s", code, body)
+		}
+		// pc1 removes its own projection.
+		if code, body := pc1.do("DELETE", view("pc1")+teamA+pods+"/web-1", "application/json", `{"gracePeriodSeconds":0}`); code != 200 {
+			t.Errorf("pc1 deleting its projection: %d %s", code, body)
+		}
+		if code, body := pc1.do("POST", view("pc1")+teamA+pods, "application/json", forged); code != 201 {
+			t.Fatalf("pc1 projecting again: %d %s", code, body)
+		}
+	})
+
+	t.Run("projections are never assigned", func(t *testing.T) {
+		// The Placement's controller labels what runs on pc1, never the
+		// projection (the tenant's pod mine is assigned).
+		framework.Eventually(t, 30*time.Second, "the tenant's pod assigned", func() (bool, string) {
+			meta, _ := kcpMeta(t, s, teamA, "pod", "mine")
+			return meta.Labels[workload.StateLabelPrefix+k1] == "Sync", fmt.Sprint(meta.Labels)
+		})
+		if code, body := pc1.do("GET", view("pc1")+"*/api/v1/pods", "", ""); code != 200 || strings.Contains(body, `"web-1"`) || !strings.Contains(body, `"mine"`) {
+			t.Errorf("pc1's view of what to run: %d %s", code, body)
+		}
+		meta, _ := kcpMeta(t, s, teamA, "pod", "web-1")
+		if meta.Labels[workload.StateLabelPrefix+k1] != "" || len(meta.Finalizers) != 0 {
+			t.Errorf("the projection is assigned: %v %v", meta.Labels, meta.Finalizers)
+		}
+	})
+
+	t.Run("projections are read-only for tenants", func(t *testing.T) {
+		s.GrantAccess("root", "alice", "team-a")
+		s.Kubectl(teamA, "create", "clusterrolebinding", "alice-admin", "--clusterrole=cluster-admin", "--user=alice")
+		rs := `apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: mine}
+spec:
+  selector: {matchLabels: {app: mine}}
+  template:
+    metadata: {labels: {app: mine}}
+    spec: {containers: [{name: c, image: nginx}]}
+`
+		if out, err := s.KubectlErr(teamA, rs, "--as=alice", "create", "-f", "-"); err == nil || !strings.Contains(out, "read-only") || !strings.Contains(out, "Deployment") {
+			t.Errorf("alice creating a ReplicaSet: want a refusal that explains itself, got %v\n%s", err, out)
+		}
+		if out, err := s.KubectlErr(teamA, "", "--as=alice", "create", "configmap", "forged"); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		if out, err := s.KubectlErr(teamA, "", "--as=alice", "label", "configmap", "forged", workload.ProjectedFromLabel+"="+k1); err == nil || !strings.Contains(out, "read-only") {
+			t.Errorf("alice labelling a ConfigMap as a projection: want a refusal, got %v\n%s", err, out)
+		}
+		if out, err := s.KubectlErr(teamA, "", "--as=alice", "label", "pod", "web-1", "mine=yes"); err == nil || !strings.Contains(out, "read-only") {
+			t.Errorf("alice labelling a projected pod: want a refusal, got %v\n%s", err, out)
+		}
+		if out, err := s.KubectlErr(teamA, "", "--as=alice", "label", "pod", "web-1", workload.ProjectedFromLabel+"-"); err == nil || !strings.Contains(out, "read-only") {
+			t.Errorf("alice removing the projected-from label: want a refusal, got %v\n%s", err, out)
+		}
+		// Deleting a projected pod is allowed (how users restart one).
+		if out, err := s.KubectlErr(teamA, "", "--as=alice", "delete", "pod", "web-1", "--wait=false"); err != nil {
+			t.Errorf("alice deleting a projected pod: %v\n%s", err, out)
+		}
 	})
 }
 
