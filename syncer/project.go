@@ -176,7 +176,10 @@ var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 // wanted: a downstream object in a namespace of this syncer that is not
 // the syncer's own copy of a kcp object.
 func (p *projector) wanted(m *unstructured.Unstructured) bool {
-	if _, mine := m.GetLabels()[TargetLabel]; mine {
+	// The syncer's copy of a kcp object carries its label and the
+	// upstream annotations (an Endpoints or EndpointSlice copies its
+	// Service's labels, not its annotations: it is projected).
+	if _, mine := m.GetLabels()[TargetLabel]; mine && m.GetAnnotations()[UpstreamClusterAnnotation] != "" {
 		return false
 	}
 	_, _, ok := p.upstreamNamespace(m.GetNamespace())
@@ -223,6 +226,12 @@ func (p *projector) ownerAppeared(gvr schema.GroupVersionResource, obj interface
 					p.queue.Add(pitem{gvr: r, namespace: dns, name: d.GetName()})
 				}
 			}
+			// An Event about it gets its UID.
+			kind, _, _ := unstructured.NestedString(d.Object, "involvedObject", "kind")
+			name, _, _ := unstructured.NestedString(d.Object, "involvedObject", "name")
+			if r.Resource == "events" && kind == m.GetKind() && name == m.GetName() {
+				p.queue.Add(pitem{gvr: r, namespace: dns, name: d.GetName()})
+			}
 		}
 	}
 }
@@ -258,7 +267,7 @@ func (p *projector) next(ctx context.Context) bool {
 	after, err := p.reconcileSafely(ctx, it)
 	switch {
 	case err != nil:
-		klog.V(2).InfoS("projection: will retry", "item", it, "err", err)
+		klog.InfoS("projection: will retry", "item", it, "err", err)
 		p.queue.AddRateLimited(it)
 	case after > 0:
 		p.queue.Forget(it)

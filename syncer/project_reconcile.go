@@ -159,6 +159,15 @@ func (p *projector) reconcile(ctx context.Context, it pitem) (time.Duration, err
 	} else {
 		desired.SetResourceVersion(up.GetResourceVersion())
 		out, err = r.Update(ctx, desired, metav1.UpdateOptions{FieldManager: FieldManager})
+		if apierrors.IsInvalid(err) && it.gvr == podsGVR {
+			// A Pod's spec is immutable but for a few fields, and the
+			// physical cluster bound it to a node (kcp serves no
+			// binding): the projection is made anew.
+			if err := p.deleteUp(ctx, it, r, up); err != nil {
+				return 0, err
+			}
+			return 0, fmt.Errorf("the projection of pod %s|%s/%s changed where a pod may not: made anew", cluster, ns, it.name)
+		}
 	}
 	if err != nil {
 		return 0, fmt.Errorf("projecting %s %s|%s/%s: %v", it.gvr.Resource, cluster, ns, it.name, err)

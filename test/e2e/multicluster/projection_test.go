@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -37,6 +38,21 @@ func TestProjection(t *testing.T) {
 		down[name] = downClient(t, pcs[name])
 	}
 	waitTargetsReady(t, s, compute, "pc1", "pc2")
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for name, p := range syncers {
+			raw, _ := os.ReadFile(p.kubeconfig + ".log")
+			var lines []string
+			for _, l := range strings.Split(string(raw), "\n") {
+				if strings.Contains(l, "projection") || strings.Contains(l, "project") {
+					lines = append(lines, l)
+				}
+			}
+			t.Logf("%s's syncer on projection:\n%s", name, strings.Join(lines[max(0, len(lines)-30):], "\n"))
+		}
+	})
 	s.Kubectl(teamA, "apply", "-f", framework.WriteFile(t, "both.yaml", `apiVersion: workload.kcp.io/v1alpha1
 kind: Placement
 metadata: {name: both}
