@@ -33,6 +33,7 @@ import (
 	"github.com/kcpsql/kcp/server/admission/logicalclusterprotection"
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	"github.com/kcpsql/kcp/server/admission/placement"
+	"github.com/kcpsql/kcp/server/admission/projection"
 	"github.com/kcpsql/kcp/server/admission/pushsecret"
 	kcpserviceaccount "github.com/kcpsql/kcp/server/admission/serviceaccount"
 	"github.com/kcpsql/kcp/server/admission/webhookurls"
@@ -144,6 +145,7 @@ func NewOptions() *Options {
 	logicalclusterprotection.Register(up.Admission.GenericAdmission.Plugins)
 	placement.Register(up.Admission.GenericAdmission.Plugins)
 	pushsecret.Register(up.Admission.GenericAdmission.Plugins)
+	projection.Register(up.Admission.GenericAdmission.Plugins)
 	apibinding.Register(up.Admission.GenericAdmission.Plugins)
 	workspacelimits.Register(up.Admission.GenericAdmission.Plugins)
 	kcpquota.Register(up.Admission.GenericAdmission.Plugins)
@@ -153,7 +155,7 @@ func NewOptions() *Options {
 	clusteradmission.Register(up.Admission.GenericAdmission.Plugins, policy)
 	// Namespace lifecycle first, as upstream orders its own plugin.
 	up.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{namespacelifecycle.PluginName},
-		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, workspacetype.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, placement.PluginName, pushsecret.PluginName, apibinding.PluginName, workspacelimits.PluginName, clusteradmission.PluginName, kcpquota.PluginName, kcpserviceaccount.PluginName)...)
+		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, workspacetype.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, placement.PluginName, pushsecret.PluginName, projection.PluginName, apibinding.PluginName, workspacelimits.PluginName, clusteradmission.PluginName, kcpquota.PluginName, kcpserviceaccount.PluginName)...)
 	// Upstream caches token authentication results by token alone and
 	// validates in a context without the request's cluster; a result from
 	// one cluster would then be accepted in another. Service-account tokens

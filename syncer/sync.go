@@ -92,6 +92,9 @@ type Syncer struct {
 	// podSecurity is the SyncTarget's pod security level (nil until the
 	// heartbeat has read the SyncTarget).
 	podSecurity atomic.Pointer[string]
+	// proj projects what the physical cluster runs into the workspaces
+	// (project.go).
+	proj *projector
 }
 
 // CaughtUp reports whether the syncer has gone through everything on
@@ -172,6 +175,11 @@ func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, re
 				s.queue.Add(item{gvr: gvr, cluster: clusterinformer.ClusterOf(m), namespace: m.GetNamespace(), name: m.GetName()})
 			}
 		}
+		addUp := enqueueUp
+		if isOwnerKind(gvr) {
+			// Projections whose owner was not upstream yet get it now.
+			addUp = func(obj interface{}) { enqueueUp(obj); s.proj.enqueueUpstreamOwner(obj) }
+		}
 		updateUp := func(old, o interface{}) { enqueueUp(o) }
 		if gvr == namespacesGVR {
 			// A namespace's placement policy decides shares and overrides
@@ -185,7 +193,7 @@ func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, re
 			}
 		}
 		idx, inf := clusterinformer.New(clusterinformer.ListWatch(r.List, r.Watch), &unstructured.Unstructured{}, clusterinformer.ClusterIndexers,
-			cache.ResourceEventHandlerFuncs{AddFunc: enqueueUp, UpdateFunc: updateUp, DeleteFunc: enqueueUp})
+			cache.ResourceEventHandlerFuncs{AddFunc: addUp, UpdateFunc: updateUp, DeleteFunc: enqueueUp})
 		s.upstream[gvr], s.infs = idx, append(s.infs, inf)
 		if _, skip := s.unsynced[gvr]; skip {
 			continue
@@ -224,6 +232,9 @@ func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, re
 			cache.ResourceEventHandlerFuncs{AddFunc: enqueueDown, UpdateFunc: func(_, o interface{}) { enqueueDown(o) }, DeleteFunc: enqueueDown},
 			cache.Indexers{})
 		s.dstream[gvr], s.infs = didx, append(s.infs, dinf)
+	}
+	if s.proj, err = newProjector(s, downstream, wild); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -291,6 +302,7 @@ func (s *Syncer) Run(ctx context.Context, workers int) {
 	}
 	klog.InfoS("syncer started", "syncTarget", s.target, "location", s.location, "resources", len(s.resources))
 	go s.watchCatchUp(ctx)
+	go s.proj.run(ctx, workers)
 	for i := 0; i < workers; i++ {
 		go wait.UntilWithContext(ctx, func(ctx context.Context) {
 			for s.next(ctx) {

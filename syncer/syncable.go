@@ -21,6 +21,12 @@ import (
 // nothing. Those resources are still watched upstream, so that a deleted
 // object's finalizer for this target goes (nothing of it runs here).
 func unsyncable(ctx context.Context, cfg *rest.Config, resources []schema.GroupVersionResource) (map[schema.GroupVersionResource]string, error) {
+	return unsyncableFor(ctx, cfg, resources, []string{"list", "watch", "patch", "delete"})
+}
+
+// unsyncableFor finds the resources the physical cluster does not serve or
+// the syncer's credential there may not use with every one of verbs.
+func unsyncableFor(ctx context.Context, cfg *rest.Config, resources []schema.GroupVersionResource, verbs []string) (map[schema.GroupVersionResource]string, error) {
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -47,7 +53,7 @@ func unsyncable(ctx context.Context, cfg *rest.Config, resources []schema.GroupV
 			out[r] = "the physical cluster does not serve it"
 			continue
 		}
-		for _, verb := range []string{"list", "watch", "patch", "delete"} {
+		for _, verb := range verbs {
 			rev, err := c.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
 				ResourceAttributes: &authorizationv1.ResourceAttributes{Group: r.Group, Version: r.Version, Resource: r.Resource, Verb: verb},
 			}}, metav1.CreateOptions{})

@@ -331,6 +331,13 @@ func syncerManifest(name, image string, kubeconfig []byte, resources []interface
 	for _, g := range groups {
 		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{g}, Resources: byGroup[g], Verbs: all})
 	}
+	// Projection (workload.ProjectedResources): what the cluster runs for
+	// the workspaces is read, and a Pod a workspace deletes is deleted.
+	rules = append(rules,
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods", "endpoints", "events"}, Verbs: []string{"get", "list", "watch"}},
+		rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"replicasets", "controllerrevisions"}, Verbs: []string{"get", "list", "watch"}},
+		rbacv1.PolicyRule{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"delete"}})
 	// A tenant's Roles grant what the syncer itself may not have (escalate),
 	// and RoleBindings bind them or the ClusterRoles that are safe to
 	// reference on a shared cluster (bind); both only in the namespaces

@@ -45,6 +45,16 @@ func TestSyncerManifestGrantsEverySyncedResource(t *testing.T) {
 			}
 		}
 	}
+	for _, r := range workload.ProjectedResources {
+		for _, verb := range []string{"get", "list", "watch"} {
+			if !grants(r.Group, r.Resource, verb, "") {
+				t.Errorf("the syncer may not %s %s (projection)", verb, r.GroupResource())
+			}
+		}
+	}
+	if !grants("", "pods", "delete", "") {
+		t.Error("the syncer may not delete the pods a workspace deletes")
+	}
 	if !grants("rbac.authorization.k8s.io", "clusterroles", "bind", "view") || grants("rbac.authorization.k8s.io", "clusterroles", "bind", "cluster-admin") ||
 		grants("rbac.authorization.k8s.io", "clusterroles", "escalate", "view") || grants("rbac.authorization.k8s.io", "clusterrolebindings", "create", "") {
 		t.Errorf("cluster-scoped RBAC: %+v", role.Rules)

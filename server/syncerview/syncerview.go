@@ -18,7 +18,9 @@
 //   - a JSON patch that removes exactly the target's own finalizer;
 //   - a merge patch of the status subresource that sets exactly the
 //     target's own status annotation (workload.kcp.io/status-<target key>)
-//     of an object several targets run, which kcp sums into its status.
+//     of an object several targets run, which kcp sums into its status;
+//   - the writes of projections (what the physical cluster runs, written
+//     back read-only; projected.go).
 //
 // Everything else is refused. An accepted request continues down the
 // normal handler chain as the identity system:kcp:syncer:<location>:<name>
@@ -138,8 +140,18 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			viewidentity.Refuse(w, apierrors.NewBadRequest(err.Error()), "")
 			return
 		}
+		if own, ok := projectedList(gr, sel, key); ok {
+			// The syncer's own projections (projected.go).
+			q.Set("labelSelector", own.String())
+			break
+		}
 		r, _ := labels.NewRequirement(workload.StateLabelPrefix+key, selection.Equals, []string{workload.StateSync})
 		q.Set("labelSelector", sel.Add(*r).String())
+	case projectedWrite(info, cluster):
+		if err := f.checkProjected(req, cluster, info, key); err != nil {
+			viewidentity.Refuse(w, err, "")
+			return
+		}
 	case info.Verb == "patch" && !cluster.IsWildcard() && gr.Resource != "namespaces":
 		if err := f.checkPatch(req, cluster, info, key); err != nil {
 			viewidentity.Refuse(w, err, "")

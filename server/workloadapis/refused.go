@@ -42,18 +42,14 @@ var builtIn = []schema.GroupVersionKind{
 	{Version: "v1", Kind: "PersistentVolumeClaim"},
 	{Version: "v1", Kind: "ReplicationController"},
 	{Version: "v1", Kind: "PodTemplate"},
-	{Version: "v1", Kind: "Endpoints"},
 	{Version: "v1", Kind: "LimitRange"},
 	{Group: "apps", Version: "v1", Kind: "StatefulSet"},
 	{Group: "apps", Version: "v1", Kind: "DaemonSet"},
-	{Group: "apps", Version: "v1", Kind: "ReplicaSet"},
-	{Group: "apps", Version: "v1", Kind: "ControllerRevision"},
 	{Group: "batch", Version: "v1", Kind: "Job"},
 	{Group: "batch", Version: "v1", Kind: "CronJob"},
 	{Group: "autoscaling", Version: "v2", Kind: "HorizontalPodAutoscaler"},
 	{Group: "policy", Version: "v1", Kind: "PodDisruptionBudget"},
 	{Group: "networking.k8s.io", Version: "v1", Kind: "NetworkPolicy"},
-	{Group: "discovery.k8s.io", Version: "v1", Kind: "EndpointSlice"},
 }
 
 // resourceOf is the resource name of a built-in kind (Endpoints is the one

@@ -24,6 +24,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,6 +41,7 @@ import (
 	_ "k8s.io/kubernetes/pkg/apis/autoscaling/install"
 	_ "k8s.io/kubernetes/pkg/apis/batch/install"
 	api "k8s.io/kubernetes/pkg/apis/core"
+	_ "k8s.io/kubernetes/pkg/apis/discovery/install"
 	_ "k8s.io/kubernetes/pkg/apis/networking/install"
 	_ "k8s.io/kubernetes/pkg/apis/policy/install"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
@@ -49,16 +51,18 @@ import (
 	appsrest "k8s.io/kubernetes/pkg/registry/apps/rest"
 	autoscalingrest "k8s.io/kubernetes/pkg/registry/autoscaling/rest"
 	batchrest "k8s.io/kubernetes/pkg/registry/batch/rest"
+	endpointstore "k8s.io/kubernetes/pkg/registry/core/endpoint/storage"
 	pvcstore "k8s.io/kubernetes/pkg/registry/core/persistentvolumeclaim/storage"
 	podstore "k8s.io/kubernetes/pkg/registry/core/pod/storage"
 	svcreg "k8s.io/kubernetes/pkg/registry/core/service"
+	discoveryrest "k8s.io/kubernetes/pkg/registry/discovery/rest"
 	networkingrest "k8s.io/kubernetes/pkg/registry/networking/rest"
 	policyrest "k8s.io/kubernetes/pkg/registry/policy/rest"
 )
 
 // Enable turns on exactly the workload resources in a resource
-// configuration (not the rest of their groups: no ReplicaSets, StatefulSets,
-// NetworkPolicies, ...).
+// configuration (not the rest of their groups: no ReplicationControllers,
+// PodTemplates, LimitRanges, ...).
 func Enable(rc *serverstorage.ResourceConfig) {
 	rc.EnableResources(Served...)
 }
@@ -82,6 +86,13 @@ var Served = []schema.GroupVersionResource{
 	corev1.SchemeGroupVersion.WithResource("services"),
 	corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims"),
 	corev1.SchemeGroupVersion.WithResource("pods"),
+	// Projected from the physical clusters by the syncers, read-only for
+	// tenants (schema/workload.ProjectedResources; events are served by
+	// the generic control plane already).
+	appsv1.SchemeGroupVersion.WithResource("replicasets"),
+	appsv1.SchemeGroupVersion.WithResource("controllerrevisions"),
+	corev1.SchemeGroupVersion.WithResource("endpoints"),
+	discoveryv1.SchemeGroupVersion.WithResource("endpointslices"),
 }
 
 // Providers adds upstream's storage providers of the apps, batch, policy,
@@ -97,7 +108,7 @@ func Providers(in []controlplaneapiserver.RESTStorageProvider) []controlplaneapi
 		out = append(out, p)
 	}
 	return append(out, appsrest.StorageProvider{}, batchrest.RESTStorageProvider{}, policyrest.RESTStorageProvider{},
-		autoscalingrest.RESTStorageProvider{}, networkingrest.RESTStorageProvider{})
+		autoscalingrest.RESTStorageProvider{}, networkingrest.RESTStorageProvider{}, discoveryrest.StorageProvider{})
 }
 
 type withServices struct {
@@ -139,6 +150,16 @@ func (p withServices) NewRESTStorage(rc serverstorage.APIResourceConfigSource, g
 		}
 		info.VersionedResourcesStorageMap["v1"]["pods"] = pods.Pod
 		info.VersionedResourcesStorageMap["v1"]["pods/status"] = pods.Status
+	}
+	if rc.ResourceEnabled(corev1.SchemeGroupVersion.WithResource("endpoints")) {
+		// Upstream's own Endpoints storage: what the physical cluster
+		// computed, projected by the syncer (kcp runs no endpoints
+		// controller).
+		endpoints, err := endpointstore.NewREST(getter)
+		if err != nil {
+			return info, err
+		}
+		info.VersionedResourcesStorageMap["v1"]["endpoints"] = endpoints
 	}
 	return info, nil
 }

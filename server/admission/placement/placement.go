@@ -267,7 +267,7 @@ func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 		}
 		KeepAssignment(obj, old)
 	}
-	if a.GetOperation() != admission.Create || a.GetSubresource() != "" || a.GetNamespace() == "" || BuiltIn(gr, a.GetName()) || !isSynced(cluster, gr) {
+	if a.GetOperation() != admission.Create || a.GetSubresource() != "" || a.GetNamespace() == "" || BuiltIn(gr, a.GetName()) || !isSynced(cluster, gr) || Projected(obj) {
 		return nil
 	}
 	ns, err := namespacelifecycle.Namespace(ctx, cluster, a.GetNamespace())
@@ -280,6 +280,20 @@ func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 }
 
 var namespacesResource = corev1.Resource("namespaces")
+
+// projectedObject: the object of a request is a projection.
+func projectedObject(a admission.Attributes) bool {
+	obj, err := meta.Accessor(a.GetObject())
+	return err == nil && Projected(obj)
+}
+
+// Projected reports whether obj is a syncer's projection of what runs on a
+// physical cluster (workload.ProjectedFromLabel): it is never assigned,
+// so never synced down.
+func Projected(obj metav1.Object) bool {
+	_, ok := obj.GetLabels()[workload.ProjectedFromLabel]
+	return ok
+}
 
 // assignmentLabel and syncerFinalizer recognize kcp's assignment data.
 func assignmentLabel(k string) bool { return strings.HasPrefix(k, workload.StateLabelPrefix) }
@@ -391,6 +405,10 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		return p.validatePlacement(ctx, a)
 	case gr == imports:
 		return validateImport(a)
+	case workloads.Has(gr) && projectedObject(a):
+		// What runs on a physical cluster, not what to run there
+		// (admission/projection decides who may write it).
+		return nil
 	case workloads.Has(gr) && a.GetOperation() == admission.Update:
 		return checkNegotiated(cluster, gr, a)
 	case workloads.Has(gr) && a.GetOperation() == admission.Create:

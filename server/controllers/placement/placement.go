@@ -643,7 +643,9 @@ func (c *Controller) labelObjects(ctx context.Context, cluster logicalcluster.Na
 		}
 		for i := range list.Items {
 			o := &list.Items[i]
-			if placementadmission.BuiltIn(gvr.GroupResource(), o.GetName()) || !reconcileAssignment(o, ns) {
+			// A projection (a Pod the physical cluster runs) is never
+			// assigned: it is what runs, not what to run.
+			if placementadmission.BuiltIn(gvr.GroupResource(), o.GetName()) || placementadmission.Projected(o) || !reconcileAssignment(o, ns) {
 				continue
 			}
 			if _, err := d.Resource(gvr).Namespace(ns.Name).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil && !apierrors.IsNotFound(err) {

@@ -122,7 +122,9 @@ spec:
 	}
 }
 
-// TestRefusedKindsExplainThemselves is issue 51, item 5: a built-in kind
+// TestRefusedKindsExplainThemselves is issue 51, item 5 (with kinds still
+// refused: ReplicaSets, ControllerRevisions, Endpoints and EndpointSlices
+// are projections now, TestProjection): a built-in kind
 // that a workspace does not serve answers kubectl with what kcp runs and
 // how to get more, instead of "no matches for kind ... ensure CRDs are
 // installed first"; a workspace still reads like a cluster that has none
@@ -137,11 +139,11 @@ func TestRefusedKindsExplainThemselves(t *testing.T) {
 		args []string
 		yaml string
 	}{
-		{what: "kubectl apply of a ReplicaSet", args: []string{"apply", "-f", "-"}, yaml: `apiVersion: apps/v1
-kind: ReplicaSet
+		{what: "kubectl apply of a ReplicationController", args: []string{"apply", "-f", "-"}, yaml: `apiVersion: v1
+kind: ReplicationController
 metadata: {name: db}
 spec:
-  selector: {matchLabels: {app: db}}
+  selector: {app: db}
   template:
     metadata: {labels: {app: db}}
     spec: {containers: [{name: c, image: postgres}]}
@@ -151,13 +153,13 @@ kind: LimitRange
 metadata: {name: small}
 spec: {limits: [{type: Container, max: {cpu: "1"}}]}
 `},
-		{what: "kubectl apply --server-side of an EndpointSlice", args: []string{"apply", "--server-side", "-f", "-"}, yaml: `apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
+		{what: "kubectl apply --server-side of a PodTemplate", args: []string{"apply", "--server-side", "-f", "-"}, yaml: `apiVersion: v1
+kind: PodTemplate
 metadata: {name: web-1}
-addressType: IPv4
-endpoints: []
+template:
+  spec: {containers: [{name: c, image: nginx}]}
 `},
-		{what: "kubectl get of a ReplicaSet by name", args: []string{"get", "replicaset", "db"}},
+		{what: "kubectl get of a ReplicationController by name", args: []string{"get", "replicationcontroller", "db"}},
 	} {
 		out, err := s.KubectlErr(ws, c.yaml, c.args...)
 		t.Logf("%s:\n%s", c.what, out)
@@ -166,7 +168,7 @@ endpoints: []
 		}
 	}
 	// Lists read like a cluster with none of them.
-	for _, r := range []string{"replicasets", "limitranges", "endpointslices", "replicationcontrollers"} {
+	for _, r := range []string{"podtemplates", "limitranges", "replicationcontrollers"} {
 		if out, err := s.KubectlErr(ws, "", "get", r); err != nil || !strings.Contains(out, "No resources found") {
 			t.Errorf("kubectl get %s: %v\n%s", r, err, out)
 		}
