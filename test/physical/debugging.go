@@ -112,11 +112,19 @@ spec:
 func (c *Cluster) logsDir() string { return filepath.Join(c.Dir, "logs") }
 
 // SetPodLogs makes the containers of one pod (by its namespace and name on
-// this cluster) show lines as their log, and returns the log file, to
-// which AppendPodLog adds lines (kubectl logs -f sees them).
+// this cluster) show lines as their log, and each line prefixed with
+// "previous " as their previous log (--previous); it returns the log
+// file, to which AppendPodLog adds lines (kubectl logs -f sees them).
 func (c *Cluster) SetPodLogs(ctx context.Context, namespace, pod string, lines ...string) (string, error) {
 	file := filepath.Join(c.logsDir(), namespace+"_"+pod+".log")
 	if err := writeCRILog(file, lines...); err != nil {
+		return "", err
+	}
+	previous := make([]string, len(lines))
+	for i, l := range lines {
+		previous[i] = "previous " + l
+	}
+	if err := writeCRILog(file+".previous", previous...); err != nil {
 		return "", err
 	}
 	cfg, err := c.RESTConfig()
@@ -130,7 +138,7 @@ func (c *Cluster) SetPodLogs(ctx context.Context, namespace, pod string, lines .
 	obj := &unstructured.Unstructured{Object: map[string]interface{}{
 		"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
 		"metadata": map[string]interface{}{"name": pod, "namespace": namespace},
-		"spec":     map[string]interface{}{"logs": []interface{}{map[string]interface{}{"logsFile": file, "follow": true}}},
+		"spec":     map[string]interface{}{"logs": []interface{}{map[string]interface{}{"logsFile": file, "previousLogsFile": file + ".previous", "follow": true}}},
 	}}
 	if _, err := d.Resource(logsGVR).Namespace(namespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
