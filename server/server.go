@@ -276,7 +276,7 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *b
 			klog.Fatalf("building the syncer view: %v", err)
 		}
 		// Pod streams: the syncers' tunnels, next to their view.
-		if err := podstreams.Shared.SetUp(gc.LoopbackClientConfig); err != nil {
+		if err := podstreams.Shared.SetUp(gc.LoopbackClientConfig, gc.Authorization.Authorizer); err != nil {
 			klog.Fatalf("setting up pod streams: %v", err)
 		}
 		tunnels := podstreams.Shared.WithTunnels(view, gc.Authentication.Authenticator, gc.Authorization.Authorizer)

@@ -10,7 +10,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/proxy"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	api "k8s.io/kubernetes/pkg/apis/core"
@@ -65,6 +67,13 @@ func (c *connecter) Connect(ctx context.Context, name string, _ runtime.Object, 
 	if err != nil {
 		return nil, err
 	}
+	if c.sub != "log" {
+		// A websocket upgrade is a GET, authorized by the chain as get;
+		// running something in a pod needs create, as upstream checks.
+		if err := c.s.authorizeCreate(ctx, c.sub, name); err != nil {
+			return nil, err
+		}
+	}
 	pod, ok := obj.(*api.Pod)
 	if !ok {
 		return nil, apierrors.NewInternalError(fmt.Errorf("pod storage returned %T", obj))
@@ -113,4 +122,29 @@ type errorResponder struct {
 
 func (e errorResponder) Error(_ http.ResponseWriter, _ *http.Request, err error) {
 	e.r.Error(apierrors.NewServiceUnavailable(fmt.Sprintf("reaching the physical cluster of %s: %v", e.t, err)))
+}
+
+// authorizeCreate checks the verb create on pods/<sub> for the caller, in
+// the request's workspace.
+func (s *Streams) authorizeCreate(ctx context.Context, sub, name string) error {
+	u, ok := genericapirequest.UserFrom(ctx)
+	if !ok {
+		return apierrors.NewUnauthorized("no user")
+	}
+	namespace, _ := genericapirequest.NamespaceFrom(ctx)
+	s.mu.Lock()
+	authz := s.authz
+	s.mu.Unlock()
+	if authz == nil {
+		return apierrors.NewServiceUnavailable("pod streams are not set up yet")
+	}
+	d, reason, err := authz.Authorize(ctx, authorizer.AttributesRecord{User: u, Verb: "create", Namespace: namespace,
+		APIVersion: "v1", Resource: "pods", Subresource: sub, Name: name, ResourceRequest: true})
+	if d == authorizer.DecisionAllow {
+		return nil
+	}
+	if err == nil {
+		err = fmt.Errorf("%s", reason)
+	}
+	return apierrors.NewForbidden(schema.GroupResource{Resource: "pods/" + sub}, name, err)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/hashicorp/yamux"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/proxy"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/rest"
 
 	"github.com/kcpsql/kcp/server/clusterinformer"
@@ -51,6 +52,7 @@ type Streams struct {
 	mu      sync.Mutex
 	limits  Limits
 	clients *clusterinformer.Clients
+	authz   authorizer.Authorizer
 	// tunnels are the newest tunnel of each SyncTarget (by key).
 	tunnels map[string]*yamux.Session
 	// direct are push-mode targets' physical cluster configurations.
@@ -65,15 +67,16 @@ type Streams struct {
 var Shared = &Streams{limits: DefaultLimits, tunnels: map[string]*yamux.Session{}, direct: map[string]*rest.Config{},
 	openWS: map[logicalcluster.Name]int{}, openTarget: map[string]int{}}
 
-// SetUp gives Streams the loopback configuration it reads namespaces with.
-func (s *Streams) SetUp(loopback *rest.Config) error {
+// SetUp gives Streams the loopback configuration it reads namespaces with
+// and the server's authorizer.
+func (s *Streams) SetUp(loopback *rest.Config, authz authorizer.Authorizer) error {
 	clients, err := clusterinformer.NewClients(loopback)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.clients = clients
+	s.clients, s.authz = clients, authz
 	return nil
 }
 

@@ -143,7 +143,9 @@ spec:
 	})
 
 	t.Run("a user without pods/exec is refused by kcp", func(t *testing.T) {
-		s.Kubectl(teamA, "create", "role", "logs-only", "--verb=get,list", "--resource=pods,pods/log")
+		// get on pods/exec and pods/portforward, not create: a websocket
+		// upgrade is a GET, but running something in a pod needs create.
+		s.Kubectl(teamA, "create", "role", "logs-only", "--verb=get,list", "--resource=pods,pods/log,pods/exec,pods/portforward")
 		s.Kubectl(teamA, "create", "rolebinding", "eve-logs", "--role=logs-only", "--user=eve")
 		eve := userKubeconfig(t, s, teamA, "eve")
 		framework.Eventually(t, 30*time.Second, "eve reads logs", func() (bool, string) {
