@@ -164,7 +164,7 @@ func TunnelHandler(down *rest.Config, key string) (http.Handler, error) {
 		loc := *base
 		loc.Path = strings.TrimSuffix(base.Path, "/") + req.URL.Path
 		loc.RawQuery = req.URL.RawQuery
-		h := proxy.NewUpgradeAwareHandler(&loc, rt, false, false, proxy.NewErrorResponder(simpleResponder{}))
+		h := proxy.NewUpgradeAwareHandler(&loc, rt, false, false, simpleResponder{})
 		h.UpgradeTransport = upgrade
 		h.UseLocationHost = true
 		h.FlushInterval = -1
