@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -98,9 +99,11 @@ spec:
 		if strings.TrimSpace(spdy) != "spdy from pc1" {
 			t.Errorf("kubectl exec (SPDY): %q", spdy)
 		}
-		in, err := s.KubectlErr(teamA, "ping through kcp\n", "exec", "-i", "web", "--", "cat")
+		// head, not cat: kwok's local exec does not pass on the end of
+		// stdin (cat waits forever, on the physical cluster directly too).
+		in, err := s.KubectlErr(teamA, "ping through kcp\n", "exec", "-i", "web", "--", "head", "-n1")
 		if err != nil || strings.TrimSpace(in) != "ping through kcp" {
-			t.Errorf("kubectl exec -i cat: %v %q", err, in)
+			t.Errorf("kubectl exec -i head -n1: %v %q", err, in)
 		}
 	})
 
@@ -147,6 +150,8 @@ spec:
 		// upgrade is a GET, but running something in a pod needs create.
 		s.Kubectl(teamA, "create", "role", "logs-only", "--verb=get,list", "--resource=pods,pods/log,pods/exec,pods/portforward")
 		s.Kubectl(teamA, "create", "rolebinding", "eve-logs", "--role=logs-only", "--user=eve")
+		s.Kubectl("root", "create", "clusterrole", "access-team-a", "--verb=access", "--resource=workspaces/content", "--resource-name=team-a")
+		s.Kubectl("root", "create", "clusterrolebinding", "access-team-a", "--clusterrole=access-team-a", "--user=eve")
 		eve := userKubeconfig(t, s, teamA, "eve")
 		framework.Eventually(t, 30*time.Second, "eve reads logs", func() (bool, string) {
 			out, err := kubectlAs(t, eve, "", "logs", "web")
@@ -222,6 +227,20 @@ spec:
 			t.Fatalf("kubectl kcp workload sync pc2: %v\n%s", err, out)
 		}
 		c, location := syncerClient(t, sp.kubeconfig)
+		// An upgrade is HTTP/1.1.
+		cfg, err := clientcmd.BuildConfigFromFlags("", sp.kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tlsConfig, err := rest.TLSConfigFor(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := rest.HTTPWrappersForConfig(cfg, &http.Transport{TLSClientConfig: tlsConfig})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.client = &http.Client{Transport: rt}
 		for _, tc := range []struct {
 			path string
 			want int
@@ -229,6 +248,8 @@ spec:
 			{syncer.TunnelPrefix + location + "/pc2", http.StatusForbidden},
 			{syncer.TunnelPrefix + teamA + "/pc1", http.StatusForbidden},
 			{syncer.TunnelPrefix + location + "/pc1/extra", http.StatusNotFound},
+			// Its own: kcp switches protocols.
+			{syncer.TunnelPrefix + location + "/pc1", http.StatusSwitchingProtocols},
 		} {
 			req, _ := http.NewRequest("GET", c.base+tc.path, nil)
 			req.Header.Set("Connection", "Upgrade")
