@@ -248,8 +248,6 @@ spec:
 			{syncer.TunnelPrefix + location + "/pc2", http.StatusForbidden},
 			{syncer.TunnelPrefix + teamA + "/pc1", http.StatusForbidden},
 			{syncer.TunnelPrefix + location + "/pc1/extra", http.StatusNotFound},
-			// Its own: kcp switches protocols.
-			{syncer.TunnelPrefix + location + "/pc1", http.StatusSwitchingProtocols},
 		} {
 			req, _ := http.NewRequest("GET", c.base+tc.path, nil)
 			req.Header.Set("Connection", "Upgrade")
