@@ -246,7 +246,9 @@ spec:
 			want int
 		}{
 			{syncer.TunnelPrefix + location + "/pc2", http.StatusForbidden},
-			{syncer.TunnelPrefix + teamA + "/pc1", http.StatusForbidden},
+			// Its token is a service account's of the location: in
+			// another workspace it authenticates nobody.
+			{syncer.TunnelPrefix + teamA + "/pc1", http.StatusUnauthorized},
 			{syncer.TunnelPrefix + location + "/pc1/extra", http.StatusNotFound},
 		} {
 			req, _ := http.NewRequest("GET", c.base+tc.path, nil)
