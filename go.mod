@@ -286,6 +286,8 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 )
 
+require github.com/hashicorp/yamux v0.1.2
+
 tool (
 	k8s.io/kubernetes/cmd/kube-apiserver
 	k8s.io/kubernetes/cmd/kube-controller-manager

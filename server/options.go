@@ -43,6 +43,7 @@ import (
 	"github.com/kcpsql/kcp/server/clusteradmission"
 	"github.com/kcpsql/kcp/server/outbound"
 	"github.com/kcpsql/kcp/server/pki"
+	"github.com/kcpsql/kcp/server/podstreams"
 	kcpquota "github.com/kcpsql/kcp/server/resourcequota"
 	"github.com/kcpsql/kcp/server/satokens"
 	"github.com/kcpsql/kcp/storage/datastore"
@@ -101,6 +102,9 @@ type Options struct {
 	// PlacementEvictionDelay is how long a namespace stays on a NotReady
 	// SyncTarget before it moves to another.
 	PlacementEvictionDelay time.Duration
+	// PodStreams bound the logs, exec, attach and port-forward streams kcp
+	// forwards to physical clusters.
+	PodStreams podstreams.Limits
 	// WebhookAllowedNetworks may be reached by tenants' webhook URLs although
 	// outbound refuses them by default (loopback, private, link-local).
 	WebhookAllowedNetworks []net.IPNet
@@ -166,7 +170,7 @@ func NewOptions() *Options {
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
 	return &Options{RootDir: ".kcp", DatastoreNotify: true, DatastoreMaxConnections: datastore.DefaultMaxConnections, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
 		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, TenantMaxInflight: max(4, 2*runtime.GOMAXPROCS(0)), TenantMaxStartingWatches: max(4, 2*runtime.GOMAXPROCS(0)), MemoryLimitRatio: 0.9, Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy,
-		SyncTargetHeartbeatTimeout: 20 * time.Second, PlacementEvictionDelay: 5 * time.Second}
+		SyncTargetHeartbeatTimeout: 20 * time.Second, PlacementEvictionDelay: 5 * time.Second, PodStreams: podstreams.DefaultLimits}
 }
 
 // maxObjectCountPeriod is the longest --object-count-period: upstream's
@@ -222,6 +226,12 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"A SyncTarget (physical cluster) becomes NotReady when its syncer has not reported for this long; a SyncTarget's spec.heartbeatTimeout overrides it.")
 	fs.DurationVar(&o.PlacementEvictionDelay, "placement-eviction-delay", o.PlacementEvictionDelay,
 		"How long a namespace stays assigned to a NotReady SyncTarget before its workloads move to another Ready target its Placement selects (failover takes about --synctarget-heartbeat-timeout plus this).")
+	fs.IntVar(&o.PodStreams.PerWorkspace, "pod-streams-per-workspace", o.PodStreams.PerWorkspace,
+		"The most logs, exec, attach and port-forward streams one workspace may have open at once through kcp (more are refused with 429). 0: no cap.")
+	fs.IntVar(&o.PodStreams.PerTarget, "pod-streams-per-synctarget", o.PodStreams.PerTarget,
+		"The most logs, exec, attach and port-forward streams open at once to one SyncTarget (through its syncer's tunnel, or kcp's own connection in push mode), across all workspaces (more are refused with 429). 0: no cap.")
+	fs.DurationVar(&o.PodStreams.Idle, "pod-stream-idle-timeout", o.PodStreams.Idle,
+		"Close a logs, exec, attach or port-forward stream through kcp when nothing was sent either way for this long (like the kubelet's --streaming-connection-idle-timeout). 0: never.")
 	fs.BoolVar(&o.PushMode, "push-mode", o.PushMode,
 		"Run the syncer of every SyncTarget whose spec.push names a Secret with its physical cluster's kubeconfig inside kcp (push mode). Off by default: a tenant's kubeconfig makes the server dial an address of the tenant's choosing; connections obey --webhook-allowed-networks, and only inline credentials are accepted (docs/multicluster.md).")
 	fs.BoolVar(&o.Upstream.Etcd.EnableWatchCache, "watch-cache", o.Upstream.Etcd.EnableWatchCache,
@@ -248,6 +258,7 @@ type CompletedOptions struct {
 	SyncTargetHeartbeatTimeout time.Duration
 	PushMode                   bool
 	PlacementEvictionDelay     time.Duration
+	PodStreams                 podstreams.Limits
 	WorkspaceLimits            tenancy.Limits
 	RootDir                    string
 	Datastore                  *datastore.Datastore
@@ -349,7 +360,7 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 		return nil, err
 	}
 	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, DatastoreMaxConnections: o.DatastoreMaxConnections, StoreDefaults: o.StoreDefaults, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, TenantMaxInflight: o.TenantMaxInflight, TenantMaxStartingWatches: o.TenantMaxStartingWatches, MemoryLimitRatio: o.MemoryLimitRatio, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
-		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout, PushMode: o.PushMode, PlacementEvictionDelay: o.PlacementEvictionDelay,
+		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout, PushMode: o.PushMode, PlacementEvictionDelay: o.PlacementEvictionDelay, PodStreams: o.PodStreams,
 		WorkspaceLimits: o.WorkspaceLimits}, nil
 }
 
@@ -367,6 +378,9 @@ func (c *CompletedOptions) Validate() []error {
 	}
 	if c.SyncTargetHeartbeatTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--synctarget-heartbeat-timeout must be positive, got %s", c.SyncTargetHeartbeatTimeout))
+	}
+	if c.PodStreams.PerWorkspace < 0 || c.PodStreams.PerTarget < 0 || c.PodStreams.Idle < 0 {
+		errs = append(errs, fmt.Errorf("--pod-streams-per-workspace, --pod-streams-per-synctarget and --pod-stream-idle-timeout must not be negative"))
 	}
 	if c.PlacementEvictionDelay < 0 {
 		errs = append(errs, fmt.Errorf("--placement-eviction-delay must not be negative, got %s", c.PlacementEvictionDelay))

@@ -45,6 +45,7 @@ import (
 	"github.com/kcpsql/kcp/server/memreturn"
 	"github.com/kcpsql/kcp/server/negotiated"
 	"github.com/kcpsql/kcp/server/panics"
+	"github.com/kcpsql/kcp/server/podstreams"
 	"github.com/kcpsql/kcp/server/requester"
 	"github.com/kcpsql/kcp/server/requestlimits"
 	"github.com/kcpsql/kcp/server/routing"
@@ -170,6 +171,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	}
 	defer closeRevisions()
 	began := &incarnations.Tracker{CreateRevision: createRevision}
+	podstreams.Shared.SetLimits(o.PodStreams)
 	makeClusterAware(config, crds, boundAPIs, began)
 	// A logical cluster serves requests from the moment its LogicalCluster
 	// is stored, so it is stored Ready (and with its URL): one status write
@@ -279,7 +281,12 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *b
 		if err != nil {
 			klog.Fatalf("building the syncer view: %v", err)
 		}
-		exports := exportview.New(view, gc.Authentication.Authenticator, gc.Authorization.Authorizer, boundAPIs, crds)
+		// Pod streams: the syncers' tunnels, next to their view.
+		if err := podstreams.Shared.SetUp(gc.LoopbackClientConfig, gc.Authorization.Authorizer); err != nil {
+			klog.Fatalf("setting up pod streams: %v", err)
+		}
+		tunnels := podstreams.Shared.WithTunnels(view, gc.Authentication.Authenticator, gc.Authorization.Authorizer)
+		exports := exportview.New(tunnels, gc.Authentication.Authenticator, gc.Authorization.Authorizer, boundAPIs, crds)
 		return requestlimits.WithURILimit(exports)
 	}
 }

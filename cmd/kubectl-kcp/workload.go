@@ -345,6 +345,13 @@ func syncerManifest(name, image string, kubeconfig []byte, resources []interface
 	rules = append(rules,
 		rbacv1.PolicyRule{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"roles"}, Verbs: []string{"escalate", "bind"}},
 		rbacv1.PolicyRule{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"clusterroles"}, ResourceNames: workload.SyncedClusterRoles, Verbs: []string{"bind"}})
+	// Pod streams kcp forwards through the syncer's tunnel (logs, exec,
+	// attach, port-forward of the pods it runs; the syncer checks the
+	// namespace is its own). Websocket upgrades are GETs authorized as
+	// create.
+	rules = append(rules,
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/attach", "pods/portforward"}, Verbs: []string{"get", "create"}})
 	// --resources: the CRDs (read, for their schemas) and their objects.
 	for _, r := range resources {
 		plural, group, _ := strings.Cut(r.(string), ".")

@@ -59,6 +59,10 @@ func TestSyncerManifestGrantsEverySyncedResource(t *testing.T) {
 		grants("rbac.authorization.k8s.io", "clusterroles", "escalate", "view") || grants("rbac.authorization.k8s.io", "clusterrolebindings", "create", "") {
 		t.Errorf("cluster-scoped RBAC: %+v", role.Rules)
 	}
+	// Pod streams kcp forwards through the tunnel.
+	if !grants("", "pods/log", "get", "") || !grants("", "pods/exec", "create", "") || !grants("", "pods/attach", "create", "") || !grants("", "pods/portforward", "create", "") {
+		t.Errorf("the syncer may not forward pod streams: %+v", role.Rules)
+	}
 }
 
 func has(list []string, s string) bool {

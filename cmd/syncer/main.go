@@ -120,6 +120,9 @@ func main() {
 		}()
 	}
 	go s.Run(ctx, *workers)
+	// The tunnel kcp sends the target's pods' logs, exec, attach and
+	// port-forward streams through.
+	go syncer.RunTunnel(ctx, up, *target, down)
 	syncer.Heartbeat(ctx, upClient, *target, downClient, *interval, synced, s.CaughtUp, s.SetPodSecurity)
 }
 

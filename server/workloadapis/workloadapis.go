@@ -58,6 +58,8 @@ import (
 	discoveryrest "k8s.io/kubernetes/pkg/registry/discovery/rest"
 	networkingrest "k8s.io/kubernetes/pkg/registry/networking/rest"
 	policyrest "k8s.io/kubernetes/pkg/registry/policy/rest"
+
+	"github.com/kcpsql/kcp/server/podstreams"
 )
 
 // Enable turns on exactly the workload resources in a resource
@@ -140,16 +142,20 @@ func (p withServices) NewRESTStorage(rc serverstorage.APIResourceConfigSource, g
 		info.VersionedResourcesStorageMap["v1"]["persistentvolumeclaims/status"] = pvcStatus
 	}
 	if rc.ResourceEnabled(corev1.SchemeGroupVersion.WithResource("pods")) {
-		// Upstream's own Pod storage, the object and its status only: a
-		// Pod created in kcp (kubectl run) runs on a physical cluster;
-		// binding, eviction, logs, exec, attach, port-forward and proxy
-		// would need a kubelet kcp does not have.
+		// Upstream's own Pod storage, the object and its status: a Pod
+		// created in kcp (kubectl run) runs on a physical cluster.
+		// Logs, exec, attach and port-forward are forwarded to the
+		// physical cluster that runs the pod (podstreams); binding,
+		// eviction and proxy would need a kubelet kcp does not have.
 		pods, err := podstore.NewStorage(getter, nil, nil, nil, nil)
 		if err != nil {
 			return info, err
 		}
 		info.VersionedResourcesStorageMap["v1"]["pods"] = pods.Pod
 		info.VersionedResourcesStorageMap["v1"]["pods/status"] = pods.Status
+		for sub, st := range podstreams.Shared.Subresources(pods.Pod) {
+			info.VersionedResourcesStorageMap["v1"][sub] = st
+		}
 	}
 	if rc.ResourceEnabled(corev1.SchemeGroupVersion.WithResource("endpoints")) {
 		// Upstream's own Endpoints storage: what the physical cluster

@@ -138,6 +138,9 @@ type Cluster struct {
 	Port int
 	// Kubeconfig authenticates as system:masters.
 	Kubeconfig string
+	// KubeletPort is kwok's kubelet endpoint (logs, exec, attach,
+	// port-forward of every node, on 127.0.0.1).
+	KubeletPort int
 
 	opts  Options
 	bins  Binaries
@@ -179,6 +182,15 @@ func Start(ctx context.Context, bins Binaries, opts Options) (*Cluster, error) {
 			return nil, err
 		}
 		os.WriteFile(portFile, []byte(fmt.Sprint(c.Port)), 0o600)
+	}
+	kubeletPortFile := filepath.Join(opts.Dir, "kubelet-port")
+	if b, err := os.ReadFile(kubeletPortFile); err == nil {
+		fmt.Sscan(string(b), &c.KubeletPort)
+	} else {
+		if c.KubeletPort, err = freePort(); err != nil {
+			return nil, err
+		}
+		os.WriteFile(kubeletPortFile, []byte(fmt.Sprint(c.KubeletPort)), 0o600)
 	}
 	if err := c.start(ctx); err != nil {
 		c.Kill()
@@ -230,6 +242,11 @@ func (c *Cluster) start(ctx context.Context) error {
 		// As kubeadm and kind set it: SyncTargets decide what tenants may run.
 		"--allow-privileged=true",
 		"--default-not-ready-toleration-seconds=30", "--default-unreachable-toleration-seconds=30",
+		// Logs, exec, attach and port-forward reach kwok's kubelet
+		// endpoint on the nodes' InternalIP (127.0.0.1, kwok --node-ip);
+		// kwok serves a self-signed certificate, which kube-apiserver
+		// accepts without --kubelet-certificate-authority.
+		"--kubelet-preferred-address-types=InternalIP",
 	); err != nil {
 		return err
 	}
@@ -255,8 +272,12 @@ func (c *Cluster) start(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
+	debugging, err := c.debuggingConfig(ctx, client)
+	if err != nil {
+		return err
+	}
 	stages := strings.Join([]string{nodefast.DefaultNodeInit, nodeheartbeat.DefaultNodeHeartbeatWithLease,
-		podfast.DefaultPodReady, podfast.DefaultPodComplete, podfast.DefaultPodDelete}, "\n---\n")
+		podfast.DefaultPodReady, podfast.DefaultPodComplete, podfast.DefaultPodDelete, debugging}, "\n---\n")
 	kwokConfig := filepath.Join(c.Dir, "kwok.yaml")
 	if err := os.WriteFile(kwokConfig, []byte(stages), 0o600); err != nil {
 		return err
@@ -265,7 +286,9 @@ func (c *Cluster) start(ctx context.Context) error {
 	if _, err := c.run("kwok", []string{"HOME=" + c.Dir}, c.bins.Kwok,
 		"--kubeconfig="+c.Kubeconfig, "--config="+kwokConfig,
 		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-		"--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16", "--node-ip=10.0.0.1",
+		"--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16", "--node-ip=127.0.0.1",
+		fmt.Sprintf("--node-port=%d", c.KubeletPort), fmt.Sprintf("--server-address=127.0.0.1:%d", c.KubeletPort),
+		"--enable-crds=Logs",
 	); err != nil {
 		return err
 	}

@@ -46,6 +46,7 @@ import (
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
 	"github.com/kcpsql/kcp/server/outbound"
+	"github.com/kcpsql/kcp/server/podstreams"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 	"github.com/kcpsql/kcp/syncer"
 )
@@ -242,6 +243,10 @@ func (c *Controller) reconcile(parent, ctx context.Context, key string) (time.Du
 	c.running[key] = &run{cancel: cancel, fingerprint: fp}
 	c.mu.Unlock()
 	go s.Run(sctx, 2)
+	// Pod streams (logs, exec, ...) of the target go over kcp's own
+	// connection to the cluster.
+	removeDirect := podstreams.Shared.AddDirect(workload.TargetKey(string(cluster), target.Name), down)
+	go func() { <-sctx.Done(); removeDirect() }()
 	go syncer.Heartbeat(sctx, upClient, target.Name, downClient, HeartbeatInterval, synced, s.CaughtUp, s.SetPodSecurity)
 	if ext, err := apiextensionsclient.NewForConfig(down); err == nil {
 		go syncer.ReportImports(sctx, upClient, target.Name, ext, append(syncer.BuiltInImports(), imports...), recheck)

@@ -1,0 +1,372 @@
+package multicluster
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/kcpsql/kcp/schema/workload"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+	"github.com/kcpsql/kcp/syncer"
+	"github.com/kcpsql/kcp/test/e2e/framework"
+	"github.com/kcpsql/kcp/test/physical"
+)
+
+// TestPodStreams is issue 52's debugging story in pull mode: two teams
+// place their workspaces on the same physical cluster and run a pod of the
+// same name in the same namespace; in each workspace kubectl logs (also
+// --previous and -f), exec (websocket and SPDY), exec with stdin and
+// port-forward reach that workspace's pod, and nobody else's. Security
+// rows: workspace B never sees A's logs; a user without pods/exec is
+// refused by kcp; the downstream namespace is not a name in the workspace;
+// the syncer's tunnel handler refuses anything but its pods' streams; a
+// syncer credential opens only its own target's tunnel. Faults: the syncer
+// killed during logs -f ends the client's stream; without a tunnel kcp
+// answers 503 naming the SyncTarget.
+func TestPodStreams(t *testing.T) {
+	bins := binaries(t)
+	s := framework.StartServer(t, "")
+	const compute, teamA, teamB = "root:compute", "root:team-a", "root:team-b"
+	s.CreateWorkspaces(compute, teamA, teamB)
+	admin := adminIn(t, s, compute)
+	pcs := startPhysical(t, bins, "pc1")
+	pc1 := pcs["pc1"]
+	sp := register(t, s, admin, "pc1", "region=eu", pc1)
+	waitTargetsReady(t, s, compute, "pc1")
+	for _, team := range []string{teamA, teamB} {
+		s.Kubectl(team, "apply", "-f", framework.WriteFile(t, "placement.yaml", `apiVersion: workload.kcp.io/v1alpha1
+kind: Placement
+metadata: {name: eu}
+spec:
+  locationWorkspace: `+compute+`
+  locationSelector: {matchLabels: {region: eu}}
+  namespaceSelector: {}
+`))
+	}
+	ctx := context.Background()
+	own := map[string]string{teamA: "team A's own log line", teamB: "team B's own log line"}
+	logFiles := map[string]string{}
+	for _, team := range []string{teamA, teamB} {
+		framework.Eventually(t, 60*time.Second, team+": default placed on pc1", func() (bool, string) {
+			a := s.Kubectl(team, "get", "namespace", "default", "-o", `jsonpath={.metadata.annotations.workload\.kcp\.io/sync-target}`)
+			return a == compute+"/pc1", a
+		})
+		framework.MustContain(t, "kubectl run", s.Kubectl(team, "run", "web", "--image=nginx"), "pod/web created")
+		if out, err := s.KubectlErr(team, "", "wait", "--for=condition=Ready", "pod/web", "--timeout=60s"); err != nil {
+			t.Fatalf("%s: wait for pod/web: %v\n%s", team, err, out)
+		}
+		f, err := pc1.SetPodLogs(ctx, syncer.DownstreamNamespace(logicalcluster.Name(team), "default"), "web", own[team])
+		if err != nil {
+			t.Fatal(err)
+		}
+		logFiles[team] = f
+	}
+
+	// Logs: each workspace its own pod's.
+	for _, team := range []string{teamA, teamB} {
+		framework.Eventually(t, 30*time.Second, team+": kubectl logs web", func() (bool, string) {
+			out, err := s.KubectlErr(team, "", "logs", "web")
+			return err == nil && strings.TrimSpace(out) == own[team], out
+		})
+	}
+	for _, team := range []string{teamA, teamB} {
+		if out := s.Kubectl(team, "logs", "web", "--previous"); strings.TrimSpace(out) != "previous "+own[team] {
+			t.Errorf("%s: kubectl logs --previous: %q", team, out)
+		}
+	}
+
+	t.Run("exec websocket and SPDY", func(t *testing.T) {
+		out := s.Kubectl(teamA, "exec", "web", "--", "sh", "-c", "echo hello from $PHYSICAL_CLUSTER")
+		if strings.TrimSpace(out) != "hello from pc1" {
+			t.Errorf("kubectl exec (websocket): %q", out)
+		}
+		spdy := kubectlEnv(t, s, teamA, "", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false"}, "exec", "web", "--", "sh", "-c", "echo spdy from $PHYSICAL_CLUSTER")
+		if strings.TrimSpace(spdy) != "spdy from pc1" {
+			t.Errorf("kubectl exec (SPDY): %q", spdy)
+		}
+		// head, not cat: kwok's local exec does not pass on the end of
+		// stdin (cat waits forever, on the physical cluster directly too).
+		in, err := s.KubectlErr(teamA, "ping through kcp\n", "exec", "-i", "web", "--", "head", "-n1")
+		if err != nil || strings.TrimSpace(in) != "ping through kcp" {
+			t.Errorf("kubectl exec -i head -n1: %v %q", err, in)
+		}
+	})
+
+	t.Run("port-forward", func(t *testing.T) {
+		_, kubectl := framework.Binaries(t)
+		cmd := exec.Command(kubectl, "--kubeconfig", s.Kubeconfig, "--server", s.URL()+"/clusters/"+teamA, "port-forward", "pod/web", ":80")
+		stdout, _ := cmd.StdoutPipe()
+		cmd.Stderr = cmd.Stdout
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		port := make(chan string, 1)
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			re := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 80`)
+			for sc.Scan() {
+				t.Logf("port-forward: %s", sc.Text())
+				if m := re.FindStringSubmatch(sc.Text()); m != nil {
+					port <- m[1]
+				}
+			}
+			close(port)
+		}()
+		p, ok := <-port
+		if !ok {
+			t.Fatal("kubectl port-forward did not forward")
+		}
+		conn, err := net.Dial("tcp", "127.0.0.1:"+p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(30 * time.Second))
+		fmt.Fprint(conn, "echo through the tunnel\n")
+		line, err := bufio.NewReader(conn).ReadString('\n')
+		if err != nil || line != "echo through the tunnel\n" {
+			t.Errorf("port-forwarded echo: %q %v", line, err)
+		}
+	})
+
+	t.Run("a user without pods/exec is refused by kcp", func(t *testing.T) {
+		// get on pods/exec and pods/portforward, not create: a websocket
+		// upgrade is a GET, but running something in a pod needs create.
+		s.Kubectl(teamA, "create", "role", "logs-only", "--verb=get,list", "--resource=pods,pods/log,pods/exec,pods/portforward")
+		s.Kubectl(teamA, "create", "rolebinding", "eve-logs", "--role=logs-only", "--user=eve")
+		s.Kubectl("root", "create", "clusterrole", "access-team-a", "--verb=access", "--resource=workspaces/content", "--resource-name=team-a")
+		s.Kubectl("root", "create", "clusterrolebinding", "access-team-a", "--clusterrole=access-team-a", "--user=eve")
+		eve := userKubeconfig(t, s, teamA, "eve")
+		framework.Eventually(t, 30*time.Second, "eve reads logs", func() (bool, string) {
+			out, err := kubectlAs(t, eve, "", "logs", "web")
+			return err == nil && strings.TrimSpace(out) == own[teamA], out
+		})
+		out, err := kubectlAs(t, eve, "", "exec", "web", "--", "echo", "should not run")
+		if err == nil || strings.Contains(out, "should not run") || !strings.Contains(out, "forbidden") {
+			t.Errorf("eve's exec: %v %s", err, out)
+		}
+		out, err = kubectlAs(t, eve, "", "port-forward", "pod/web", ":80")
+		if err == nil || !strings.Contains(out, "forbidden") {
+			t.Errorf("eve's port-forward: %v %s", err, out)
+		}
+	})
+
+	t.Run("the downstream namespace is no name in the workspace", func(t *testing.T) {
+		dns := syncer.DownstreamNamespace(logicalcluster.Name(teamA), "default")
+		out, err := s.KubectlErr(teamA, "", "logs", "-n", dns, "web")
+		if err == nil || !strings.Contains(out, "NotFound") && !strings.Contains(out, "not found") {
+			t.Errorf("logs in the downstream namespace: %v %s", err, out)
+		}
+		if strings.Contains(out, own[teamA]) {
+			t.Errorf("the downstream namespace's pod logs came through: %s", out)
+		}
+	})
+
+	t.Run("the tunnel handler forwards its pods' streams only", func(t *testing.T) {
+		cfg, err := pc1.RESTConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := syncer.TunnelHandler(cfg, workload.TargetKey(compute, "pc1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(h)
+		defer srv.Close()
+		dns := syncer.DownstreamNamespace(logicalcluster.Name(teamA), "default")
+		for _, c := range []struct {
+			method, path string
+			want         int
+		}{
+			{"GET", "/api/v1/namespaces/" + dns + "/pods/web/log", http.StatusOK},
+			{"GET", "/api/v1/secrets", http.StatusForbidden},
+			{"GET", "/api/v1/namespaces/" + dns + "/secrets", http.StatusForbidden},
+			{"GET", "/api/v1/namespaces/" + dns + "/pods/web", http.StatusForbidden},
+			{"DELETE", "/api/v1/namespaces/" + dns + "/pods/web/log", http.StatusForbidden},
+			{"POST", "/api/v1/namespaces/" + dns + "/pods/web/log", http.StatusForbidden},
+			{"GET", "/api/v1/namespaces/kube-system/pods/kube-apiserver/log", http.StatusForbidden},
+			{"GET", "/api/v1/namespaces/default/pods/web/log", http.StatusForbidden},
+			{"GET", "/api/v1/namespaces/" + dns + "/pods/web/proxy", http.StatusForbidden},
+			{"GET", "/api/v1/namespaces/" + dns + "/pods/web/log/../../../../secrets", http.StatusForbidden},
+			{"GET", "/apis/apps/v1/namespaces/" + dns + "/deployments", http.StatusForbidden},
+		} {
+			req, _ := http.NewRequest(c.method, srv.URL+c.path, nil)
+			// A caller's credentials are never passed on.
+			req.Header.Set("Authorization", "Bearer not-the-syncers")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.want {
+				t.Errorf("%s %s through the tunnel: %d %s, want %d", c.method, c.path, resp.StatusCode, body, c.want)
+			}
+		}
+	})
+
+	t.Run("a syncer credential opens its own target's tunnel only", func(t *testing.T) {
+		other := filepath.Join(t.TempDir(), "pc2-syncer.kubeconfig")
+		if out, err := s.KubectlPlugin(admin, "kcp", "workload", "sync", "pc2", "--kcp-kubeconfig-out", other, "--labels", "region=us"); err != nil {
+			t.Fatalf("kubectl kcp workload sync pc2: %v\n%s", err, out)
+		}
+		c, location := syncerClient(t, sp.kubeconfig)
+		// An upgrade is HTTP/1.1.
+		cfg, err := clientcmd.BuildConfigFromFlags("", sp.kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tlsConfig, err := rest.TLSConfigFor(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := rest.HTTPWrappersForConfig(cfg, &http.Transport{TLSClientConfig: tlsConfig})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.client = &http.Client{Transport: rt}
+		for _, tc := range []struct {
+			path string
+			want int
+		}{
+			{syncer.TunnelPrefix + location + "/pc2", http.StatusForbidden},
+			// Its token is a service account's of the location: in
+			// another workspace it authenticates nobody.
+			{syncer.TunnelPrefix + teamA + "/pc1", http.StatusUnauthorized},
+			{syncer.TunnelPrefix + location + "/pc1/extra", http.StatusNotFound},
+		} {
+			req, _ := http.NewRequest("GET", c.base+tc.path, nil)
+			req.Header.Set("Connection", "Upgrade")
+			req.Header.Set("Upgrade", syncer.TunnelProtocol)
+			resp, err := c.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("pc1's credential at %s: %d %s, want %d", tc.path, resp.StatusCode, body, tc.want)
+			}
+		}
+	})
+
+	t.Run("the syncer killed during logs -f ends the stream", func(t *testing.T) {
+		_, kubectl := framework.Binaries(t)
+		cmd := exec.Command(kubectl, "--kubeconfig", s.Kubeconfig, "--server", s.URL()+"/clusters/"+teamA, "logs", "-f", "web")
+		stdout, _ := cmd.StdoutPipe()
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		lines := make(chan string, 100)
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+			close(lines)
+		}()
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		defer cmd.Process.Kill()
+		waitLine := func(want string) {
+			t.Helper()
+			deadline := time.After(60 * time.Second)
+			for {
+				select {
+				case l, ok := <-lines:
+					if !ok {
+						t.Fatalf("logs -f ended before %q", want)
+					}
+					if l == want {
+						return
+					}
+				case <-deadline:
+					t.Fatalf("logs -f did not show %q", want)
+				}
+			}
+		}
+		waitLine(own[teamA])
+		if err := physical.AppendPodLog(logFiles[teamA], "a line written later"); err != nil {
+			t.Fatal(err)
+		}
+		waitLine("a line written later")
+		sp.stop()
+		select {
+		case <-exited:
+		case <-time.After(2 * time.Minute):
+			t.Fatal("kubectl logs -f still hangs two minutes after the syncer died")
+		}
+		// No tunnel: 503 naming the SyncTarget.
+		out, err := s.KubectlErr(teamA, "", "logs", "web")
+		if err == nil || !strings.Contains(out, "SyncTarget pc1") {
+			t.Errorf("logs without a tunnel: %v %s", err, out)
+		}
+		sp.start()
+		framework.Eventually(t, 60*time.Second, "logs again once the syncer is back", func() (bool, string) {
+			out, err := s.KubectlErr(teamA, "", "logs", "web")
+			return err == nil && strings.Contains(out, "a line written later"), out
+		})
+	})
+}
+
+// userKubeconfig writes a kubeconfig of one workspace for a user (client
+// certificate signed by kcp's CA).
+func userKubeconfig(t *testing.T, s *framework.Server, cluster, user string) string {
+	t.Helper()
+	cfg := framework.UserConfig(t, s, user)
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["kcp"] = &clientcmdapi.Cluster{Server: s.URL() + "/clusters/" + cluster, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["kcp"] = &clientcmdapi.Context{Cluster: "kcp", AuthInfo: user}
+	kc.CurrentContext = "kcp"
+	p := filepath.Join(t.TempDir(), user+".kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// kubectlAs runs kubectl with a kubeconfig.
+func kubectlAs(t *testing.T, kubeconfig, stdin string, args ...string) (string, error) {
+	_, kubectl := framework.Binaries(t)
+	cmd := exec.Command(kubectl, append([]string{"--kubeconfig", kubeconfig, "--request-timeout=60s"}, args...)...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// kubectlEnv runs kubectl as the admin of a workspace with more
+// environment.
+func kubectlEnv(t *testing.T, s *framework.Server, cluster, stdin string, env []string, args ...string) string {
+	t.Helper()
+	_, kubectl := framework.Binaries(t)
+	cmd := exec.Command(kubectl, append([]string{"--kubeconfig", s.Kubeconfig, "--server", s.URL() + "/clusters/" + cluster}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
