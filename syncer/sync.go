@@ -192,7 +192,15 @@ func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, re
 				}
 			}
 		}
-		idx, inf := clusterinformer.New(clusterinformer.ListWatch(r.List, r.Watch), &unstructured.Unstructured{}, clusterinformer.ClusterIndexers,
+		// A copy of the shared indexers: the projector adds one of its own
+		// to the namespaces' indexer, which must not reach the shared map
+		// (every informer built from it, the other syncers of a push-mode
+		// kcp included).
+		indexers := cache.Indexers{}
+		for k, v := range clusterinformer.ClusterIndexers {
+			indexers[k] = v
+		}
+		idx, inf := clusterinformer.New(clusterinformer.ListWatch(r.List, r.Watch), &unstructured.Unstructured{}, indexers,
 			cache.ResourceEventHandlerFuncs{AddFunc: addUp, UpdateFunc: updateUp, DeleteFunc: enqueueUp})
 		s.upstream[gvr], s.infs = idx, append(s.infs, inf)
 		if _, skip := s.unsynced[gvr]; skip {
