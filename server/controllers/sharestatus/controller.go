@@ -101,7 +101,16 @@ func NewController(loopback *rest.Config, local *localwatch.Storages) (*Controll
 		}
 	}
 	var synctargets cache.Controller
-	c.targets, synctargets = clusterinformer.New(clusterinformer.ListWatch(targets.List, targets.Watch), &unstructured.Unstructured{},
+	c.targets, synctargets = newTargetInformer(targets, enqueueAssigned)
+	c.informers = []cache.Controller{deployments, synctargets}
+	return c, nil
+}
+
+// newTargetInformer watches SyncTargets (indexed by their key) and calls
+// enqueueAssigned for a target that is dead when first seen, and for one
+// that dies or returns.
+func newTargetInformer(targets dynamic.NamespaceableResourceInterface, enqueueAssigned func(interface{})) (cache.Indexer, cache.Controller) {
+	return clusterinformer.New(clusterinformer.ListWatch(targets.List, targets.Watch), &unstructured.Unstructured{},
 		cache.Indexers{byTarget: func(obj interface{}) ([]string, error) {
 			return []string{targetKeyOf(obj.(*unstructured.Unstructured))}, nil
 		}},
@@ -119,8 +128,6 @@ func NewController(loopback *rest.Config, local *localwatch.Storages) (*Controll
 				}
 			},
 		})
-	c.informers = []cache.Controller{deployments, synctargets}
-	return c, nil
 }
 
 func targetKeyOf(u *unstructured.Unstructured) string {

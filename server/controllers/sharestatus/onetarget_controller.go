@@ -108,26 +108,8 @@ func NewOneTargetController(loopback *rest.Config) (*OneTargetController, error)
 			}
 		}
 	}
-	targets := wild.Resource(workload.SyncTargetsResource)
 	var synctargets cache.Controller
-	c.targets, synctargets = clusterinformer.New(clusterinformer.ListWatch(targets.List, targets.Watch), &unstructured.Unstructured{},
-		cache.Indexers{byTarget: func(obj interface{}) ([]string, error) {
-			return []string{targetKeyOf(obj.(*unstructured.Unstructured))}, nil
-		}},
-		cache.ResourceEventHandlerFuncs{
-			AddFunc: func(obj interface{}) {
-				if _, dead := deadTarget(obj); dead {
-					enqueueAssigned(obj)
-				}
-			},
-			UpdateFunc: func(old, obj interface{}) {
-				was, wasDead := deadTarget(old)
-				is, isDead := deadTarget(obj)
-				if wasDead != isDead || was != is {
-					enqueueAssigned(obj)
-				}
-			},
-		})
+	c.targets, synctargets = newTargetInformer(wild.Resource(workload.SyncTargetsResource), enqueueAssigned)
 	c.informers = append(c.informers, synctargets)
 	return c, nil
 }
