@@ -261,7 +261,7 @@ func TestDiscoveryAndOpenAPIPerCluster(t *testing.T) {
 	// of them can be deleted, so nothing that deletes what discovery lists
 	// sees them. Cluster-scoped ones are not listed at all.
 	deletable := s.Kubectl(c, "api-resources", "--verbs=delete", "-o", "name")
-	for _, r := range []string{"replicasets.apps", "nodes", "persistentvolumes"} {
+	for _, r := range []string{"replicationcontrollers", "podtemplates", "nodes", "persistentvolumes"} {
 		if strings.Contains("\n"+deletable, "\n"+r+"\n") {
 			t.Errorf("api-resources --verbs=delete in %s lists %s, which kcp does not serve", c, r)
 		}
