@@ -85,10 +85,13 @@ func (p *projector) reconcile(ctx context.Context, it pitem) (time.Duration, err
 	// downstream Pod it was made from goes, exactly that one.
 	p.mu.Lock()
 	gone, tenantDeleted := p.tenantDeleted[it]
+	ownDelete := p.deleting[it]
 	p.mu.Unlock()
 	if up != nil && up.GetDeletionTimestamp() != nil {
-		if it.gvr != podsGVR {
-			return 0, nil // kcp's garbage collector at work
+		if it.gvr != podsGVR || ownDelete {
+			// kcp's garbage collector at work, or the syncer's own
+			// deletion of its projection (made anew): never the tenant's.
+			return 0, nil
 		}
 		gone, tenantDeleted = up.GetAnnotations()[workload.DownstreamUIDAnnotation], true
 	}
