@@ -143,7 +143,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			} else {
 				klog.ErrorS(err, "API negotiation controller")
 			}
-			if c, err := pushsyncer.NewController(hc.LoopbackClientConfig, o.PushMode, o.Outbound); err == nil {
+			if c, err := pushsyncer.NewController(hc.LoopbackClientConfig, o.PushMode, o.Outbound, o.ServerURL, ca); err == nil {
 				go c.Run(ctx, 2)
 			} else {
 				klog.ErrorS(err, "push-mode syncers")

@@ -3,6 +3,7 @@ package syncer
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -18,6 +19,7 @@ var (
 	rolebindingsGVR = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}
 	hpasGVR         = schema.GroupVersionResource{Group: "autoscaling", Version: "v2", Resource: "horizontalpodautoscalers"}
 	statefulsetsGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}
+	secretsGVR      = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 )
 
 // runsHere reports whether this target runs an upstream object at all: a
@@ -28,6 +30,9 @@ var (
 func (s *Syncer) runsHere(gvr schema.GroupVersionResource, up *unstructured.Unstructured, pol *workload.NamespacePolicy) (bool, string) {
 	if !pol.Runs(gvr.GroupResource(), s.key) {
 		return false, "runs on target " + pol.One()
+	}
+	if gvr == secretsGVR && strings.HasPrefix(up.GetName(), APIAccessSecretPrefix) {
+		return false, "the name prefix " + APIAccessSecretPrefix + " is the syncer's own (workspace tokens of the pods)"
 	}
 	if gvr == rolebindingsGVR {
 		kind, _, _ := unstructured.NestedString(up.Object, "roleRef", "kind")

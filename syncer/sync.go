@@ -95,6 +95,9 @@ type Syncer struct {
 	// proj projects what the physical cluster runs into the workspaces
 	// (project.go).
 	proj *projector
+	// api gives the pods the syncer runs their workspace's API
+	// (apiaccess.go).
+	api apiAccess
 }
 
 // CaughtUp reports whether the syncer has gone through everything on
@@ -244,6 +247,14 @@ func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, re
 	if s.proj, err = newProjector(s, downstream, wild); err != nil {
 		return nil, err
 	}
+	if e := defaultEndpoint(upstream); e != nil {
+		s.api.defaults.Store(e)
+	}
+	inf, err := s.newAPIAccessInformer(downstream)
+	if err != nil {
+		return nil, err
+	}
+	s.infs = append(s.infs, inf)
 	return s, nil
 }
 
@@ -311,6 +322,7 @@ func (s *Syncer) Run(ctx context.Context, workers int) {
 	klog.InfoS("syncer started", "syncTarget", s.target, "location", s.location, "resources", len(s.resources))
 	go s.watchCatchUp(ctx)
 	go s.proj.run(ctx, workers)
+	go s.renewTokens(ctx)
 	for i := 0; i < workers; i++ {
 		go wait.UntilWithContext(ctx, func(ctx context.Context) {
 			for s.next(ctx) {
@@ -440,7 +452,7 @@ func (s *Syncer) ensureNamespace(ctx context.Context, cluster logicalcluster.Nam
 
 // syncObject moves one object's spec down and status up, and deletes the
 // downstream copy first when the upstream object goes.
-func (s *Syncer) syncObject(ctx context.Context, it item) (time.Duration, error) {
+func (s *Syncer) syncObject(ctx context.Context, it item) (after time.Duration, retErr error) {
 	if _, skip := s.unsynced[it.gvr]; skip {
 		// Nothing of it runs here: only a deletion's finalizer to remove.
 		if up, ok := s.upstreamObj(it); ok && up.GetDeletionTimestamp() != nil {
@@ -512,6 +524,23 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (time.Duration, error)
 	}
 	if err := s.applyPolicy(it.gvr, desired, pol); err != nil {
 		return 0, err
+	}
+	sa, err := s.redirectPods(it.gvr.Resource, up, desired)
+	if err != nil {
+		return 0, err
+	}
+	if sa != "" {
+		// The pods wait for their token's Secret (the kubelet retries the
+		// mount), so the workload is applied even when kcp cannot issue
+		// it yet (its ServiceAccount does not exist yet): looked at again.
+		if err := s.ensureAPIAccess(ctx, it.cluster, it.namespace, dns, sa); err != nil {
+			klog.V(2).InfoS("no workspace token for the pods yet", "item", it, "err", err)
+			defer func() {
+				if after == 0 && retErr == nil {
+					after = 5 * time.Second
+				}
+			}()
+		}
 	}
 	if s.scaledByAutoscaler(it) {
 		leaveReplicas(desired, down)

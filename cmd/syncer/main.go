@@ -123,7 +123,7 @@ func main() {
 	// The tunnel kcp sends the target's pods' logs, exec, attach and
 	// port-forward streams through.
 	go syncer.RunTunnel(ctx, up, *target, down)
-	syncer.Heartbeat(ctx, upClient, *target, downClient, *interval, synced, s.CaughtUp, s.SetPodSecurity)
+	syncer.Heartbeat(ctx, upClient, *target, downClient, *interval, synced, s.CaughtUp, s.SetTarget)
 }
 
 func fail(format string, a ...any) {

@@ -59,6 +59,12 @@ type SyncTargetSpec struct {
 	// syncer labels the downstream namespaces for the physical cluster's
 	// own PodSecurity admission.
 	PodSecurity string `json:"podSecurity,omitempty"`
+	// WorkspaceAPI says how tenant pods on this physical cluster reach
+	// their workspace: the syncer gives every synced pod an in-cluster
+	// configuration (host, port, CA bundle, a token of its ServiceAccount
+	// in the workspace) that points at kcp instead of the physical
+	// cluster (docs/multicluster.md).
+	WorkspaceAPI *WorkspaceAPISpec `json:"workspaceAPI,omitempty"`
 	// Unschedulable (cordoned) targets get no new namespaces; namespaces
 	// already assigned stay.
 	Unschedulable bool `json:"unschedulable,omitempty"`
@@ -74,6 +80,38 @@ type SyncTargetSpec struct {
 	// cluster serves (<plural>.<group>); read by the syncer at start, in
 	// both modes (bin/syncer adds its --resources).
 	Resources []string `json:"resources,omitempty"`
+}
+
+// WorkspaceAPISpec is the location's decision about how tenant pods reach
+// the API.
+type WorkspaceAPISpec struct {
+	// Address is kcp's address as the physical cluster's pods reach it
+	// (https://host:port); empty takes the address the syncer itself uses
+	// (pull mode) or kcp's own URL (push mode).
+	Address string `json:"address,omitempty"`
+	// CABundle is the PEM bundle the pods verify kcp's serving
+	// certificate with; empty takes the syncer's (pull mode) or kcp's own
+	// CA (push mode).
+	CABundle string `json:"caBundle,omitempty"`
+	// AllowPhysicalAPI lets a workload opt out (the annotation
+	// workload.kcp.io/api-access: physical-cluster) and keep the physical
+	// cluster's own in-cluster configuration. Off by default: a tenant's
+	// pods see the physical cluster's API only if the location allows it.
+	AllowPhysicalAPI bool `json:"allowPhysicalAPI,omitempty"`
+}
+
+// APIAccessAnnotation, on a workload or its pod template, with the value
+// APIAccessPhysical, asks that its pods keep the physical cluster's
+// in-cluster configuration (allowed only where every target of the
+// namespace has spec.workspaceAPI.allowPhysicalAPI).
+const (
+	APIAccessAnnotation = "workload.kcp.io/api-access"
+	APIAccessPhysical   = "physical-cluster"
+)
+
+// AllowsPhysicalAPI reports whether a target lets workloads opt out.
+func (s *SyncTargetSpec) AllowsPhysicalAPI() bool {
+	return s.WorkspaceAPI != nil && s.WorkspaceAPI.AllowPhysicalAPI
 }
 
 // Pod Security Standard levels of a SyncTarget.

@@ -1,10 +1,14 @@
 // Package routing owns the outermost filter of the handler chain: it takes the
 // logical cluster from /clusters/<path>/ (root when there is no prefix),
 // validates it, strips the prefix and puts the cluster into the request
-// context. Nothing else (no header, no query parameter) selects a cluster.
+// context. Without a prefix, an API request carrying one of kcp's
+// service-account tokens goes to the cluster the token was issued in (a
+// pod's in-cluster configuration has no path); nothing else (no other
+// header, no query parameter) selects a cluster.
 package routing
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -65,6 +69,14 @@ func WithLogicalCluster(next http.Handler) http.Handler {
 			}
 			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
 			return
+		}
+		if rest == req.URL.EscapedPath() {
+			// No /clusters/ prefix: a pod's in-cluster client (its
+			// configuration names a host and port, never a path) reaches
+			// the workspace its service-account token was issued in.
+			if c, ok := TokenCluster(req); ok {
+				cluster = c
+			}
 		}
 		if strings.HasPrefix(rest, prefix+"/") {
 			// The prefix twice: a client whose server URL already ends
@@ -127,6 +139,50 @@ func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, ms
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(st)
+}
+
+// ClusterClaim is the claim of kcp's service-account tokens that names the
+// logical cluster they were issued in (satokens.ClusterClaim; repeated here
+// to keep this filter free of the authentication packages).
+const ClusterClaim = "kcp.io/cluster"
+
+// TokenCluster is the logical cluster named by the kcp.io/cluster claim of
+// a request's bearer token, for API paths (/api, /apis, /openapi) only.
+// The token is not verified here: the cluster only decides where the
+// request goes, and authentication then validates the token in that
+// cluster, where only a token really issued there passes (a token names
+// its service account's uid, which no other cluster has). A client could
+// as well have named the cluster in the path.
+func TokenCluster(req *http.Request) (logicalcluster.Name, bool) {
+	p := req.URL.Path
+	if p != "/api" && p != "/apis" && !strings.HasPrefix(p, "/api/") && !strings.HasPrefix(p, "/apis/") && !strings.HasPrefix(p, "/openapi/") {
+		return "", false
+	}
+	auth := req.Header.Get("Authorization")
+	if len(auth) < 7 || !strings.EqualFold(auth[:7], "bearer ") || len(auth) > 16<<10 {
+		return "", false
+	}
+	parts := strings.Split(strings.TrimSpace(auth[7:]), ".")
+	if len(parts) != 3 {
+		return "", false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return "", false
+	}
+	var claims map[string]json.RawMessage
+	if json.Unmarshal(payload, &claims) != nil {
+		return "", false
+	}
+	var name string
+	if json.Unmarshal(claims[ClusterClaim], &name) != nil || name == "" {
+		return "", false
+	}
+	cl, err := logicalcluster.Parse(name)
+	if err != nil || cl.IsWildcard() {
+		return "", false
+	}
+	return cl, true
 }
 
 // afterCluster is what follows /clusters/<segment> in path.

@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"encoding/base64"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -140,6 +141,53 @@ func TestDoublePrefix(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("%s: %q, want %q", path, got, want)
+		}
+	}
+}
+
+// TestTokenCluster: without a /clusters/ prefix, an API request with one of
+// kcp's service-account tokens goes to the cluster its claim names; other
+// paths, other tokens and malformed claims stay where the path says.
+func TestTokenCluster(t *testing.T) {
+	jwt := func(claims string) string {
+		enc := base64.RawURLEncoding.EncodeToString
+		return enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(claims)) + ".c2ln"
+	}
+	var gotCluster logicalcluster.Name
+	var gotPath string
+	h := WithLogicalCluster(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotCluster, _ = logicalcluster.From(r.Context())
+		gotPath = r.URL.Path
+	}))
+	for _, c := range []struct {
+		path, auth string
+		want       logicalcluster.Name
+	}{
+		{"/api/v1/namespaces/a/configmaps", "Bearer " + jwt(`{"kcp.io/cluster":"root:team-a"}`), "root:team-a"},
+		{"/apis", "bearer " + jwt(`{"kcp.io/cluster":"root:team-a"}`), "root:team-a"},
+		// The path's cluster wins over the token's.
+		{"/clusters/root:b/api/v1/pods", "Bearer " + jwt(`{"kcp.io/cluster":"root:team-a"}`), "root:b"},
+		// Not an API path: server-wide endpoints stay the server's.
+		{"/healthz", "Bearer " + jwt(`{"kcp.io/cluster":"root:team-a"}`), "root"},
+		{"/metrics", "Bearer " + jwt(`{"kcp.io/cluster":"root:team-a"}`), "root"},
+		// No claim, a wildcard, a malformed name, garbage, another scheme.
+		{"/api", "Bearer " + jwt(`{"sub":"x"}`), "root"},
+		{"/api", "Bearer " + jwt(`{"kcp.io/cluster":"*"}`), "root"},
+		{"/api", "Bearer " + jwt(`{"kcp.io/cluster":"root/../x"}`), "root"},
+		{"/api", "Bearer " + jwt(`{"kcp.io/cluster":42}`), "root"},
+		{"/api", "Bearer not.a.jwt!", "root"},
+		{"/api", "Basic " + jwt(`{"kcp.io/cluster":"root:team-a"}`), "root"},
+	} {
+		req := httptest.NewRequest("GET", c.path, nil)
+		req.Header.Set("Authorization", c.auth)
+		rec := httptest.NewRecorder()
+		gotCluster = ""
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 || gotCluster != c.want {
+			t.Errorf("%s with %q: cluster %q (code %d), want %q", c.path, c.auth, gotCluster, rec.Code, c.want)
+		}
+		if strings.HasPrefix(c.path, "/api") && gotPath != c.path {
+			t.Errorf("%s: path became %q", c.path, gotPath)
 		}
 	}
 }

@@ -20,7 +20,9 @@
 //     target's own status annotation (workload.kcp.io/status-<target key>)
 //     of an object several targets run, which kcp sums into its status;
 //   - the writes of projections (what the physical cluster runs, written
-//     back read-only; projected.go).
+//     back read-only; projected.go);
+//   - a token of a ServiceAccount of a namespace assigned to the target,
+//     for the pods it runs there (tokens.go).
 //
 // Everything else is refused. An accepted request continues down the
 // normal handler chain as the identity system:kcp:syncer:<location>:<name>
@@ -152,13 +154,18 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			viewidentity.Refuse(w, err, "")
 			return
 		}
+	case tokenRequest(info, cluster):
+		if err := f.checkTokenRequest(req, cluster, info, key); err != nil {
+			viewidentity.Refuse(w, err, "")
+			return
+		}
 	case info.Verb == "patch" && !cluster.IsWildcard() && gr.Resource != "namespaces":
 		if err := f.checkPatch(req, cluster, info, key); err != nil {
 			viewidentity.Refuse(w, err, "")
 			return
 		}
 	default:
-		viewidentity.Refuse(w, apierrors.NewForbidden(gr, info.Name, fmt.Errorf("the syncer view allows list and watch, a status merge patch, the syncer's own status annotation and the removal of its own finalizer; not %s", info.Verb)), "")
+		viewidentity.Refuse(w, apierrors.NewForbidden(gr, info.Name, fmt.Errorf("the syncer view allows list and watch, a status merge patch, the syncer's own status annotation and the removal of its own finalizer, projections and tokens for its pods; not %s", info.Verb)), "")
 		return
 	}
 	ctx := viewidentity.WithTenant(req.Context(), location, string(location)+"/"+target)

@@ -399,6 +399,9 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	if err := p.validatePodSecurity(ctx, cluster, a); err != nil {
 		return err
 	}
+	if err := p.validateAPIAccess(ctx, cluster, a); err != nil {
+		return err
+	}
 	gr := a.GetResource().GroupResource()
 	switch {
 	case gr == placements:

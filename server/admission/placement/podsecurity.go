@@ -86,35 +86,43 @@ func (p *Plugin) namespaceLevel(ctx context.Context, refs string) (level, target
 // targetLevel reads a SyncTarget's level ("<location>/<name>"); a target
 // that cannot be read counts as baseline.
 func (p *Plugin) targetLevel(ctx context.Context, ref string) string {
-	loc, name, ok := strings.Cut(ref, "/")
-	cl, err := logicalcluster.Parse(loc)
-	if !ok || err != nil {
-		return workload.PodSecurityBaseline
-	}
-	st := p.state.Load()
-	if st == nil {
-		return workload.PodSecurityBaseline
-	}
-	var obj *unstructured.Unstructured
-	if st.targets != nil && st.targetsSynced() {
-		if o, exists, _ := st.targets.GetByKey(clusterinformer.Key(cl, "", name)); exists {
-			obj = o.(*unstructured.Unstructured)
-		}
-	}
+	obj := p.target(ctx, ref)
 	if obj == nil {
-		d, err := st.clients.Dynamic(cl)
-		if err != nil {
-			return workload.PodSecurityBaseline
-		}
-		if obj, err = d.Resource(workload.SyncTargetsResource).Get(ctx, name, metav1.GetOptions{}); err != nil {
-			return workload.PodSecurityBaseline
-		}
+		return workload.PodSecurityBaseline
 	}
 	spec := workload.SyncTargetSpec{}
 	if raw, ok, _ := unstructured.NestedString(obj.Object, "spec", "podSecurity"); ok {
 		spec.PodSecurity = raw
 	}
 	return spec.PodSecurityLevel()
+}
+
+// target reads a SyncTarget ("<location>/<name>"), from the informer once
+// it has synced; nil when it cannot be read.
+func (p *Plugin) target(ctx context.Context, ref string) *unstructured.Unstructured {
+	loc, name, ok := strings.Cut(ref, "/")
+	cl, err := logicalcluster.Parse(loc)
+	if !ok || err != nil {
+		return nil
+	}
+	st := p.state.Load()
+	if st == nil {
+		return nil
+	}
+	if st.targets != nil && st.targetsSynced() {
+		if o, exists, _ := st.targets.GetByKey(clusterinformer.Key(cl, "", name)); exists {
+			return o.(*unstructured.Unstructured)
+		}
+	}
+	d, err := st.clients.Dynamic(cl)
+	if err != nil {
+		return nil
+	}
+	obj, err := d.Resource(workload.SyncTargetsResource).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	return obj
 }
 
 // validatePodSecurity refuses a pod or pod template that breaks the level

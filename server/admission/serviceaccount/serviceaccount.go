@@ -7,8 +7,9 @@
 // Upstream's plugin reads service accounts through one informer of the
 // whole server, so in kcp it found (or missed) service accounts of other
 // logical clusters; it is turned off (server/options.go). What it also
-// does, mounting an API token volume, is not done in kcp: pods run on
-// physical clusters, whose own admission mounts their tokens.
+// does, mounting an API token volume, is not done here: pods run on
+// physical clusters, where the syncer mounts a token of the pod's
+// ServiceAccount in its workspace (syncer/apiaccess.go).
 package serviceaccount
 
 import (

@@ -73,6 +73,9 @@ type Controller struct {
 	indexer  cache.Indexer
 	informer cache.Controller
 
+	serverURL string
+	ca        []byte
+
 	mu      sync.Mutex
 	running map[string]*run
 }
@@ -85,7 +88,11 @@ type run struct {
 // NewController watches SyncTargets of all logical clusters. Disabled, it
 // only reports on targets that ask for push mode that this server does not
 // run it.
-func NewController(loopback *rest.Config, enabled bool, policy *outbound.Policy) (*Controller, error) {
+//
+// serverURL and ca are kcp's own address and CA, which the pods of push-mode
+// targets reach their workspace with unless the SyncTarget says otherwise
+// (spec.workspaceAPI).
+func NewController(loopback *rest.Config, enabled bool, policy *outbound.Policy, serverURL string, ca []byte) (*Controller, error) {
 	wildcard, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
@@ -94,7 +101,7 @@ func NewController(loopback *rest.Config, enabled bool, policy *outbound.Policy)
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{enabled: enabled, loopback: rest.CopyConfig(loopback), policy: policy, clients: clients,
+	c := &Controller{enabled: enabled, loopback: rest.CopyConfig(loopback), policy: policy, clients: clients, serverURL: serverURL, ca: ca,
 		queue: worker.NewQueue[string](name), running: map[string]*run{}}
 	enqueue := func(obj interface{}) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -230,6 +237,12 @@ func (c *Controller) reconcile(parent, ctx context.Context, key string) (time.Du
 	if err != nil {
 		return recheck, c.report(ctx, cluster, target.Name, metav1.ConditionFalse, "InvalidKubeconfig", err.Error())
 	}
+	if c.serverURL != "" {
+		// Not the loopback connection's address and CA: kcp's own.
+		if err := s.SetAPIDefaults(c.serverURL, c.ca); err != nil {
+			klog.ErrorS(err, "kcp's address for the pods of push-mode targets")
+		}
+	}
 	upClient, err := dynamic.NewForConfig(up)
 	if err != nil {
 		return 0, err
@@ -247,7 +260,7 @@ func (c *Controller) reconcile(parent, ctx context.Context, key string) (time.Du
 	// connection to the cluster.
 	removeDirect := podstreams.Shared.AddDirect(workload.TargetKey(string(cluster), target.Name), down)
 	go func() { <-sctx.Done(); removeDirect() }()
-	go syncer.Heartbeat(sctx, upClient, target.Name, downClient, HeartbeatInterval, synced, s.CaughtUp, s.SetPodSecurity)
+	go syncer.Heartbeat(sctx, upClient, target.Name, downClient, HeartbeatInterval, synced, s.CaughtUp, s.SetTarget)
 	if ext, err := apiextensionsclient.NewForConfig(down); err == nil {
 		go syncer.ReportImports(sctx, upClient, target.Name, ext, append(syncer.BuiltInImports(), imports...), recheck)
 	}
