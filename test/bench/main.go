@@ -111,6 +111,15 @@ func main() {
 		fmt.Print(renderQuotas(r))
 		return
 	}
+	if *tokensOnly {
+		r, err := benchTokens(log)
+		if err != nil {
+			log("token benchmark failed: %v", err)
+			os.Exit(1)
+		}
+		fmt.Print(renderTokens(r))
+		return
+	}
 	if *apisOnly {
 		r, err := benchAPIs(log)
 		if err != nil {

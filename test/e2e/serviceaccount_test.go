@@ -178,3 +178,66 @@ func bearerStatus(t *testing.T, s *framework.Server, token, cluster, resource st
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// TestRequestsWithoutAPathGoToTheTokensWorkspace: a pod's in-cluster client
+// sends no /clusters/ path; with one of kcp's service-account tokens its
+// requests reach the workspace the token was issued in, and nothing else:
+// a token whose claim was rewritten to name another workspace (or root) is
+// refused, as is the token itself named at another workspace's path, and
+// server-wide paths stay the server's.
+func TestRequestsWithoutAPathGoToTheTokensWorkspace(t *testing.T) {
+	s := framework.StartServer(t, "")
+	a, b := "root:pod-a", "root:pod-b"
+	s.CreateWorkspaces(a, b)
+	for _, c := range []string{a, b} {
+		s.Kubectl(c, "create", "namespace", "apps")
+		s.Kubectl(c, "-n", "apps", "create", "serviceaccount", "robot")
+		s.Kubectl(c, "-n", "apps", "create", "configmap", "only-in-"+strings.TrimPrefix(c, "root:"))
+	}
+	s.Kubectl(a, "-n", "apps", "create", "role", "read", "--verb=get,list", "--resource=configmaps")
+	s.Kubectl(a, "-n", "apps", "create", "rolebinding", "read", "--role=read", "--serviceaccount=apps:robot")
+	token := strings.TrimSpace(s.Kubectl(a, "-n", "apps", "create", "token", "robot"))
+	get := func(path, tok string) (int, string) {
+		req, _ := http.NewRequest("GET", s.URL()+path, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := insecureClient(t, s).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body strings.Builder
+		buf := make([]byte, 4096)
+		for {
+			n, err := resp.Body.Read(buf)
+			body.Write(buf[:n])
+			if err != nil {
+				break
+			}
+		}
+		return resp.StatusCode, body.String()
+	}
+	if code, body := get("/api/v1/namespaces/apps/configmaps", token); code != 200 || !strings.Contains(body, "only-in-pod-a") || strings.Contains(body, "only-in-pod-b") {
+		t.Errorf("no path: %d, want 200 with %s's ConfigMaps only:\n%.300s", code, a, body)
+	}
+	// The same claim rewritten: the signature no longer matches.
+	parts := strings.Split(token, ".")
+	payload, _ := base64.RawURLEncoding.DecodeString(parts[1])
+	for _, target := range []string{b, "root"} {
+		forged := strings.Replace(string(payload), `"kcp.io/cluster":"`+a+`"`, `"kcp.io/cluster":"`+target+`"`, 1)
+		if forged == string(payload) {
+			t.Fatalf("the token carries no kcp.io/cluster claim: %s", payload)
+		}
+		tok := parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(forged)) + "." + parts[2]
+		if code, _ := get("/api/v1/namespaces/apps/configmaps", tok); code != http.StatusUnauthorized {
+			t.Errorf("a claim rewritten to %s: %d, want 401", target, code)
+		}
+	}
+	if code, _ := get("/clusters/"+b+"/api/v1/namespaces/apps/configmaps", token); code != http.StatusUnauthorized {
+		t.Errorf("the token at %s's path: %d, want 401", b, code)
+	}
+	// Server-wide endpoints are not a workspace's: the claim does not
+	// route them, so the token is checked in root, where it is not valid.
+	if code, _ := get("/metrics", token); code != http.StatusUnauthorized {
+		t.Errorf("/metrics with a tenant's token: %d, want 401", code)
+	}
+}

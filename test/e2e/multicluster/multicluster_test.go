@@ -182,6 +182,24 @@ rules: [{apiGroups: [workload.kcp.io], resources: [synctargets], verbs: [use]}]
 		t.Fatalf("the Deployment on pc1: %v %+v", err, dep)
 	}
 	webUID := dep.UID
+	// Its pods talk to team-a's workspace (inclusterconfig_test.go has the
+	// operator): kcp's address, and a workspace token in the Secret
+	// mounted at the in-cluster path, in pull and push mode alike.
+	if pods, err := pc1.CoreV1().Pods(nsA).List(ctx, metav1.ListOptions{LabelSelector: "app=web"}); err != nil || len(pods.Items) == 0 {
+		t.Errorf("web's pods on pc1: %v", err)
+	} else {
+		env := map[string]string{}
+		for _, e := range pods.Items[0].Spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		if env["KUBERNETES_SERVICE_PORT"] != fmt.Sprint(s.Port) {
+			t.Errorf("web's pod does not name kcp as its API (port %d): %v", s.Port, env)
+		}
+		sec, err := pc1.CoreV1().Secrets(nsA).Get(ctx, syncer.APIAccessSecretName("default"), metav1.GetOptions{})
+		if err != nil || len(sec.Data["token"]) == 0 || len(sec.Data["ca.crt"]) == 0 || string(sec.Data["namespace"]) != "default" {
+			t.Errorf("the workspace token of web's pods: %v %v", err, sec)
+		}
+	}
 	if _, err := pc1.CoreV1().Services(nsA).Get(ctx, "web", metav1.GetOptions{}); err != nil {
 		t.Errorf("the Service on pc1: %v", err)
 	}
@@ -522,6 +540,14 @@ func testSyncerView(t *testing.T, s *framework.Server, kubeconfig, teamA, teamB 
 		{"a create", "POST", view + "/clusters/" + teamA + "/api/v1/namespaces/default/configmaps", "application/json", `{"metadata":{"name":"x"}}`, 403},
 		{"a status patch of a workspace that is not placed there", "PATCH", view + "/clusters/root:team-c/apis/apps/v1/namespaces/default/deployments/web/status", "application/merge-patch+json", `{"status":{"replicas":1}}`, 404},
 		{"the wildcard without the view (its token is valid only in its workspace)", "GET", "/clusters/*/api/v1/configmaps", "", "", 401},
+		// Tokens for its pods: only of namespaces assigned to its target,
+		// for kcp's audiences, bound to nothing, of a bounded life.
+		{"a token for a pod in a workspace not placed there", "POST", view + "/clusters/root:team-c/api/v1/namespaces/default/serviceaccounts/default/token", "application/json", `{"spec":{}}`, 404},
+		{"a token of another audience", "POST", view + "/clusters/" + teamA + "/api/v1/namespaces/default/serviceaccounts/default/token", "application/json", `{"spec":{"audiences":["vault"]}}`, 403},
+		{"a token bound to an object of its choosing", "POST", view + "/clusters/" + teamA + "/api/v1/namespaces/default/serviceaccounts/default/token", "application/json", `{"spec":{"boundObjectRef":{"kind":"Secret","apiVersion":"v1","name":"x"}}}`, 403},
+		{"a token of ten years", "POST", view + "/clusters/" + teamA + "/api/v1/namespaces/default/serviceaccounts/default/token", "application/json", `{"spec":{"expirationSeconds":315360000}}`, 400},
+		{"a token across all workspaces", "POST", view + "/clusters/*/api/v1/namespaces/default/serviceaccounts/default/token", "application/json", `{"spec":{}}`, 403},
+		{"a token for its pods", "POST", view + "/clusters/" + teamA + "/api/v1/namespaces/default/serviceaccounts/default/token", "application/json", `{"spec":{"expirationSeconds":3600}}`, 201},
 	} {
 		if code, body := do(c.method, c.path, c.ct, c.in); code != c.want {
 			t.Errorf("syncer credential, %s: got %d, want %d: %s", c.what, code, c.want, body)
