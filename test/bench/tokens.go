@@ -152,7 +152,6 @@ func phase(name string, lat []time.Duration, took time.Duration) tokenPhase {
 	return tokenPhase{name: name, n: len(lat), took: took, p50: sorted[len(sorted)/2], p99: sorted[len(sorted)*99/100]}
 }
 
-
 func renderTokens(r tokenResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "| step (%d workspaces, %d clients) | requests | per second | p50 | p99 |\n|---|---|---|---|---|\n", r.workspaces, *clients)
