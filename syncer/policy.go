@@ -16,7 +16,7 @@ import (
 	"github.com/kcpsql/kcp/schema/workload"
 )
 
-// shareStatusUp writes this target's status of a Deployment that several
+// shareStatusUp writes this target's status of a Deployment or DaemonSet that several
 // targets run into its own annotation (a merge patch of the status
 // subresource that sets that one annotation, which the syncer view
 // allows); kcp combines them.

@@ -674,9 +674,10 @@ func (s *Syncer) statusUp(ctx context.Context, it item, up, down *unstructured.U
 		return nil
 	}
 	shared := pol != nil && len(pol.Targets) > 1
-	if shared && it.gvr != deploymentsGVR && s.key != firstKey(pol) {
+	summed := it.gvr == deploymentsGVR || it.gvr == daemonsetsGVR
+	if shared && !summed && s.key != firstKey(pol) {
 		// Several targets run this object: the first one reports its
-		// status (Deployments are summed by kcp instead).
+		// status (Deployments and DaemonSets are summed by kcp instead).
 		return nil
 	}
 	st = runtimeDeepCopy(st).(map[string]interface{})
@@ -693,7 +694,7 @@ func (s *Syncer) statusUp(ctx context.Context, it item, up, down *unstructured.U
 			delete(st, "observedGeneration")
 		}
 	}
-	if shared && it.gvr == deploymentsGVR {
+	if shared && summed {
 		return s.shareStatusUp(ctx, it, up, st, pol)
 	}
 	if equality.Semantic.DeepEqual(jsonRound(st), jsonRound(upStatus)) {
@@ -750,7 +751,10 @@ func ignoreNotFound(err error) error {
 	return err
 }
 
-var deploymentsGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+var (
+	deploymentsGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	daemonsetsGVR  = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"}
+)
 
 func firstKey(pol *workload.NamespacePolicy) string {
 	first := ""

@@ -2,11 +2,13 @@ package sharestatus
 
 import (
 	"context"
+	"encoding/json"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,8 +24,9 @@ import (
 )
 
 // Honest status of the kinds whose status one target reports: a
-// StatefulSet runs on one target (the namespace's first, by key), a
-// DaemonSet on every target with the first one reporting. When that target's
+// StatefulSet runs on one target (the namespace's first, by key), and so
+// does a DaemonSet whose namespace has one target (on several, kcp writes
+// the sum of the targets' reports: daemonset_aggregate.go). When that target's
 // heartbeat stops, its last report no longer counts: kcp writes nothing
 // ready or available and the condition Available=False with the reason
 // SyncTargetNotReady naming the target, once per NotReady episode (as for
@@ -73,9 +76,7 @@ func NewOneTargetController(loopback *rest.Config) (*OneTargetController, error)
 		objects: map[schema.GroupVersionResource]cache.Indexer{}, marked: map[string]string{}}
 	indexers := cache.Indexers{byTarget: func(obj interface{}) ([]string, error) {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
-			if keys := assignedKeys(u.GetLabels()); len(keys) > 0 {
-				return keys[:1], nil // the reporting target
-			}
+			return assignedKeys(u.GetLabels()), nil
 		}
 		return nil, nil
 	}}
@@ -157,6 +158,10 @@ func (c *OneTargetController) sync(ctx context.Context, key string) error {
 		c.setMark(key, "")
 		return nil
 	}
+	if gvr.Resource == "daemonsets" && len(keys) > 1 {
+		c.setMark(key, "")
+		return c.sumDaemonSet(ctx, gvr, u, keys)
+	}
 	var dead DeadTarget
 	isDead := false
 	objs, _ := c.targets.ByIndex(byTarget, keys[0])
@@ -197,6 +202,79 @@ func (c *OneTargetController) sync(ctx context.Context, key string) error {
 		c.setMark(key, dead.Episode)
 	}
 	return err
+}
+
+// sumDaemonSet writes the summed status of a DaemonSet several targets run
+// (daemonset_aggregate.go).
+func (c *OneTargetController) sumDaemonSet(ctx context.Context, gvr schema.GroupVersionResource, u *unstructured.Unstructured, keys []string) error {
+	dead := map[string]DeadTarget{}
+	for _, k := range keys {
+		objs, _ := c.targets.ByIndex(byTarget, k)
+		for _, o := range objs {
+			if d, isDead := deadTarget(o); isDead {
+				dead[k] = d
+			}
+		}
+	}
+	want, ok := AggregateDaemonSet(u, dead)
+	if !ok {
+		return nil
+	}
+	have, _, _ := unstructured.NestedMap(u.Object, "status")
+	if sameIgnoringTimes(have, want) {
+		return nil
+	}
+	now := metav1.Now().UTC().Format(time.RFC3339)
+	if conds, ok := want["conditions"].([]interface{}); ok {
+		for _, cd := range conds {
+			if m, ok := cd.(map[string]interface{}); ok && m["lastTransitionTime"] == nil {
+				m["lastTransitionTime"] = now
+			}
+		}
+	}
+	out := u.DeepCopy()
+	if err := unstructured.SetNestedField(out.Object, jsonRound(want), "status"); err != nil {
+		return err
+	}
+	out.SetAPIVersion(gvr.GroupVersion().String())
+	out.SetKind("DaemonSet")
+	dyn, err := c.clients.Dynamic(clusterinformer.ClusterOf(u))
+	if err != nil {
+		return err
+	}
+	_, err = dyn.Resource(gvr).Namespace(u.GetNamespace()).UpdateStatus(ctx, out, metav1.UpdateOptions{FieldManager: oneTargetName})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone, or changed since: its next event brings it back
+	}
+	return err
+}
+
+// sameIgnoringTimes compares two statuses without their conditions'
+// transition times.
+func sameIgnoringTimes(a, b map[string]interface{}) bool {
+	strip := func(m map[string]interface{}) interface{} {
+		r := jsonRound(m).(map[string]interface{})
+		if conds, ok := r["conditions"].([]interface{}); ok {
+			for _, cd := range conds {
+				if cm, ok := cd.(map[string]interface{}); ok {
+					delete(cm, "lastTransitionTime")
+				}
+			}
+		}
+		return r
+	}
+	return equality.Semantic.DeepEqual(strip(a), strip(b))
+}
+
+// jsonRound gives a value the types JSON decoding gives (int64 -> float64).
+func jsonRound(v interface{}) interface{} {
+	b, _ := json.Marshal(v)
+	var out interface{}
+	_ = json.Unmarshal(b, &out)
+	if out == nil {
+		return map[string]interface{}{}
+	}
+	return out
 }
 
 // unavailableCondition sets Available=False (SyncTargetNotReady, why) in a

@@ -20,8 +20,9 @@ import (
 // divided over both clusters counts only the live cluster's replicas and
 // its Available condition names the dead target; a Deployment on the dead
 // cluster alone is Available=False (reason SyncTargetNotReady) and
-// rollout status does not complete. When the cluster and its syncer come
-// back, the status is the truth again.
+// rollout status does not complete; a DaemonSet on both clusters, summed,
+// counts the live cluster's nodes only. When the cluster and its syncer
+// come back, the status is the truth again.
 func TestHonestStatus(t *testing.T) {
 	bins := binaries(t)
 	s := framework.StartServer(t, "", "--synctarget-heartbeat-timeout=6s", "--placement-eviction-delay=10m")
@@ -77,6 +78,35 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}, locationSelecto
 		st := status(split)
 		return strings.HasPrefix(st, "ready 4/4 available 4 ") && strings.Contains(st, "| True "), st
 	})
+	// A DaemonSet runs on every node of both clusters (3 each): its status
+	// is the sum of its copies'.
+	s.Kubectl(split, "apply", "-f", framework.WriteFile(t, "agent.yaml", `apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec: {containers: [{name: agent, image: fluent-bit}]}
+`))
+	dsStatus := func() string {
+		ds, err := s.Client(split).AppsV1().DaemonSets("default").Get(context.Background(), "agent", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		out := fmt.Sprintf("desired %d ready %d available %d unavailable %d |", ds.Status.DesiredNumberScheduled, ds.Status.NumberReady, ds.Status.NumberAvailable, ds.Status.NumberUnavailable)
+		for _, c := range ds.Status.Conditions {
+			out += fmt.Sprintf(" %s %s %s: %s", c.Type, c.Status, c.Reason, c.Message)
+		}
+		return out
+	}
+	framework.Eventually(t, 90*time.Second, "the DaemonSet summed over both clusters", func() (bool, string) {
+		st := dsStatus()
+		return st == "desired 6 ready 6 available 6 unavailable 0 |", st
+	})
+	if out, err := s.KubectlErr(split, "", "rollout", "status", "daemonset/agent", "--timeout=60s"); err != nil {
+		t.Errorf("rollout status daemonset/agent: %v\n%s", err, out)
+	}
 
 	// pc1 dies: its processes and its syncer.
 	syncers["pc1"].stop()
@@ -90,6 +120,10 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}, locationSelecto
 		st := status(split)
 		return strings.HasPrefix(st, "ready 2/4 available 2 unavailable 2 | False SyncTargetNotReady: ") &&
 			strings.Contains(st, "root:compute/pc1: no heartbeat from the syncer since"), st
+	})
+	framework.Eventually(t, 30*time.Second, "the DaemonSet counting pc2's nodes only, naming pc1", func() (bool, string) {
+		st := dsStatus()
+		return strings.HasPrefix(st, "desired 6 ready 3 available 3 unavailable 3 | Available False SyncTargetNotReady: 1 of 2 clusters report: not counted: root:compute/pc1: no heartbeat"), st
 	})
 	framework.Eventually(t, 30*time.Second, "solo: nothing available, naming pc1", func() (bool, string) {
 		st := status(solo)
@@ -119,6 +153,10 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}, locationSelecto
 			t.Errorf("rollout status in %s after pc1 returned: %v\n%s", ws, err, out)
 		}
 	}
+	framework.Eventually(t, 90*time.Second, "the DaemonSet back to the truth", func() (bool, string) {
+		st := dsStatus()
+		return st == "desired 6 ready 6 available 6 unavailable 0 |", st
+	})
 	want := map[string]string{split: "ready 4/4 available 4 ", solo: "ready 2/2 available 2 "}
 	for ws, prefix := range want {
 		framework.Eventually(t, 60*time.Second, fmt.Sprintf("%s back to the truth", ws), func() (bool, string) {
