@@ -32,6 +32,7 @@ import (
 	"github.com/kcpsql/kcp/server/controllers/negotiation"
 	"github.com/kcpsql/kcp/server/controllers/placement"
 	"github.com/kcpsql/kcp/server/controllers/pushsyncer"
+	"github.com/kcpsql/kcp/server/podstreams"
 	"github.com/kcpsql/kcp/server/controllers/sharestatus"
 	"github.com/kcpsql/kcp/server/controllers/synctarget"
 	"github.com/kcpsql/kcp/server/controllers/workspace"
@@ -199,6 +200,13 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 	// On a graceful stop, give the lease up while the server still serves,
 	// so that another replica (or this one, restarted) runs the controllers
 	// at once instead of after the lease expires.
+	// Open pod streams (logs -f through a syncer's tunnel) end at once:
+	// the client sees its stream end instead of waiting out the graceful
+	// shutdown's timeout.
+	s.AddPreShutdownHookOrDie("kcp-pod-streams", func() error {
+		podstreams.Shared.Stop()
+		return nil
+	})
 	s.AddPreShutdownHookOrDie("kcp-controllers-lease", func() error {
 		if c := campaign.Load(); c != nil {
 			c.Release(5 * time.Second)

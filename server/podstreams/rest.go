@@ -108,7 +108,16 @@ func (c *connecter) Connect(ctx context.Context, name string, _ runtime.Object, 
 		h.UseLocationHost = true
 		// Logs -f: every chunk as it comes.
 		h.FlushInterval = -1
-		out := req.Clone(req.Context())
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		go func() {
+			select {
+			case <-c.s.stopping:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		out := req.Clone(ctx)
 		syncer.StripCredentials(out.Header)
 		h.ServeHTTP(w, out)
 	}), nil

@@ -60,12 +60,21 @@ type Streams struct {
 	// open counts streams per workspace and per target key.
 	openWS     map[logicalcluster.Name]int
 	openTarget map[string]int
+	// stopping is closed when the server begins to shut down: open
+	// streams end then (a logs -f would otherwise hold the graceful
+	// shutdown for its whole timeout, and the client's stream with it).
+	stopping     chan struct{}
+	stoppingOnce sync.Once
 }
 
 // Shared is the server's Streams: the pods storage (built before the
 // server's loopback configuration exists) and the handler chain share it.
 var Shared = &Streams{limits: DefaultLimits, tunnels: map[string]*yamux.Session{}, direct: map[string]*rest.Config{},
-	openWS: map[logicalcluster.Name]int{}, openTarget: map[string]int{}}
+	openWS: map[logicalcluster.Name]int{}, openTarget: map[string]int{}, stopping: make(chan struct{})}
+
+// Stop ends every open stream and every later one (the server is shutting
+// down).
+func (s *Streams) Stop() { s.stoppingOnce.Do(func() { close(s.stopping) }) }
 
 // SetUp gives Streams the loopback configuration it reads namespaces with
 // and the server's authorizer.

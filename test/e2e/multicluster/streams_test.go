@@ -35,9 +35,11 @@ import (
 // rows: workspace B never sees A's logs; a user without pods/exec is
 // refused by kcp; the downstream namespace is not a name in the workspace;
 // the syncer's tunnel handler refuses anything but its pods' streams; a
-// syncer credential opens only its own target's tunnel. Faults: the syncer
-// killed during logs -f ends the client's stream; without a tunnel kcp
-// answers 503 naming the SyncTarget.
+// syncer credential opens only its own target's tunnel. attach works too. Faults: the syncer killed during logs -f ends the
+// client's stream; without a tunnel kcp answers 503 naming the SyncTarget;
+// kcp restarted during logs -f ends it too, and logs work again once the
+// tunnel is back; the physical cluster killed mid-exec ends the exec with
+// an error, not a hang.
 func TestPodStreams(t *testing.T) {
 	bins := binaries(t)
 	s := framework.StartServer(t, "")
@@ -323,6 +325,150 @@ spec:
 			out, err := s.KubectlErr(teamA, "", "logs", "web")
 			return err == nil && strings.Contains(out, "a line written later"), out
 		})
+	})
+
+	t.Run("attach", func(t *testing.T) {
+		// attach shows what the container writes from then on (kwok: what
+		// is appended to the cluster's default log, its attach source).
+		_, kubectl := framework.Binaries(t)
+		cmd := exec.Command(kubectl, "--kubeconfig", s.Kubeconfig, "--server", s.URL()+"/clusters/"+teamA, "attach", "web")
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		seen := make(chan struct{})
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				if strings.Contains(sc.Text(), "written while attached") {
+					close(seen)
+					return
+				}
+			}
+		}()
+		deadline := time.After(60 * time.Second)
+		for {
+			if err := physical.AppendPodLog(filepath.Join(pc1.Dir, "logs", "default.log"), "written while attached"); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-seen:
+				return
+			case <-deadline:
+				t.Fatal("kubectl attach did not show what the container wrote")
+			case <-time.After(2 * time.Second):
+			}
+		}
+	})
+
+	t.Run("kcp restarted during logs -f ends the stream", func(t *testing.T) {
+		_, kubectl := framework.Binaries(t)
+		cmd := exec.Command(kubectl, "--kubeconfig", s.Kubeconfig, "--server", s.URL()+"/clusters/"+teamA, "logs", "-f", "web")
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Process.Kill()
+		first := make(chan struct{})
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			once := false
+			for sc.Scan() {
+				if !once && strings.Contains(sc.Text(), own[teamA]) {
+					once = true
+					close(first)
+				}
+			}
+		}()
+		select {
+		case <-first:
+		case <-time.After(60 * time.Second):
+			t.Fatal("logs -f showed nothing")
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		stopped := time.Now()
+		s.Stop()
+		// The framework kills kcp after 60 s of graceful shutdown: an open
+		// stream must not hold the shutdown that long.
+		if took := time.Since(stopped); took > 45*time.Second {
+			t.Errorf("kcp took %s to stop gracefully with a logs -f open", took.Round(time.Second))
+		}
+		select {
+		case <-exited:
+			t.Logf("kubectl logs -f ended %s after kcp was told to stop", time.Since(stopped).Round(time.Millisecond))
+		case <-time.After(time.Minute):
+			t.Fatal("kubectl logs -f still hangs a minute after kcp stopped")
+		}
+		s.Start()
+		restarted := time.Now()
+		defer func() { t.Logf("logs worked again %s after kcp was ready", time.Since(restarted).Round(time.Millisecond)) }()
+		framework.Eventually(t, 90*time.Second, "logs again once kcp is back (the syncer's tunnel reconnects)", func() (bool, string) {
+			out, err := s.KubectlErr(teamA, "", "logs", "web")
+			return err == nil && strings.Contains(out, own[teamA]), out
+		})
+	})
+
+	// Last: the physical cluster dies.
+	t.Run("the physical cluster dies mid-exec", func(t *testing.T) {
+		// The same exec through kcp and on the physical cluster directly:
+		// when the cluster dies, both end, and kcp's ends as the direct one
+		// does (an error where the physical cluster's own API gives one).
+		_, kubectl := framework.Binaries(t)
+		nsA := syncer.DownstreamNamespace(logicalcluster.Name(teamA), "default")
+		start := func(args ...string) (chan error, func()) {
+			cmd := exec.Command(kubectl, append(args, "exec", "-i", "web", "--", "sh", "-c", "echo started; sleep 3600")...)
+			stdin, _ := cmd.StdinPipe()
+			stdout, _ := cmd.StdoutPipe()
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			started := make(chan struct{})
+			go func() {
+				sc := bufio.NewScanner(stdout)
+				for sc.Scan() {
+					if sc.Text() == "started" {
+						close(started)
+					}
+				}
+			}()
+			select {
+			case <-started:
+			case <-time.After(60 * time.Second):
+				t.Fatalf("exec %v did not start: %s", args, stderr.String())
+			}
+			exited := make(chan error, 1)
+			go func() {
+				err := cmd.Wait()
+				if err != nil {
+					err = fmt.Errorf("%v: %s", err, strings.TrimSpace(stderr.String()))
+				}
+				exited <- err
+			}()
+			return exited, func() { stdin.Close(); cmd.Process.Kill() }
+		}
+		viaKCP, stop1 := start("--kubeconfig", s.Kubeconfig, "--server", s.URL()+"/clusters/"+teamA)
+		defer stop1()
+		direct, stop2 := start("--kubeconfig", pc1.Kubeconfig, "-n", nsA)
+		defer stop2()
+		pc1.Kill()
+		wait := func(what string, ch chan error) error {
+			select {
+			case err := <-ch:
+				t.Logf("%s ended: %v", what, err)
+				return err
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("kubectl exec %s still hangs two minutes after its physical cluster died", what)
+			}
+			return nil
+		}
+		errKCP, errDirect := wait("through kcp", viaKCP), wait("on the physical cluster", direct)
+		if (errKCP == nil) != (errDirect == nil) {
+			t.Errorf("the exec through kcp ended with %v, on the physical cluster with %v", errKCP, errDirect)
+		}
 	})
 }
 
