@@ -38,6 +38,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/util/webhook"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -85,6 +86,9 @@ type Server struct {
 	openapi  openAPICache
 	extras   []Extra
 	exported func(identity string) []*apiextensionsv1.CustomResourceDefinition
+	// services, if set, calls the Services of a cluster for its CRDs'
+	// conversion webhooks (SetServiceConversions).
+	services func(cluster logicalcluster.Name) webhook.AuthenticationInfoResolverWrapper
 }
 
 // scope is what one upstream handler serves: a cluster's definitions, one
@@ -112,6 +116,16 @@ func exportFrom(ctx context.Context) string {
 // requests.
 func New(idle time.Duration) *Server {
 	return &Server{idle: idle, views: map[scope]*View{}, reserved: func(string) bool { return true }}
+}
+
+// SetServiceConversions makes a cluster's own CRDs whose conversion
+// webhook is served by a Service convert through it, with the credential
+// resolver resolver(cluster) (outbound.Policy.AuthResolverWrapperFor: the
+// Service's pods on a physical cluster). Call it before SetUp. Without it,
+// and always for definitions of APIBindings and requests across clusters,
+// such CRDs are served at their storage version only (ServiceConversion).
+func (s *Server) SetServiceConversions(resolver func(cluster logicalcluster.Name) webhook.AuthenticationInfoResolverWrapper) {
+	s.services = resolver
 }
 
 // AddExtra adds a source of definitions served besides each cluster's own;
@@ -393,18 +407,21 @@ func (l viewLister) List(selector labels.Selector) ([]*apiextensionsv1.CustomRes
 	var out []*apiextensionsv1.CustomResourceDefinition
 	for _, crd := range l.v.s.visible(l.v.scope()) {
 		if selector.Matches(labels.Set(crd.Labels)) {
-			out = append(out, servable(crd))
+			out = append(out, l.v.servable(crd))
 		}
 	}
 	return out, nil
 }
 
 // ServiceConversion reports whether a CRD's conversion webhook is served
-// by a Service, and its storage version. kcp does not call such webhooks
-// yet (the Service's pods run on physical clusters): upstream's handler
-// could not even be built for the CRD. It is served at its storage
-// version (conversion None, which at the storage version converts
-// nothing), and a request at another version is refused (Wrap).
+// by a Service, and its storage version. A cluster's own such CRD, in the
+// cluster's view, converts through the Service of that cluster
+// (SetServiceConversions). Elsewhere (an APIBinding's definition, whose
+// Service would be another workspace's; requests across clusters) no
+// Service is called: upstream's handler could not even be built for the
+// CRD. It is served at its storage version (conversion None, which at the
+// storage version converts nothing), and a request at another version is
+// refused (Wrap).
 func ServiceConversion(crd *apiextensionsv1.CustomResourceDefinition) (storage string, ok bool) {
 	c := crd.Spec.Conversion
 	if c == nil || c.Strategy != apiextensionsv1.WebhookConverter || c.Webhook == nil || c.Webhook.ClientConfig == nil || c.Webhook.ClientConfig.Service == nil {
@@ -418,9 +435,26 @@ func ServiceConversion(crd *apiextensionsv1.CustomResourceDefinition) (storage s
 	return storage, true
 }
 
-// servable is crd as the upstream handler may serve it (ServiceConversion).
-func servable(crd *apiextensionsv1.CustomResourceDefinition) *apiextensionsv1.CustomResourceDefinition {
-	if _, ok := ServiceConversion(crd); !ok {
+// ConversionResolver is the credential resolver of the view's conversion
+// webhooks served by a Service, nil if the view calls none.
+func (v *View) ConversionResolver() webhook.AuthenticationInfoResolverWrapper {
+	if v.s.services == nil || v.identity != "" || v.cluster == "" || v.cluster.IsWildcard() {
+		return nil
+	}
+	return v.s.services(v.cluster)
+}
+
+// callsService reports whether a CRD of a cluster converts through its
+// conversion webhook's Service: the cluster's own CRD, when the server
+// calls Services.
+func (s *Server) callsService(sc scope, crd *apiextensionsv1.CustomResourceDefinition) bool {
+	return s.services != nil && sc.identity == "" && !sc.cluster.IsWildcard() && s.HasLocal(sc.cluster, crd.Name)
+}
+
+// servable is crd as the upstream handler may serve it in the view
+// (ServiceConversion).
+func (v *View) servable(crd *apiextensionsv1.CustomResourceDefinition) *apiextensionsv1.CustomResourceDefinition {
+	if _, ok := ServiceConversion(crd); !ok || v.s.callsService(v.scope(), crd) {
 		return crd
 	}
 	out := crd.DeepCopy()
@@ -433,7 +467,7 @@ func (l viewLister) Get(name string) (*apiextensionsv1.CustomResourceDefinition,
 	if err != nil {
 		return nil, err
 	}
-	return servable(crd), nil
+	return l.v.servable(crd), nil
 }
 
 func (l viewLister) get(name string) (*apiextensionsv1.CustomResourceDefinition, error) {
@@ -683,13 +717,13 @@ func (s *Server) unconvertible(sc scope, info *apirequest.RequestInfo) (string, 
 		return "", false
 	}
 	storage, ok := ServiceConversion(crd)
-	if !ok || info.APIVersion == storage {
+	if !ok || info.APIVersion == storage || s.callsService(sc, crd) {
 		return "", false
 	}
 	svc := crd.Spec.Conversion.Webhook.ClientConfig.Service
-	return fmt.Sprintf("%s is served at its storage version %s only: converting to %s needs its conversion webhook, the Service %s/%s, "+
-		"and kcp does not call webhooks served by a Service yet (the Service's pods run on physical clusters, which kcp reaches only through their syncer); "+
-		"request %s/%s, or give the webhook a url", name, storage, info.APIVersion, svc.Namespace, svc.Name, info.APIGroup, storage), true
+	return fmt.Sprintf("%s is served at its storage version %s only here: converting to %s needs its conversion webhook, the Service %s/%s, "+
+		"which kcp calls only for the CRDs of the Service's own workspace, requested in that workspace; "+
+		"request %s/%s", name, storage, info.APIVersion, svc.Namespace, svc.Name, info.APIGroup, storage), true
 }
 
 // serves reports whether the cluster (or, for the wildcard, any cluster)

@@ -60,6 +60,9 @@ type Policy struct {
 	// Allowed networks are reachable even if denied by default (an operator
 	// running webhooks in a private network lists it here).
 	Allowed []*net.IPNet
+	// Services calls webhooks served by a Service of a workspace (nil:
+	// such webhooks are refused).
+	Services ServiceDialer
 }
 
 // ErrNotAllowed is wrapped by every refusal of the policy.
