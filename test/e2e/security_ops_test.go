@@ -406,4 +406,15 @@ func TestOpsWebhookServiceReference(t *testing.T) {
 			}
 		}
 	}
+	// An aggregated API (an APIService served by a Service) is refused in
+	// a workspace, saying why: kcp's aggregator serves root only, so it
+	// would be stored and never served.
+	out, err := s.KubectlErr(ws, `apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: v1beta1.metrics.k8s.io}
+spec: {group: metrics.k8s.io, version: v1beta1, service: {namespace: kube-system, name: metrics-server}, groupPriorityMinimum: 100, versionPriority: 100}
+`, "apply", "-f", "-")
+	if err == nil || !strings.Contains(out, "kcp does not serve aggregated APIs in a workspace") {
+		t.Errorf("an aggregated APIService in a workspace: want a clear refusal, got %v\n%s", err, out)
+	}
 }

@@ -13,6 +13,11 @@
 // that serves them; refusing them would fail the whole install): until it
 // is placed, calls fail with a clear error, so requests it matches are
 // refused (failurePolicy Fail) or pass without it (Ignore).
+//
+// An APIService served by a Service (an aggregated API, like
+// metrics-server's) is refused outside root: kcp's aggregator serves root
+// only, so in a workspace such an APIService would be stored and never
+// served.
 package webhookurls
 
 import (
@@ -27,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/warning"
+	"k8s.io/kube-aggregator/pkg/apis/apiregistration"
 	"k8s.io/kubernetes/pkg/apis/admissionregistration"
 
 	"github.com/kcpsql/kcp/server/outbound"
@@ -54,6 +60,7 @@ var (
 	crds               = apiextensionsv1.Resource("customresourcedefinitions")
 	validatingWebhooks = admissionregistrationv1.Resource("validatingwebhookconfigurations")
 	mutatingWebhooks   = admissionregistrationv1.Resource("mutatingwebhookconfigurations")
+	apiServices        = apiregistration.Resource("apiservices")
 )
 
 // serviceWarning is the warning for a service reference whose Service kcp
@@ -85,8 +92,25 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		return p.validateCRD(ctx, a)
 	case validatingWebhooks, mutatingWebhooks:
 		return p.validateWebhooks(ctx, a)
+	case apiServices:
+		return validateAPIService(ctx, a)
 	}
 	return nil
+}
+
+// validateAPIService refuses an aggregated API in a workspace.
+func validateAPIService(ctx context.Context, a admission.Attributes) error {
+	svc, ok := a.GetObject().(*apiregistration.APIService)
+	if !ok || svc.Spec.Service == nil {
+		return nil
+	}
+	if cluster, ok := logicalcluster.From(ctx); !ok || cluster == logicalcluster.Root {
+		return nil
+	}
+	path := field.NewPath("spec", "service")
+	return apierrors.NewInvalid(a.GetKind().GroupKind(), a.GetName(), field.ErrorList{field.Forbidden(path,
+		fmt.Sprintf("kcp does not serve aggregated APIs in a workspace: an APIService served by a Service (here %s/%s) is served in root only, "+
+			"by kcp's own aggregator; serve %s/%s with CustomResourceDefinitions instead", svc.Spec.Service.Namespace, svc.Spec.Service.Name, svc.Spec.Group, svc.Spec.Version))})
 }
 
 // validateWebhooks refuses webhook URLs the policy refuses and warns of
