@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 	"github.com/kcpsql/kcp/syncer"
@@ -170,6 +171,7 @@ spec:
 			err := create(teamB, "b-probe-"+framework.RandomSuffix(), "fail", false)
 			return err != nil && strings.Contains(err.Error(), "Service default/hook") && strings.Contains(err.Error(), "SyncTarget pc1"), fmt.Sprint(err)
 		})
+		t.Logf("workspace B's call: %v", create(teamB, "b-probe-log", "fail", false))
 		hook.mu.Lock()
 		for name := range hook.seen {
 			if strings.HasPrefix(name, "b-probe-") {
@@ -191,9 +193,22 @@ spec:
 			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptrTo(true)}}},
 			Ports:       []discoveryv1.EndpointPort{{Name: ptrTo("https"), Port: ptrTo(int32(trap.port))}},
 		}
-		// In the workspace: EndpointSlices are the physical cluster's.
-		if _, err := s.Client(teamA).DiscoveryV1().EndpointSlices("default").Create(ctx, slice, metav1.CreateOptions{}); err == nil {
-			t.Errorf("a tenant created an EndpointSlice in its workspace")
+		// In the workspace: EndpointSlices are the physical cluster's, even
+		// for the workspace's own admin.
+		s.GrantAccess("root", "hooks-admin", "hooks-a")
+		s.Kubectl(teamA, "create", "clusterrolebinding", "hooks-admin", "--clusterrole=cluster-admin", "--user=hooks-admin")
+		cfg := framework.UserConfig(t, s, "hooks-admin")
+		cfg.Host += "/clusters/" + teamA
+		tenant, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, 30*time.Second, "the tenant admin may write ConfigMaps", func() (bool, string) {
+			_, err := tenant.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "tenant-" + framework.RandomSuffix()}}, metav1.CreateOptions{})
+			return err == nil, fmt.Sprint(err)
+		})
+		if _, err := tenant.DiscoveryV1().EndpointSlices("default").Create(ctx, slice, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "read-only in a workspace") {
+			t.Errorf("a tenant's EndpointSlice in its workspace: want a refusal, got %v", err)
 		}
 		// A Service selecting no pod, and forged slices on the physical
 		// cluster: one by another manager, one with the controller's
@@ -223,6 +238,7 @@ spec:
 			err := create(teamA, "decoy-"+framework.RandomSuffix(), "decoy", false)
 			return err != nil && strings.Contains(err.Error(), "Service default/decoy") && strings.Contains(err.Error(), "no ready endpoint"), fmt.Sprint(err)
 		})
+		t.Logf("forged endpoints only: %v", create(teamA, "decoy-log", "decoy", false))
 		if n := trap.conns.Load(); n != 0 {
 			t.Errorf("a forged endpoint was dialed %d times", n)
 		}
@@ -236,6 +252,7 @@ spec:
 			err := create(teamA, "after-"+framework.RandomSuffix(), "fail", false)
 			return err != nil && strings.Contains(err.Error(), "Service default/hook") && strings.Contains(err.Error(), "SyncTarget pc1"), fmt.Sprint(err)
 		})
+		t.Logf("with the server killed, failurePolicy Fail: %v", create(teamA, "after-log", "fail", false))
 		if err := create(teamA, "ignored", "ignore", false); err != nil {
 			t.Errorf("failurePolicy Ignore: the create was refused: %v", err)
 		}
@@ -245,6 +262,7 @@ spec:
 			err := create(teamA, "none-"+framework.RandomSuffix(), "fail", false)
 			return err != nil && strings.Contains(err.Error(), "no ready endpoint") && strings.Contains(err.Error(), "SyncTarget pc1"), fmt.Sprint(err)
 		})
+		t.Logf("no replica: %v", create(teamA, "none-log", "fail", false))
 	})
 }
 
