@@ -224,7 +224,23 @@ spec:
 			_, err := down.CoreV1().Services(nsA).Get(ctx, "decoy", metav1.GetOptions{})
 			return err == nil, fmt.Sprint(err)
 		})
-		if _, err := down.DiscoveryV1().EndpointSlices(nsA).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		// The forged slices point at the trap with everything else right:
+		// an endpoint of a real, ready pod of the namespace (the webhook's),
+		// the Service's port name; one is owned by the decoy Service but
+		// managed by someone else, one carries the controller's label
+		// without being the Service's.
+		decoySvc, err := down.CoreV1().Services(nsA).Get(ctx, "decoy", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods, err := down.CoreV1().Pods(nsA).List(ctx, metav1.ListOptions{LabelSelector: "app=hook"})
+		if err != nil || len(pods.Items) == 0 {
+			t.Fatalf("the webhook's pod on the physical cluster: %v", err)
+		}
+		slice.Endpoints[0].TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: nsA, Name: pods.Items[0].Name, UID: pods.Items[0].UID}
+		owned := slice.DeepCopy()
+		owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "decoy", UID: decoySvc.UID, Controller: ptrTo(true)}}
+		if _, err := down.DiscoveryV1().EndpointSlices(nsA).Create(ctx, owned, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		spoof := slice.DeepCopy()
@@ -239,6 +255,13 @@ spec:
 			return err != nil && strings.Contains(err.Error(), "Service default/decoy") && strings.Contains(err.Error(), "no ready endpoint"), fmt.Sprint(err)
 		})
 		t.Logf("forged endpoints only: %v", create(teamA, "decoy-log", "decoy", false))
+		for _, name := range []string{"decoy-forged", "decoy-spoofed"} {
+			// The physical cluster's controller may clean up a slice
+			// carrying its label; the row counts only while it is there.
+			if _, err := down.DiscoveryV1().EndpointSlices(nsA).Get(ctx, name, metav1.GetOptions{}); err != nil {
+				t.Logf("forged EndpointSlice %s was gone when called: %v", name, err)
+			}
+		}
 		if n := trap.conns.Load(); n != 0 {
 			t.Errorf("a forged endpoint was dialed %d times", n)
 		}
