@@ -2,8 +2,13 @@ package multicluster
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 	"github.com/kcpsql/kcp/syncer"
 	"github.com/kcpsql/kcp/test/e2e/framework"
@@ -269,6 +275,10 @@ spec:
 		s.Kubectl(teamA, "delete", "mutatingwebhookconfiguration", "decoy-mutate")
 	})
 
+	t.Run("the syncer dials only endpoints of Services it synced", func(t *testing.T) {
+		testServiceDialsOfTheTunnel(t, pc1, compute, nsA, ca)
+	})
+
 	t.Run("the failure policy applies when the pod is gone", func(t *testing.T) {
 		hook.kill()
 		framework.Eventually(t, 30*time.Second, "failurePolicy Fail refuses, naming the Service and the cluster", func() (bool, string) {
@@ -338,4 +348,67 @@ spec:
         service: {namespace: default, name: hook, path: /convert, port: 443}
         caBundle: ` + caBundle + `
 `
+}
+
+// testServiceDialsOfTheTunnel sends service dials to the syncer's tunnel
+// handler directly (as kcp does through the tunnel): the workspace's
+// Service is reached (TLS verified as the webhook's Service name), a
+// Service of a namespace the syncer does not own, and one in its own
+// namespace that it did not sync (made on the physical cluster, selecting
+// the same pod), are refused.
+func testServiceDialsOfTheTunnel(t *testing.T, pc *physical.Cluster, location, nsA string, ca webhookCA) {
+	cfg, err := pc.RESTConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := syncer.TunnelHandler(cfg, workload.TargetKey(location, "pc1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	ctx := context.Background()
+	down := downClient(t, pc)
+	if _, err := down.CoreV1().Services(nsA).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "unsynced"},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "hook"}, Ports: []corev1.ServicePort{{Name: "https", Port: 443}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dial := func(namespace, name string) (net.Conn, error) {
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return syncer.DialThroughTunnel(ctx, conn, namespace, name, 443)
+	}
+	conn, err := dial(nsA, "hook")
+	if err != nil {
+		t.Fatalf("dialing the workspace's webhook Service: %v", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.caPEM)
+	tc := tls.Client(conn, &tls.Config{RootCAs: pool, ServerName: "hook.default.svc"})
+	if err := tc.HandshakeContext(ctx); err != nil {
+		t.Errorf("TLS with the webhook's pod through the tunnel handler: %v", err)
+	}
+	tc.Close()
+	for _, c := range []struct{ namespace, name, want string }{
+		{"default", "kubernetes", "not one this syncer synced"},
+		{"kube-system", "kube-dns", "not one this syncer synced"},
+		{nsA, "unsynced", "not on the physical cluster"},
+	} {
+		if _, err := dial(c.namespace, c.name); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("a service dial of %s/%s: %v, want a refusal containing %q", c.namespace, c.name, err, c.want)
+		}
+	}
+	// Only GET with the upgrade: a plain request is refused.
+	resp, err := http.Get(srv.URL + syncer.ServiceDialPath(nsA, "hook", 443))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a service dial without the upgrade: %s, want 403", resp.Status)
+	}
 }
