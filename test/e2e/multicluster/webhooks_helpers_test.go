@@ -50,13 +50,14 @@ func hostIP(t *testing.T) net.IP {
 	return nil
 }
 
-// webhookCA is a CA and a serving certificate for the given DNS names.
+// webhookCA is a CA and a serving certificate for the given DNS names
+// and IP address.
 type webhookCA struct {
 	caPEM []byte
 	cert  tls.Certificate
 }
 
-func newWebhookCA(t *testing.T, names ...string) webhookCA {
+func newWebhookCA(t *testing.T, ip net.IP, names ...string) webhookCA {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -74,7 +75,7 @@ func newWebhookCA(t *testing.T, names ...string) webhookCA {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
+	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names, IPAddresses: []net.IP{ip},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, ca, &key.PublicKey, caKey)

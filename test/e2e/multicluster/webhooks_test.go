@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -56,7 +57,7 @@ func TestWebhooksServedByPods(t *testing.T) {
 
 func testWebhooksServedByPods(t *testing.T, bins physical.Binaries, push bool) {
 	ip := hostIP(t)
-	ca := newWebhookCA(t, "hook.default.svc", "decoy.default.svc")
+	ca := newWebhookCA(t, ip, "hook.default.svc", "decoy.default.svc")
 	hook := startPodWebhook(t, ip, ca.cert)
 	// trap is where a forged endpoint points: it must never be called.
 	trap := startPodWebhook(t, ip, ca.cert)
@@ -275,6 +276,10 @@ spec:
 		s.Kubectl(teamA, "delete", "mutatingwebhookconfiguration", "decoy-mutate")
 	})
 
+	t.Run("latency", func(t *testing.T) {
+		measureWebhookLatency(t, s, teamA, hook.port, ip, caBundle, push)
+	})
+
 	t.Run("the syncer dials only endpoints of Services it synced", func(t *testing.T) {
 		testServiceDialsOfTheTunnel(t, pc1, compute, nsA, ca)
 	})
@@ -293,7 +298,9 @@ spec:
 		s.Kubectl(teamA, "scale", "deployment", "hook", "--replicas=0")
 		framework.Eventually(t, 60*time.Second, "no replica: the call fails saying so", func() (bool, string) {
 			err := create(teamA, "none-"+framework.RandomSuffix(), "fail", false)
-			return err != nil && strings.Contains(err.Error(), "no ready endpoint") && strings.Contains(err.Error(), "SyncTarget pc1"), fmt.Sprint(err)
+			// "no ready endpoint:", not "no ready endpoint reachable:"
+			// (the pod still listed, its server gone).
+			return err != nil && strings.Contains(err.Error(), "no ready endpoint:") && strings.Contains(err.Error(), "SyncTarget pc1"), fmt.Sprint(err)
 		})
 		t.Logf("no replica: %v", create(teamA, "none-log", "fail", false))
 	})
@@ -412,3 +419,57 @@ func testServiceDialsOfTheTunnel(t *testing.T, pc *physical.Cluster, location, n
 		t.Errorf("a service dial without the upgrade: %s, want 403", resp.Status)
 	}
 }
+
+// measureWebhookLatency times ConfigMap creates in a workspace: matched by
+// no webhook, by the validating webhook through its Service (the syncer's
+// tunnel or kcp's own dial), and by the same webhook server called by URL
+// from kcp directly. Every create must succeed; the percentiles are logged
+// (docs/performance.md).
+func measureWebhookLatency(t *testing.T, s *framework.Server, ws string, port int, ip net.IP, caBundle string, push bool) {
+	url := fmt.Sprintf("https://%s/validate", net.JoinHostPort(ip.String(), itoa(port)))
+	s.Kubectl(ws, "apply", "-f", framework.WriteFile(t, "url-hook.yaml", fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: url-hook}
+webhooks:
+- name: url.example.com
+  clientConfig: {url: %q, caBundle: %s}
+  rules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}]
+  failurePolicy: Fail
+  objectSelector: {matchLabels: {webhook: url}}
+  sideEffects: None
+  admissionReviewVersions: [v1]
+`, url, caBundle)))
+	defer s.Kubectl(ws, "delete", "validatingwebhookconfiguration", "url-hook")
+	client := s.Client(ws)
+	ctx := context.Background()
+	framework.Eventually(t, 30*time.Second, "the URL webhook is in effect", func() (bool, string) {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "url-" + framework.RandomSuffix(), Labels: map[string]string{"webhook": "url"}}, Data: map[string]string{"bad": "true"}}
+		_, err := client.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})
+		return err != nil && strings.Contains(err.Error(), "the pod's webhook refuses"), fmt.Sprint(err)
+	})
+	const n = 200
+	mode := "pull (syncer tunnel)"
+	if push {
+		mode = "push (kcp dials the pod)"
+	}
+	// Interleaved, so that the load of the machine weighs on each alike.
+	cases := []struct{ what, label string }{{"no webhook", "none"}, {"Service, " + mode, "fail"}, {"URL, direct", "url"}}
+	took := make([][]time.Duration, len(cases))
+	for i := 0; i < n; i++ {
+		for j, c := range cases {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("lat-%s-%d", c.label, i), Labels: map[string]string{"webhook": c.label}}}
+			began := time.Now()
+			if _, err := client.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+				t.Fatalf("%s: create %d: %v", c.what, i, err)
+			}
+			took[j] = append(took[j], time.Since(began))
+		}
+	}
+	for j, c := range cases {
+		d := took[j]
+		sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
+		t.Logf("create latency, %-34s p50 %6.2f ms  p99 %6.2f ms  (n=%d)", c.what+":", ms(d[n/2]), ms(d[n*99/100]), n)
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
