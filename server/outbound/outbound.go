@@ -1,8 +1,10 @@
-// Package outbound owns the calls the server makes to addresses a tenant
-// chose (conversion webhooks of a logical cluster's CRDs today, admission
-// webhooks later): which networks they may reach, that they carry no server
-// credentials, and that nothing the remote end says comes back to the tenant
-// except a well-formed answer. One Policy serves every such caller.
+// Package outbound owns the calls the server makes on a tenant's behalf
+// (conversion webhooks of a logical cluster's CRDs, admission webhooks):
+// which networks a URL the tenant chose may reach, that a service
+// reference reaches only the tenant's own Service (Policy.Services), that
+// they carry no server credentials, and that nothing the remote end says
+// comes back to the tenant except a well-formed answer. One Policy serves
+// every such caller.
 package outbound
 
 import (
