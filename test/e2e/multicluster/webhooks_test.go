@@ -42,8 +42,9 @@ import (
 //
 // Rows: a validating webhook refuses a bad ConfigMap and admits a good
 // one; a mutating one mutates; a CRD converts between versions through
-// its Service; with the server killed, failurePolicy Fail refuses with a
-// message naming the Service and the SyncTarget, Ignore admits. Security:
+// its Service; with the server killed (or, pull mode, the syncer's tunnel
+// down), failurePolicy Fail refuses with a message naming the Service and
+// the SyncTarget, Ignore admits; latency against a URL call. Security:
 // another workspace's reference to the same namespace/name is not served
 // by this workspace's pod; an EndpointSlice not made by the physical
 // cluster's endpointslice controller (a tenant's, or one spoofing its
@@ -70,6 +71,7 @@ func testWebhooksServedByPods(t *testing.T, bins physical.Binaries, push bool) {
 	const compute, teamA, teamB = "root:compute", "root:hooks-a", "root:hooks-b"
 	s.CreateWorkspaces(compute, teamA, teamB)
 	pc1 := startPhysical(t, bins, "pc1")["pc1"]
+	var sp *syncerProc
 	if push {
 		s.Kubectl(compute, "create", "secret", "generic", "pc1-kubeconfig", "--from-file=kubeconfig="+pc1.Kubeconfig)
 		s.Kubectl(compute, "apply", "-f", framework.WriteFile(t, "pc1.yaml", `apiVersion: workload.kcp.io/v1alpha1
@@ -78,7 +80,7 @@ metadata: {name: pc1, labels: {region: eu}}
 spec: {push: {secretNamespace: default, secretName: pc1-kubeconfig}}
 `))
 	} else {
-		register(t, s, adminIn(t, s, compute), "pc1", "region=eu", pc1)
+		sp = register(t, s, adminIn(t, s, compute), "pc1", "region=eu", pc1)
 	}
 	waitTargetsReady(t, s, compute, "pc1")
 	for _, team := range []string{teamA, teamB} {
@@ -283,6 +285,23 @@ spec:
 	t.Run("the syncer dials only endpoints of Services it synced", func(t *testing.T) {
 		testServiceDialsOfTheTunnel(t, pc1, compute, nsA, ca)
 	})
+
+	if !push {
+		t.Run("without the syncer's tunnel the call fails saying so, and works again once it is back", func(t *testing.T) {
+			sp.stop()
+			framework.Eventually(t, 30*time.Second, "no tunnel: the call fails naming the Service, the cluster and the tunnel", func() (bool, string) {
+				err := create(teamA, "notunnel-"+framework.RandomSuffix(), "fail", false)
+				return err != nil && strings.Contains(err.Error(), "Service default/hook") && strings.Contains(err.Error(), "SyncTarget pc1") &&
+					strings.Contains(err.Error(), "no tunnel open"), fmt.Sprint(err)
+			})
+			t.Logf("no tunnel: %v", create(teamA, "notunnel-log", "fail", false))
+			sp.start()
+			framework.Eventually(t, 60*time.Second, "the syncer back: the webhook is called again", func() (bool, string) {
+				err := create(teamA, "back-"+framework.RandomSuffix(), "fail", true)
+				return err != nil && strings.Contains(err.Error(), "the pod's webhook refuses bad=true"), fmt.Sprint(err)
+			})
+		})
+	}
 
 	t.Run("the failure policy applies when the pod is gone", func(t *testing.T) {
 		hook.kill()
