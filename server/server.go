@@ -49,6 +49,7 @@ import (
 	"github.com/kcpsql/kcp/server/requester"
 	"github.com/kcpsql/kcp/server/requestlimits"
 	"github.com/kcpsql/kcp/server/routing"
+	"github.com/kcpsql/kcp/server/servicedial"
 	"github.com/kcpsql/kcp/server/syncerview"
 	"github.com/kcpsql/kcp/server/tenantslots"
 	"github.com/kcpsql/kcp/storage/auditevents"
@@ -189,6 +190,10 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	// Conversion webhooks of tenants' CRDs call what the tenant wrote; the
 	// policy decides where that may be (docs/tenancy.md).
 	config.APIExtensions.ExtraConfig.AuthResolverWrapper = o.Outbound.AuthResolverWrapper()
+	// Webhooks served by a Service of a workspace call its pods on a
+	// physical cluster (servicedial), admission and conversion alike.
+	o.Outbound.Services = servicedial.Shared
+	crds.SetServiceConversions(o.Outbound.AuthResolverWrapperFor)
 	if o.AuditToDB {
 		if err := auditToDatastore(config, o, db); err != nil {
 			return err
@@ -284,6 +289,9 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *b
 		// Pod streams: the syncers' tunnels, next to their view.
 		if err := podstreams.Shared.SetUp(gc.LoopbackClientConfig, gc.Authorization.Authorizer); err != nil {
 			klog.Fatalf("setting up pod streams: %v", err)
+		}
+		if err := servicedial.Shared.SetUp(gc.LoopbackClientConfig); err != nil {
+			klog.Fatalf("setting up service dials: %v", err)
 		}
 		tunnels := podstreams.Shared.WithTunnels(view, gc.Authentication.Authenticator, gc.Authorization.Authorizer)
 		exports := exportview.New(tunnels, gc.Authentication.Authenticator, gc.Authorization.Authorizer, boundAPIs, crds)

@@ -101,9 +101,14 @@ func setUpCRDServing(c genericcp.CompletedConfig, ae *apiextensionsapiserver.Cus
 		return crds.Start(hc.Context, hc.LoopbackClientConfig)
 	})
 	newHandler := func(v *crdserving.View) (http.Handler, error) {
+		// A cluster's own CRDs convert through its Services.
+		resolver := x.ExtraConfig.AuthResolverWrapper
+		if r := v.ConversionResolver(); r != nil {
+			resolver = r
+		}
 		return apiextensionsapiserver.NewCustomResourceDefinitionHandler(nil, nil, v, notFound,
 			clusterstore.WithIdentity(x.ExtraConfig.CRDRESTOptionsGetter, v.Identity), x.GenericConfig.AdmissionControl, establishing,
-			x.ExtraConfig.ServiceResolver, x.ExtraConfig.AuthResolverWrapper, 1, ae.GenericAPIServer.Authorizer,
+			x.ExtraConfig.ServiceResolver, resolver, 1, ae.GenericAPIServer.Authorizer,
 			x.GenericConfig.RequestTimeout, time.Duration(x.GenericConfig.MinRequestTimeout)*time.Second,
 			static, x.GenericConfig.MaxRequestBodyBytes)
 	}

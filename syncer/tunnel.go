@@ -30,7 +30,9 @@ import (
 // yamux stream on it per pod stream (logs, exec, attach, port-forward) of
 // the target's pods and speaks HTTP/1.1 on it; the syncer forwards exactly
 // those requests, of pods in the namespaces it owns, to its physical
-// cluster with its own credentials, and nothing else.
+// cluster with its own credentials, and service dials (connections to
+// the endpoints of the Services it synced, servicedial.go), and nothing
+// else.
 const (
 	TunnelPrefix   = "/services/syncer-tunnel/"
 	TunnelProtocol = "kcp-syncer-tunnel"
@@ -128,8 +130,9 @@ func (c *idleConn) Close() error {
 //	GET, POST /api/v1/namespaces/<ns>/pods/<name>/{exec,attach,portforward}
 //
 // of a namespace labelled as the target's (TargetLabel = key), forwarded
-// to the physical cluster with the syncer's credentials; anything else is
-// refused with 403 before it reaches the cluster.
+// to the physical cluster with the syncer's credentials, and service
+// dials (servicedial.go) to the endpoints of the Services it synced;
+// anything else is refused with 403 before it reaches the cluster.
 func TunnelHandler(down *rest.Config, key string) (http.Handler, error) {
 	client, err := kubernetes.NewForConfig(down)
 	if err != nil {
@@ -146,7 +149,12 @@ func TunnelHandler(down *rest.Config, key string) (http.Handler, error) {
 	refuse := func(w http.ResponseWriter, code int, msg string) {
 		http.Error(w, "syncer tunnel: "+msg, code)
 	}
+	services := ServiceEndpoints{Client: client, Key: key}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if strings.HasPrefix(req.URL.Path, ServiceDialPrefix) {
+			serveServiceDial(w, req, services)
+			return
+		}
 		ns, sub, ok := podStreamPath(req.URL.Path)
 		if !ok || (sub == "log" && req.Method != http.MethodGet) || (req.Method != http.MethodGet && req.Method != http.MethodPost) {
 			refuse(w, http.StatusForbidden, "only logs, exec, attach and port-forward of pods the syncer runs pass the tunnel")

@@ -17,7 +17,9 @@
 // after its cluster's last configuration object is gone.
 //
 // Webhook calls go through outbound.Policy: no server credentials, only
-// allowed networks, no service references.
+// allowed networks for URLs, and a service reference names a Service of
+// the cluster itself, called on its pods on a physical cluster
+// (server/servicedial).
 package clusteradmission
 
 import (
@@ -215,14 +217,14 @@ func (p *Plugin) build(ctx context.Context, cluster logicalcluster.Name) (*stack
 		hasPolicies: func() bool { return p.shared.hasPolicies(cluster) },
 		hasWebhooks: func() bool { return p.shared.hasWebhooks(cluster) },
 		build: func(webhooks bool) (*half, error) {
-			return p.buildHalf(init, webhooks)
+			return p.buildHalf(init, cluster, webhooks)
 		},
 	}, nil
 }
 
 // buildHalf sets up upstream's policy plugins, or its webhook plugins,
 // for one cluster.
-func (p *Plugin) buildHalf(init admission.PluginInitializer, webhooks bool) (_ *half, err error) {
+func (p *Plugin) buildHalf(init admission.PluginInitializer, cluster logicalcluster.Name, webhooks bool) (_ *half, err error) {
 	defer func() {
 		// An upstream plugin reading an informer the cluster factory does
 		// not offer (see factory).
@@ -240,8 +242,9 @@ func (p *Plugin) buildHalf(init admission.PluginInitializer, webhooks bool) (_ *
 		if err != nil {
 			return nil, err
 		}
-		mw.SetAuthenticationInfoResolverWrapper(p.outbound.AuthResolverWrapper())
-		vw.SetAuthenticationInfoResolverWrapper(p.outbound.AuthResolverWrapper())
+		// Service references are Services of this cluster.
+		mw.SetAuthenticationInfoResolverWrapper(p.outbound.AuthResolverWrapperFor(cluster))
+		vw.SetAuthenticationInfoResolverWrapper(p.outbound.AuthResolverWrapperFor(cluster))
 		h = half{mutator: mw, validator: vw}
 	} else {
 		mp, err := mutatingpolicy.NewPlugin(nil)

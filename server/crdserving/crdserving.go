@@ -38,6 +38,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/util/webhook"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -85,6 +86,9 @@ type Server struct {
 	openapi  openAPICache
 	extras   []Extra
 	exported func(identity string) []*apiextensionsv1.CustomResourceDefinition
+	// services, if set, calls the Services of a cluster for its CRDs'
+	// conversion webhooks (SetServiceConversions).
+	services func(cluster logicalcluster.Name) webhook.AuthenticationInfoResolverWrapper
 }
 
 // scope is what one upstream handler serves: a cluster's definitions, one
@@ -393,39 +397,10 @@ func (l viewLister) List(selector labels.Selector) ([]*apiextensionsv1.CustomRes
 	var out []*apiextensionsv1.CustomResourceDefinition
 	for _, crd := range l.v.s.visible(l.v.scope()) {
 		if selector.Matches(labels.Set(crd.Labels)) {
-			out = append(out, servable(crd))
+			out = append(out, l.v.servable(crd))
 		}
 	}
 	return out, nil
-}
-
-// ServiceConversion reports whether a CRD's conversion webhook is served
-// by a Service, and its storage version. kcp does not call such webhooks
-// yet (the Service's pods run on physical clusters): upstream's handler
-// could not even be built for the CRD. It is served at its storage
-// version (conversion None, which at the storage version converts
-// nothing), and a request at another version is refused (Wrap).
-func ServiceConversion(crd *apiextensionsv1.CustomResourceDefinition) (storage string, ok bool) {
-	c := crd.Spec.Conversion
-	if c == nil || c.Strategy != apiextensionsv1.WebhookConverter || c.Webhook == nil || c.Webhook.ClientConfig == nil || c.Webhook.ClientConfig.Service == nil {
-		return "", false
-	}
-	for _, v := range crd.Spec.Versions {
-		if v.Storage {
-			storage = v.Name
-		}
-	}
-	return storage, true
-}
-
-// servable is crd as the upstream handler may serve it (ServiceConversion).
-func servable(crd *apiextensionsv1.CustomResourceDefinition) *apiextensionsv1.CustomResourceDefinition {
-	if _, ok := ServiceConversion(crd); !ok {
-		return crd
-	}
-	out := crd.DeepCopy()
-	out.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.NoneConverter}
-	return out
 }
 
 func (l viewLister) Get(name string) (*apiextensionsv1.CustomResourceDefinition, error) {
@@ -433,7 +408,7 @@ func (l viewLister) Get(name string) (*apiextensionsv1.CustomResourceDefinition,
 	if err != nil {
 		return nil, err
 	}
-	return servable(crd), nil
+	return l.v.servable(crd), nil
 }
 
 func (l viewLister) get(name string) (*apiextensionsv1.CustomResourceDefinition, error) {
@@ -667,29 +642,6 @@ func (s *Server) Wrap(inner http.Handler) http.Handler {
 		}
 		inner.ServeHTTP(w, req)
 	})
-}
-
-// unconvertible refuses a request at a version of a CRD that only its
-// conversion webhook, served by a Service, could convert to.
-func (s *Server) unconvertible(sc scope, info *apirequest.RequestInfo) (string, bool) {
-	name := info.Resource + "." + info.APIGroup
-	var crd *apiextensionsv1.CustomResourceDefinition
-	if sc.identity == "" && !sc.cluster.IsWildcard() {
-		crd, _ = s.CRD(sc.cluster, name)
-	} else if sc.identity == "" {
-		crd, _ = s.wildcardCRD(name)
-	}
-	if crd == nil {
-		return "", false
-	}
-	storage, ok := ServiceConversion(crd)
-	if !ok || info.APIVersion == storage {
-		return "", false
-	}
-	svc := crd.Spec.Conversion.Webhook.ClientConfig.Service
-	return fmt.Sprintf("%s is served at its storage version %s only: converting to %s needs its conversion webhook, the Service %s/%s, "+
-		"and kcp does not call webhooks served by a Service yet (the Service's pods run on physical clusters, which kcp reaches only through their syncer); "+
-		"request %s/%s, or give the webhook a url", name, storage, info.APIVersion, svc.Namespace, svc.Name, info.APIGroup, storage), true
 }
 
 // serves reports whether the cluster (or, for the wildcard, any cluster)

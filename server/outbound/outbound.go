@@ -1,8 +1,10 @@
-// Package outbound owns the calls the server makes to addresses a tenant
-// chose (conversion webhooks of a logical cluster's CRDs today, admission
-// webhooks later): which networks they may reach, that they carry no server
-// credentials, and that nothing the remote end says comes back to the tenant
-// except a well-formed answer. One Policy serves every such caller.
+// Package outbound owns the calls the server makes on a tenant's behalf
+// (conversion webhooks of a logical cluster's CRDs, admission webhooks):
+// which networks a URL the tenant chose may reach, that a service
+// reference reaches only the tenant's own Service (Policy.Services), that
+// they carry no server credentials, and that nothing the remote end says
+// comes back to the tenant except a well-formed answer. One Policy serves
+// every such caller.
 package outbound
 
 import (
@@ -60,6 +62,9 @@ type Policy struct {
 	// Allowed networks are reachable even if denied by default (an operator
 	// running webhooks in a private network lists it here).
 	Allowed []*net.IPNet
+	// Services calls webhooks served by a Service of a workspace (nil:
+	// such webhooks are refused).
+	Services ServiceDialer
 }
 
 // ErrNotAllowed is wrapped by every refusal of the policy.

@@ -167,3 +167,17 @@ func (s *Streams) dialer(t target) (string, http.RoundTripper, proxy.UpgradeRequ
 	}
 	return "", nil, nil, apierrors.NewServiceUnavailable(fmt.Sprintf("the syncer of %s has no tunnel open to kcp (is it running, and can it reach kcp?)", t))
 }
+
+// Connection is how kcp reaches a SyncTarget's physical cluster now: its
+// syncer's open tunnel (pull mode) or kcp's own configuration of the
+// cluster (push mode); both nil while neither is there. Service dials
+// (server/servicedial) share them.
+func (s *Streams) Connection(key string) (*yamux.Session, *rest.Config) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	session := s.tunnels[key]
+	if session != nil && session.IsClosed() {
+		session = nil
+	}
+	return session, s.direct[key]
+}

@@ -277,8 +277,10 @@ webhooks:
 // cluster: a webhook server on 127.0.0.1 (allowed by the operator's flag)
 // configured in A is called for A's requests only, denies and mutates
 // them, never receives the server's credentials; failurePolicy Fail and
-// Ignore and timeoutSeconds behave as upstream; a service reference is
-// stored with a warning and its calls fail with a clear error; URLs in
+// Ignore and timeoutSeconds behave as upstream; a service reference to a
+// namespace placed on no physical cluster is stored with a warning and its
+// calls fail with a clear error (webhooks served by pods:
+// test/e2e/multicluster/webhooks_test.go); URLs in
 // refused networks are refused when the configuration is written.
 func TestAdmissionWebhooks(t *testing.T) {
 	hook := newAdmissionWebhook(t)
@@ -336,14 +338,15 @@ func TestAdmissionWebhooks(t *testing.T) {
 		t.Errorf("A's slow webhook reached B: %v", err)
 	}
 
-	// A service reference: stored with a warning, its calls fail clearly.
+	// A service reference, its namespace placed nowhere: stored with a
+	// warning, its calls fail clearly.
 	out := apply(a, webhookConfig("ValidatingWebhookConfiguration", "svc", `{service: {namespace: default, name: hook, port: 443}}`, "Fail", 5, "svc: ref"))
-	if !strings.Contains(out, "webhooks served by a Service") {
+	if !strings.Contains(out, "not placed on any SyncTarget") {
 		t.Errorf("no warning for a service reference:\n%s", out)
 	}
 	framework.Eventually(t, 30*time.Second, "a service-referencing webhook's call fails clearly", func() (bool, string) {
 		_, err := s.Client(a).CoreV1().ConfigMaps("default").Create(ctx, cm("a-svc", map[string]string{"svc": "ref"}), metav1.CreateOptions{})
-		return err != nil && strings.Contains(err.Error(), "webhooks served by a Service"), fmt.Sprint(err)
+		return err != nil && strings.Contains(err.Error(), "Service default/hook") && strings.Contains(err.Error(), "not placed on any SyncTarget"), fmt.Sprint(err)
 	})
 
 	// Refused networks, whatever the flag allows besides.

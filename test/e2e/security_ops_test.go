@@ -354,9 +354,10 @@ webhooks:
 }
 
 // TestOpsWebhookServiceReference (issue 49 item 10 b): a webhook
-// configuration with a service reference is stored with a warning
-// (kcp does not call a Service's pods yet; a later issue routes such webhooks
-// to physical clusters through the syncer); its calls fail, and the
+// configuration with a service reference whose namespace is placed on no
+// physical cluster is stored with a warning (kcp calls a Service's pods on
+// the physical clusters its namespace is placed on:
+// test/e2e/multicluster/webhooks_test.go); its calls fail, and the
 // failurePolicy decides, as upstream: Fail refuses the requests it
 // matches with a clear message, Ignore lets them through, for built-in
 // resources and for custom resources (served by kcp's own CRD handler).
@@ -373,7 +374,7 @@ func TestOpsWebhookServiceReference(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s with a service reference and failurePolicy %s refused: %v\n%s", kind, policy, err, out)
 			}
-			if !strings.Contains(out, "webhooks served by a Service") {
+			if !strings.Contains(out, "not placed on any SyncTarget") {
 				t.Errorf("%s with a service reference: no warning:\n%s", kind, out)
 			}
 		}
@@ -396,7 +397,7 @@ func TestOpsWebhookServiceReference(t *testing.T) {
 		for _, hook := range []string{"v-fail", "m-fail"} {
 			framework.Eventually(t, 30*time.Second, resource+", "+hook+": a failing call refuses (the webhooks are in effect)", func() (bool, string) {
 				err := create(resource, hook)
-				return err != nil && strings.Contains(err.Error(), "webhooks served by a Service"), fmt.Sprint(err)
+				return err != nil && strings.Contains(err.Error(), "Service default/hook") && strings.Contains(err.Error(), "not placed on any SyncTarget"), fmt.Sprint(err)
 			})
 		}
 		for _, hook := range []string{"v-ignore", "m-ignore"} {
@@ -404,5 +405,16 @@ func TestOpsWebhookServiceReference(t *testing.T) {
 				t.Errorf("%s, %s: a create matched by a service-referencing webhook with failurePolicy Ignore failed: %v", resource, hook, err)
 			}
 		}
+	}
+	// An aggregated API (an APIService served by a Service) is refused in
+	// a workspace, saying why: kcp's aggregator serves root only, so it
+	// would be stored and never served.
+	out, err := s.KubectlErr(ws, `apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: v1beta1.metrics.k8s.io}
+spec: {group: metrics.k8s.io, version: v1beta1, service: {namespace: kube-system, name: metrics-server}, groupPriorityMinimum: 100, versionPriority: 100}
+`, "apply", "-f", "-")
+	if err == nil || !strings.Contains(out, "kcp does not serve aggregated APIs in a workspace") {
+		t.Errorf("an aggregated APIService in a workspace: want a clear refusal, got %v\n%s", err, out)
 	}
 }

@@ -296,14 +296,16 @@ func TestConversionWebhookSSRF(t *testing.T) {
 			t.Errorf("%s: creating the CRD = %d, want 422 naming the clientConfig: %s", row.what, crdCode, crdBody)
 		}
 	}
-	// A conversion webhook served by a Service (the server's own, here) is
-	// accepted, so that applications like Tekton install (issue 50 item
-	// 3): objects are served at the storage version, and a request at
-	// another version fails with a message that says why, without any
-	// call.
+	// A conversion webhook served by a Service (named like the server's
+	// own, here) is accepted, so that applications like Tekton install
+	// (issue 50 item 3): the Service is the workspace's, called on its
+	// pods on a physical cluster (test/e2e/multicluster/webhooks_test.go);
+	// objects are served at the storage version, and while the Service's
+	// namespace is placed nowhere a request at another version fails with
+	// a message that says why, without any call.
 	crdCode, crdBody, readCode, readBody := convertThrough(t, s, tenant, "ssrf-a", "selves", `{"service":{"namespace":"default","name":"kubernetes","port":443}}`)
 	refused("the server's own service", crdCode, crdBody, readCode, readBody)
-	if crdCode != http.StatusCreated || readCode < 400 || !strings.Contains(readBody, "webhooks served by a Service") {
+	if crdCode != http.StatusCreated || readCode < 400 || !strings.Contains(readBody, "Service default/kubernetes") || !strings.Contains(readBody, "not placed on any SyncTarget") {
 		t.Errorf("a conversion webhook served by a Service: CRD %d, read at v2 %d, want 201 and a refusal saying why: %s %s", crdCode, readCode, crdBody, readBody)
 	}
 	if code, body := framework.Do(t, tenant, "GET", s.URL()+"/clusters/root:ssrf-a/apis/ssrf.example.com/v1/namespaces/default/selves/probe", ""); code != http.StatusOK {
