@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,9 +78,10 @@ var TokenSeconds int64 = 3600
 
 // apiEndpoint is where and how the pods reach kcp.
 type apiEndpoint struct {
-	host, port    string
-	ca            []byte
-	allowPhysical bool
+	host, port string
+	ca         []byte
+	// physical is the target's rule for opting out (nil: nobody may).
+	physical *workload.WorkspaceAPISpec
 }
 
 func (e *apiEndpoint) fingerprint() string {
@@ -166,10 +168,10 @@ func (s *Syncer) SetTarget(target *workload.SyncTarget) {
 		}
 	}
 	if e != nil {
-		e.allowPhysical = target.Spec.AllowsPhysicalAPI()
+		e.physical = target.Spec.WorkspaceAPI.DeepCopy()
 	}
 	prev := s.api.current.Swap(e)
-	if prev != nil && e != nil && prev.fingerprint() == e.fingerprint() && prev.allowPhysical == e.allowPhysical {
+	if prev != nil && e != nil && prev.fingerprint() == e.fingerprint() && reflect.DeepEqual(prev.physical, e.physical) {
 		return
 	}
 	if prev == nil && e == nil {
@@ -243,7 +245,7 @@ func (s *Syncer) redirectPods(resource string, up, out *unstructured.Unstructure
 		return "", fmt.Errorf("kcp's address for the pods is not known (set the SyncTarget's spec.workspaceAPI.address)")
 	}
 	if optsOut(up, path) {
-		if e.allowPhysical {
+		if e.physical.AllowsPhysicalAPIFor(string(clusterinformer.ClusterOf(up))) {
 			return "", nil
 		}
 		klog.V(2).InfoS("a workload asks for the physical cluster's API, which its SyncTarget does not allow; it gets its workspace's",

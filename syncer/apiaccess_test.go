@@ -106,10 +106,16 @@ func TestRedirectPods(t *testing.T) {
 	if sa, _ := s.redirectPods("deployments", up, out); sa != "default" {
 		t.Errorf("an opt-out the target does not allow was honoured: %q", sa)
 	}
-	s.api.current.Store(&apiEndpoint{host: "kcp.example.com", port: "6443", allowPhysical: true})
+	s.api.current.Store(&apiEndpoint{host: "kcp.example.com", port: "6443", physical: &workload.WorkspaceAPISpec{AllowPhysicalAPI: true}})
 	out = up.DeepCopy()
 	if sa, _ := s.redirectPods("deployments", up, out); sa != "" || !reflect.DeepEqual(out.Object, up.Object) {
 		t.Errorf("an allowed opt-out was redirected: %q %v", sa, out.Object)
+	}
+	// Allowed for other workspaces only: redirected.
+	s.api.current.Store(&apiEndpoint{host: "kcp.example.com", port: "6443", physical: &workload.WorkspaceAPISpec{AllowPhysicalAPI: true, PhysicalAPIWorkspaces: []string{"root:infra:*"}}})
+	out = up.DeepCopy()
+	if sa, _ := s.redirectPods("deployments", up, out); sa != "default" {
+		t.Errorf("an opt-out allowed for other workspaces was honoured: %q", sa)
 	}
 	// Kinds without pods are left alone.
 	svc := &unstructured.Unstructured{Object: map[string]interface{}{"kind": "Service", "spec": map[string]interface{}{}}}

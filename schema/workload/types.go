@@ -10,6 +10,7 @@ import (
 	"embed"
 	"math/big"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -98,6 +99,40 @@ type WorkspaceAPISpec struct {
 	// cluster's own in-cluster configuration. Off by default: a tenant's
 	// pods see the physical cluster's API only if the location allows it.
 	AllowPhysicalAPI bool `json:"allowPhysicalAPI,omitempty"`
+	// PhysicalAPIWorkspaces, when not empty, narrows AllowPhysicalAPI to
+	// these workspaces: a path ("root:ops"), or a path followed by ":*"
+	// for the workspaces inside it ("root:infra:*").
+	PhysicalAPIWorkspaces []string `json:"physicalAPIWorkspaces,omitempty"`
+}
+
+// DeepCopy copies the spec (nil stays nil).
+func (w *WorkspaceAPISpec) DeepCopy() *WorkspaceAPISpec {
+	if w == nil {
+		return nil
+	}
+	c := *w
+	c.PhysicalAPIWorkspaces = append([]string(nil), w.PhysicalAPIWorkspaces...)
+	return &c
+}
+
+// AllowsPhysicalAPIFor reports whether a workspace's workloads may keep the
+// physical cluster's API on this target.
+func (w *WorkspaceAPISpec) AllowsPhysicalAPIFor(cluster string) bool {
+	if w == nil || !w.AllowPhysicalAPI {
+		return false
+	}
+	if len(w.PhysicalAPIWorkspaces) == 0 {
+		return true
+	}
+	for _, p := range w.PhysicalAPIWorkspaces {
+		if p == cluster {
+			return true
+		}
+		if prefix, ok := strings.CutSuffix(p, ":*"); ok && strings.HasPrefix(cluster, prefix+":") {
+			return true
+		}
+	}
+	return false
 }
 
 // APIAccessAnnotation, on a workload or its pod template, with the value
@@ -108,11 +143,6 @@ const (
 	APIAccessAnnotation = "workload.kcp.io/api-access"
 	APIAccessPhysical   = "physical-cluster"
 )
-
-// AllowsPhysicalAPI reports whether a target lets workloads opt out.
-func (s *SyncTargetSpec) AllowsPhysicalAPI() bool {
-	return s.WorkspaceAPI != nil && s.WorkspaceAPI.AllowPhysicalAPI
-}
 
 // Pod Security Standard levels of a SyncTarget.
 const (

@@ -28,3 +28,24 @@ func TestTargetKey(t *testing.T) {
 		}
 	}
 }
+
+func TestAllowsPhysicalAPIFor(t *testing.T) {
+	var none *WorkspaceAPISpec
+	if none.AllowsPhysicalAPIFor("root:a") {
+		t.Error("no spec allows")
+	}
+	if (&WorkspaceAPISpec{PhysicalAPIWorkspaces: []string{"root:a"}}).AllowsPhysicalAPIFor("root:a") {
+		t.Error("a list without allowPhysicalAPI allows")
+	}
+	all := &WorkspaceAPISpec{AllowPhysicalAPI: true}
+	if !all.AllowsPhysicalAPIFor("root:anything") {
+		t.Error("allowPhysicalAPI alone does not allow every workspace")
+	}
+	some := &WorkspaceAPISpec{AllowPhysicalAPI: true, PhysicalAPIWorkspaces: []string{"root:ops", "root:infra:*"}}
+	for ws, want := range map[string]bool{"root:ops": true, "root:ops:child": false, "root:infra": false, "root:infra:agents": true,
+		"root:infra:agents:deep": true, "root:infrastructure": false, "root:opsx": false} {
+		if got := some.AllowsPhysicalAPIFor(ws); got != want {
+			t.Errorf("%s: %v, want %v", ws, got, want)
+		}
+	}
+}

@@ -61,14 +61,20 @@ func (p *Plugin) validateAPIAccess(ctx context.Context, cluster logicalcluster.N
 	sort.Strings(refs)
 	for _, ref := range refs {
 		obj := p.target(ctx, ref)
-		allowed := false
+		var spec workload.WorkspaceAPISpec
 		if obj != nil {
-			allowed, _, _ = unstructured.NestedBool(obj.Object, "spec", "workspaceAPI", "allowPhysicalAPI")
+			if m, found, _ := unstructured.NestedMap(obj.Object, "spec", "workspaceAPI"); found {
+				_ = runtime.DefaultUnstructuredConverter.FromUnstructured(m, &spec)
+			}
 		}
-		if !allowed {
-			return admission.NewForbidden(a, fmt.Errorf("namespace %q runs on SyncTarget %s, whose admins do not let workloads use the physical cluster's API "+
-				"(its spec.workspaceAPI.allowPhysicalAPI is not set): remove the annotation %s=%s; the pods then talk to this workspace with their ServiceAccount's token",
-				a.GetNamespace(), ref, workload.APIAccessAnnotation, workload.APIAccessPhysical))
+		if !spec.AllowsPhysicalAPIFor(string(cluster)) {
+			why := "its spec.workspaceAPI.allowPhysicalAPI is not set"
+			if spec.AllowPhysicalAPI {
+				why = fmt.Sprintf("its spec.workspaceAPI.physicalAPIWorkspaces does not name %s", cluster)
+			}
+			return admission.NewForbidden(a, fmt.Errorf("namespace %q runs on SyncTarget %s, whose admins do not let workloads of this workspace use the physical cluster's API "+
+				"(%s): remove the annotation %s=%s; the pods then talk to this workspace with their ServiceAccount's token",
+				a.GetNamespace(), ref, why, workload.APIAccessAnnotation, workload.APIAccessPhysical))
 		}
 	}
 	return nil

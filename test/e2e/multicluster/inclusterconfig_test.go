@@ -239,7 +239,13 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {matchLabels: {run:
 		if err == nil || !strings.Contains(out, "spec.workspaceAPI.allowPhysicalAPI") {
 			t.Fatalf("a workload asking for the physical cluster's API where the location does not allow it: %v\n%s", err, out)
 		}
-		s.Kubectl(compute, "patch", "synctarget", "pc1", "--type=merge", "-p", `{"spec":{"workspaceAPI":{"allowPhysicalAPI":true}}}`)
+		// Allowed for other workspaces only: still refused, saying so.
+		s.Kubectl(compute, "patch", "synctarget", "pc1", "--type=merge", "-p", `{"spec":{"workspaceAPI":{"allowPhysicalAPI":true,"physicalAPIWorkspaces":["root:infra:*"]}}}`)
+		framework.Eventually(t, 30*time.Second, "the opt-out refused for a workspace the list does not name", func() (bool, string) {
+			out, err := s.KubectlErr(team, physicalAPIDeployment, "create", "-f", "-", "--dry-run=server")
+			return err != nil && strings.Contains(out, "physicalAPIWorkspaces does not name "+team), out
+		})
+		s.Kubectl(compute, "patch", "synctarget", "pc1", "--type=merge", "-p", `{"spec":{"workspaceAPI":{"physicalAPIWorkspaces":["root:infra:*","`+team+`"]}}}`)
 		framework.Eventually(t, 30*time.Second, "the opt-out accepted once allowed", func() (bool, string) {
 			out, err := s.KubectlErr(team, physicalAPIDeployment, "create", "-f", "-")
 			return err == nil, out
