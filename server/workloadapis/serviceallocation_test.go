@@ -45,6 +45,9 @@ func newService(typ api.ServiceType, targets ...string) *api.Service {
 	if typ == api.ServiceTypeNodePort || typ == api.ServiceTypeLoadBalancer {
 		svc.Spec.ExternalTrafficPolicy = api.ServiceExternalTrafficPolicyCluster
 	}
+	if typ == api.ServiceTypeLoadBalancer {
+		svc.Spec.AllocateLoadBalancerNodePorts = ptr.To(true)
+	}
 	return svc
 }
 
@@ -327,5 +330,33 @@ func TestAllocationOfADownstreamService(t *testing.T) {
 	}
 	if _, err := workload.ParseServiceAllocation(keyA, string(raw)); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestLocalLoadBalancerWithoutHealthCheckNodePortIsValid(t *testing.T) {
+	ctx, _ := ctxWithWarnings()
+	lb := newService(api.ServiceTypeLoadBalancer, "a")
+	lb.Spec.ExternalTrafficPolicy = api.ServiceExternalTrafficPolicyLocal
+	serviceStrategyWithIPs.PrepareForCreate(ctx, lb)
+	if errs := serviceStrategyWithIPs.Validate(ctx, lb); len(errs) > 0 {
+		t.Fatalf("a local LoadBalancer before its cluster allocated: %v", errs)
+	}
+	lb.Spec.HealthCheckNodePort = 70000
+	if errs := serviceStrategyWithIPs.Validate(ctx, lb); len(errs) == 0 {
+		t.Error("an invalid health check node port passed")
+	}
+	lb.Spec.HealthCheckNodePort = 0
+	r := lb.DeepCopy()
+	raw, _ := json.Marshal(workload.ServiceAllocation{Target: loc + "/a", ClusterIPs: []string{"10.96.0.9"}, HealthCheckNodePort: 32222})
+	r.Annotations = map[string]string{workload.StatusAnnotationPrefix + keyA: string(raw)}
+	got, _, err := update(t, true, r, lb)
+	if err != nil || got.Spec.HealthCheckNodePort != 32222 {
+		t.Fatalf("reported: %v %d", err, got.Spec.HealthCheckNodePort)
+	}
+	omit := got.DeepCopy()
+	omit.Spec.HealthCheckNodePort = 0
+	kept, _, err := update(t, false, omit, got)
+	if err != nil || kept.Spec.HealthCheckNodePort != 32222 {
+		t.Errorf("update omitting it: %v %d", err, kept.Spec.HealthCheckNodePort)
 	}
 }

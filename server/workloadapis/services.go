@@ -48,13 +48,34 @@ func (s serviceStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.
 	}
 }
 
+func (s serviceStrategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorList {
+	return withoutAllocationRequired(obj, s.RESTCreateUpdateStrategy.Validate(ctx, obj))
+}
+
 func (s serviceStrategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
 	svc, ok := obj.(*api.Service)
 	oldSvc, oldOK := old.(*api.Service)
 	if ok && oldOK {
 		old = validationBase(svc, oldSvc)
 	}
-	return s.RESTCreateUpdateStrategy.ValidateUpdate(ctx, obj, old)
+	return withoutAllocationRequired(obj, s.RESTCreateUpdateStrategy.ValidateUpdate(ctx, obj, old))
+}
+
+// withoutAllocationRequired drops validation's demand for a health check
+// node port that upstream's REST would have allocated before validating:
+// the physical cluster allocates it, and kcp shows it once reported.
+func withoutAllocationRequired(obj runtime.Object, errs field.ErrorList) field.ErrorList {
+	svc, ok := obj.(*api.Service)
+	if !ok || !needsHealthCheck(svc) || svc.Spec.HealthCheckNodePort != 0 {
+		return errs
+	}
+	out := errs[:0:0]
+	for _, e := range errs {
+		if e.Type != field.ErrorTypeRequired || e.Field != "spec.healthCheckNodePort" {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // serviceStatusStrategy is upstream's status strategy (the spec stays as
