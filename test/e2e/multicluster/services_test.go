@@ -241,10 +241,13 @@ spec: {clusterIP: 10.96.200.200, selector: {app: web}, ports: [{port: 80}]}
 		before[name] = svcState(u)
 	}
 	manifest := strings.ReplaceAll(servicesApp, "metadata: {name: web}", "metadata: {name: web, labels: {tier: front}}")
+	// (kubectl apply --server-side takes over what kubectl apply set: the
+	// note stays in the manifest.)
+	manifest2 := strings.ReplaceAll(manifest, "{name: np}", "{name: np, annotations: {note: applied}}")
 	for _, args := range [][]string{
 		{"replace", "-f", framework.WriteFile(t, "replace.yaml", manifest)},
-		{"apply", "-f", framework.WriteFile(t, "apply.yaml", strings.ReplaceAll(manifest, "{name: np}", "{name: np, annotations: {note: applied}}"))},
-		{"apply", "--server-side", "--force-conflicts", "-f", framework.WriteFile(t, "ssa.yaml", strings.ReplaceAll(manifest, "{name: lb}", "{name: lb, labels: {via: ssa}}"))},
+		{"apply", "-f", framework.WriteFile(t, "apply.yaml", manifest2)},
+		{"apply", "--server-side", "--force-conflicts", "-f", framework.WriteFile(t, "ssa.yaml", strings.ReplaceAll(manifest2, "{name: lb}", "{name: lb, labels: {via: ssa}}"))},
 		{"patch", "service", "np", "--type=merge", "-p", `{"spec":{"ports":[{"name":"http","port":80,"targetPort":8081},{"name":"metrics","port":9090}]}}`},
 	} {
 		if out, err := asDev(args...); err != nil {
@@ -267,7 +270,8 @@ spec: {clusterIP: 10.96.200.200, selector: {app: web}, ports: [{port: 80}]}
 		if err != nil {
 			return false, err.Error()
 		}
-		return n.Spec.Ports[0].TargetPort.IntValue() == 8081 && n.Annotations["note"] == "applied", svcState(n)
+		u, _ := up.CoreV1().Services("default").Get(ctx, "np", metav1.GetOptions{})
+		return n.Spec.Ports[0].TargetPort.IntValue() == 8081 && n.Annotations["note"] == "applied", fmt.Sprintf("downstream %+v %v\nupstream %+v %v", n.Spec.Ports, n.Annotations, u.Spec.Ports, u.Annotations)
 	})
 
 	// A tenant cannot make kcp show other values: not by the fields (not
@@ -279,9 +283,14 @@ spec: {clusterIP: 10.96.200.200, selector: {app: web}, ports: [{port: 80}]}
 	framework.MustContain(t, "a tenant setting web's cluster IP", out, "is not used")
 	key := workload.TargetKey(compute, on)
 	forged := fmt.Sprintf(`{"target":"%s/%s","clusterIPs":["10.96.0.1"],"nodePorts":{"http":30000}}`, compute, on)
-	asDev("annotate", "--overwrite", "service", "np", workload.StatusAnnotationPrefix+key+"="+forged)
-	asDev("annotate", "--overwrite", "service", "web", workload.AllocationsAnnotation+"=["+forged+"]")
-	asDev("patch", "service", "web", "--subresource=status", "--type=merge", "-p", `{"metadata":{"annotations":{"`+workload.StatusAnnotationPrefix+key+`":`+fmt.Sprintf("%q", forged)+`}}}`)
+	for _, args := range [][]string{
+		{"annotate", "--overwrite", "service", "np", workload.StatusAnnotationPrefix + key + "=" + forged},
+		{"annotate", "--overwrite", "service", "web", workload.AllocationsAnnotation + "=[" + forged + "]"},
+		{"patch", "service", "web", "--subresource=status", "--type=merge", "-p", `{"metadata":{"annotations":{"` + workload.StatusAnnotationPrefix + key + `":` + fmt.Sprintf("%q", forged) + `}}}`},
+	} {
+		out, err := asDev(args...)
+		t.Logf("a tenant's kubectl %s: %v %s", args[0], err, out)
+	}
 	for name, want := range before {
 		u, err := up.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -398,7 +407,7 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: tr
 	// A tenant's update that omits them keeps the first's; its forged
 	// report for the first target is dropped.
 	asDev := tenantKubectl(t, s, team)
-	if out, err := asDev("replace", "-f", framework.WriteFile(t, "replace.yaml", strings.ReplaceAll(servicesApp, "{name: np}", "{name: np, labels: {x: y}}"))); err != nil {
+	if out, err := asDev("replace", "-f", framework.WriteFile(t, "replace.yaml", strings.ReplaceAll(servicesApp, "{name: np}", "{name: np, labels: {tier: back}}"))); err != nil {
 		t.Fatalf("kubectl replace: %v\n%s", err, out)
 	}
 	forged := fmt.Sprintf(`{"target":"%s/%s","clusterIPs":[%q]}`, compute, first, copies[1].Spec.ClusterIP)
