@@ -315,6 +315,25 @@ spec: {clusterIP: 10.96.200.200, selector: {app: web}, ports: [{port: 80}]}
 		}
 	}
 
+	// Settled, nothing writes the Services again and again (the syncer's
+	// reports against kcp's and the placement controller's writes).
+	versions := func() string {
+		list, err := up.CoreV1().Services("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, svc := range list.Items {
+			out = append(out, svc.Name+"@"+svc.ResourceVersion)
+		}
+		return strings.Join(out, " ")
+	}
+	settled := versions()
+	time.Sleep(5 * time.Second)
+	if now := versions(); now != settled {
+		t.Errorf("the Services keep being written: %s, 5s later %s", settled, now)
+	}
+
 	// The namespace moves (a drain of its cluster): the values follow.
 	if out, err := s.KubectlPlugin(admin, "kcp", "workload", "drain", on); err != nil {
 		t.Fatalf("kubectl kcp workload drain %s: %v\n%s", on, err, out)
