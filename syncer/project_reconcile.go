@@ -262,6 +262,8 @@ func (p *projector) projection(gvr schema.GroupVersionResource, down *unstructur
 	}
 	out.SetOwnerReferences(refs)
 	switch gvr.Resource {
+	case "replicasets":
+		p.templateAsWritten(out, cluster, ns)
 	case "pods":
 		// kcp computes no priority of its own from a class.
 		unstructured.RemoveNestedField(out.Object, "spec", "priority")

@@ -625,7 +625,7 @@ func (s *Syncer) downstreamCopy(up *unstructured.Unstructured, namespace string)
 	ann := map[string]string{}
 	for k, v := range up.GetAnnotations() {
 		if k != logicalcluster.Annotation && k != "kubectl.kubernetes.io/last-applied-configuration" && k != workload.AssignedTargetAnnotation &&
-			!strings.HasPrefix(k, workload.StatusAnnotationPrefix) {
+			!strings.HasPrefix(k, workload.StatusAnnotationPrefix) && k != workload.AllocationsAnnotation {
 			ann[k] = v
 		}
 	}
@@ -645,16 +645,7 @@ func (s *Syncer) downstreamCopy(up *unstructured.Unstructured, namespace string)
 		}
 	}
 	if up.GetKind() == "Service" {
-		unstructured.RemoveNestedField(out.Object, "spec", "clusterIP")
-		unstructured.RemoveNestedField(out.Object, "spec", "clusterIPs")
-		if ports, ok, _ := unstructured.NestedSlice(out.Object, "spec", "ports"); ok {
-			for _, p := range ports {
-				if m, ok := p.(map[string]interface{}); ok {
-					delete(m, "nodePort")
-				}
-			}
-			_ = unstructured.SetNestedSlice(out.Object, ports, "spec", "ports")
-		}
+		serviceForDownstream(out)
 	}
 	return out, nil
 }
@@ -669,6 +660,11 @@ func runtimeDeepCopy(v interface{}) interface{} {
 // observed the copy written from it, so kubectl rollout status means what
 // it says.
 func (s *Syncer) statusUp(ctx context.Context, it item, up, down *unstructured.Unstructured, pol *workload.NamespacePolicy) error {
+	if it.gvr == servicesGVR {
+		if err := s.allocationUp(ctx, it, up, down); err != nil {
+			return err
+		}
+	}
 	st, ok, _ := unstructured.NestedMap(down.Object, "status")
 	if !ok {
 		return nil

@@ -171,7 +171,8 @@ func (p withServices) NewRESTStorage(rc serverstorage.APIResourceConfigSource, g
 }
 
 // serviceREST stores Services with upstream's strategy and without cluster
-// IP or node port allocation (the physical cluster allocates its own).
+// IP or node port allocation: the physical cluster allocates its own, and
+// the Service shows them (serviceallocation.go).
 type serviceREST struct{ *genericregistry.Store }
 
 func (*serviceREST) ShortNames() []string { return []string{"svc"} }
@@ -198,7 +199,7 @@ func newServiceStorage(getter generic.RESTOptionsGetter) (*serviceREST, *service
 		return nil, nil, err
 	}
 	status := *store
-	status.UpdateStrategy = svcreg.StatusStrategy
+	status.UpdateStrategy = serviceStatusStrategy{svcreg.StatusStrategy}
 	status.ResetFieldsStrategy = svcreg.StatusStrategy
 	return &serviceREST{store}, &serviceStatusREST{&status}, nil
 }

@@ -300,9 +300,11 @@ func assignmentLabel(k string) bool { return strings.HasPrefix(k, workload.State
 func syncerFinalizer(f string) bool { return strings.HasPrefix(f, workload.FinalizerPrefix) }
 
 // kcpAnnotation: the assigned targets and the placement policy on a
-// namespace, and the per-target status on an object, are kcp's.
+// namespace, and the per-target status and a Service's allocations on an
+// object, are kcp's.
 func kcpAnnotation(k string) bool {
-	return k == workload.AssignedTargetAnnotation || k == workload.NamespacePolicyAnnotation || strings.HasPrefix(k, workload.StatusAnnotationPrefix)
+	return k == workload.AssignedTargetAnnotation || k == workload.NamespacePolicyAnnotation || strings.HasPrefix(k, workload.StatusAnnotationPrefix) ||
+		k == workload.AllocationsAnnotation
 }
 
 // KeepAssignment makes obj's assignment labels, syncer finalizers and kcp's
