@@ -403,7 +403,9 @@ spec:
 		}
 		s.Start()
 		restarted := time.Now()
-		defer func() { t.Logf("logs worked again %s after kcp was ready", time.Since(restarted).Round(time.Millisecond)) }()
+		defer func() {
+			t.Logf("logs worked again %s after kcp was ready", time.Since(restarted).Round(time.Millisecond))
+		}()
 		framework.Eventually(t, 90*time.Second, "logs again once kcp is back (the syncer's tunnel reconnects)", func() (bool, string) {
 			out, err := s.KubectlErr(teamA, "", "logs", "web")
 			return err == nil && strings.Contains(out, own[teamA]), out
