@@ -1,13 +1,10 @@
 package multicluster
 
 import (
-	"archive/zip"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,42 +23,6 @@ import (
 // repository's manifests).
 const argoCD = "github.com/argoproj/argo-cd/v3@v3.6.1"
 
-// moduleFile reads one file of a Go module's zip from the module proxy.
-// The zip is what is needed, not a build: `go mod download` names it even
-// when the module asks for a newer Go than ours.
-func moduleFile(t *testing.T, module, file string) []byte {
-	t.Helper()
-	cmd := exec.Command("go", "mod", "download", "-json", module)
-	cmd.Dir = t.TempDir()
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
-	out, _ := cmd.Output()
-	var m struct{ Zip, Error string }
-	if err := json.Unmarshal(out, &m); err != nil || m.Zip == "" {
-		t.Fatalf("go mod download %s (needs the Go module proxy): %v\n%s", module, err, out)
-	}
-	zr, err := zip.OpenReader(m.Zip)
-	if err != nil {
-		t.Fatalf("%s: %v (%s)", m.Zip, err, m.Error)
-	}
-	defer zr.Close()
-	for _, f := range zr.File {
-		if f.Name == module+"/"+file {
-			r, err := f.Open()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			b, err := io.ReadAll(r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b
-		}
-	}
-	t.Fatalf("%s has no %s", module, file)
-	return nil
-}
-
 // TestArgoCDInstallsUnchanged applies Argo CD's public install manifest,
 // unchanged, in a placed workspace, as its README says (kubectl create
 // namespace argocd; kubectl apply -n argocd --server-side -f install.yaml):
@@ -72,7 +33,10 @@ func moduleFile(t *testing.T, module, file string) []byte {
 // their status comes back, so `kubectl rollout status` completes in kcp;
 // the workspace then serves Argo CD's own API.
 func TestArgoCDInstallsUnchanged(t *testing.T) {
-	manifest := moduleFile(t, argoCD, "manifests/install.yaml")
+	manifest, err := os.ReadFile(filepath.Join(moduleDir(t, argoCD, "manifests"), "install.yaml"))
+	if err != nil {
+		t.Fatalf("%s has no manifests/install.yaml: %v", argoCD, err)
+	}
 	bins := binaries(t)
 	s := framework.StartServer(t, "")
 	const compute, team = "root:compute", "root:gitops"

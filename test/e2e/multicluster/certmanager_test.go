@@ -1,11 +1,9 @@
 package multicluster
 
 import (
-	"archive/zip"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -29,48 +27,6 @@ import (
 // certManager is the release whose Helm chart (deploy/charts/cert-manager in
 // the module's zip) is rendered by helm and applied unchanged.
 const certManager = "github.com/cert-manager/cert-manager@v1.21.2"
-
-// moduleDir extracts one directory of a Go module's zip into a temporary
-// directory and returns its path.
-func moduleDir(t *testing.T, module, dir string) string {
-	t.Helper()
-	cmd := exec.Command("go", "mod", "download", "-json", module)
-	cmd.Dir = t.TempDir()
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
-	out, _ := cmd.Output()
-	var m struct{ Zip, Error string }
-	if err := json.Unmarshal(out, &m); err != nil || m.Zip == "" {
-		t.Fatalf("go mod download %s (needs the Go module proxy): %v\n%s", module, err, out)
-	}
-	zr, err := zip.OpenReader(m.Zip)
-	if err != nil {
-		t.Fatalf("%s: %v (%s)", m.Zip, err, m.Error)
-	}
-	defer zr.Close()
-	dest := t.TempDir()
-	prefix := module + "/" + dir + "/"
-	for _, f := range zr.File {
-		rel, ok := strings.CutPrefix(f.Name, prefix)
-		if !ok || strings.HasSuffix(f.Name, "/") || strings.Contains(rel, "..") {
-			continue
-		}
-		path := filepath.Join(dest, rel)
-		os.MkdirAll(filepath.Dir(path), 0o755)
-		r, err := f.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(r)
-		r.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dest
-}
 
 // issuerWebhook plays cert-manager's webhook pod: it refuses an Issuer that
 // names no kind of issuer (as cert-manager's own validation does) and
@@ -151,15 +107,7 @@ func TestCertManagerInstallsUnchanged(t *testing.T) {
 	register(t, s, admin, "pc1", "region=eu", pcs["pc1"])
 	down := downClient(t, pcs["pc1"])
 	waitTargetsReady(t, s, compute, "pc1")
-	s.Kubectl(team, "apply", "-f", framework.WriteFile(t, "placement.yaml", `apiVersion: workload.kcp.io/v1alpha1
-kind: Placement
-metadata: {name: everything}
-spec: {locationWorkspace: "root:compute", namespaceSelector: {}}
-`))
-	framework.Eventually(t, 30*time.Second, "the namespace to be assigned", func() (bool, string) {
-		a := s.Kubectl(team, "get", "namespace", "default", "-o", `jsonpath={.metadata.annotations.workload\.kcp\.io/sync-target}`)
-		return a == compute+"/pc1", a
-	})
+	placeAll(t, s, team, compute, "pc1")
 	// As cert-manager's documentation installs it, against the workspace.
 	dir := t.TempDir()
 	cmd := exec.Command(helm, "install", "cert-manager", chart, "--namespace", "cert-manager", "--create-namespace", "--set", "crds.enabled=true", "--timeout", "3m")

@@ -1,8 +1,11 @@
 package multicluster
 
 import (
+	"archive/zip"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,5 +139,63 @@ func waitTargetsReady(t *testing.T, s *framework.Server, workspace string, names
 			}
 		}
 		return true, out
+	})
+}
+
+// moduleDir extracts one directory of a Go module's zip into a temporary
+// directory and returns its path.
+func moduleDir(t *testing.T, module, dir string) string {
+	t.Helper()
+	cmd := exec.Command("go", "mod", "download", "-json", module)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+	out, _ := cmd.Output()
+	var m struct{ Zip, Error string }
+	if err := json.Unmarshal(out, &m); err != nil || m.Zip == "" {
+		t.Fatalf("go mod download %s (needs the Go module proxy): %v\n%s", module, err, out)
+	}
+	zr, err := zip.OpenReader(m.Zip)
+	if err != nil {
+		t.Fatalf("%s: %v (%s)", m.Zip, err, m.Error)
+	}
+	defer zr.Close()
+	dest := t.TempDir()
+	prefix := module + "/" + dir + "/"
+	for _, f := range zr.File {
+		rel, ok := strings.CutPrefix(f.Name, prefix)
+		if !ok || strings.HasSuffix(f.Name, "/") || strings.Contains(rel, "..") {
+			continue
+		}
+		path := filepath.Join(dest, rel)
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		r, err := f.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dest
+}
+
+// placeAll places every namespace of a workspace on the SyncTargets of a
+// location (a Placement selecting all namespaces) and waits until default
+// is assigned to the location's target.
+func placeAll(t *testing.T, s *framework.Server, workspace, location, target string) {
+	t.Helper()
+	s.Kubectl(workspace, "apply", "-f", framework.WriteFile(t, "placement.yaml", `apiVersion: workload.kcp.io/v1alpha1
+kind: Placement
+metadata: {name: everything}
+spec: {locationWorkspace: "`+location+`", namespaceSelector: {}}
+`))
+	framework.Eventually(t, 30*time.Second, "the namespace to be assigned", func() (bool, string) {
+		a := s.Kubectl(workspace, "get", "namespace", "default", "-o", `jsonpath={.metadata.annotations.workload\.kcp\.io/sync-target}`)
+		return a == location+"/"+target, a
 	})
 }

@@ -460,15 +460,7 @@ func TestHelmInstallWaits(t *testing.T) {
 	pcs := startPhysical(t, bins, "pc1")
 	register(t, s, admin, "pc1", "region=eu", pcs["pc1"])
 	waitTargetsReady(t, s, compute, "pc1")
-	s.Kubectl(team, "apply", "-f", framework.WriteFile(t, "placement.yaml", `apiVersion: workload.kcp.io/v1alpha1
-kind: Placement
-metadata: {name: eu}
-spec: {locationWorkspace: "root:compute", namespaceSelector: {}}
-`))
-	framework.Eventually(t, 30*time.Second, "the namespace to be assigned", func() (bool, string) {
-		a := s.Kubectl(team, "get", "namespace", "default", "-o", `jsonpath={.metadata.annotations.workload\.kcp\.io/sync-target}`)
-		return a == compute+"/pc1", a
-	})
+	placeAll(t, s, team, compute, "pc1")
 	kubeconfig := adminIn(t, s, team)
 	dir := t.TempDir()
 	run := func(args ...string) (string, error) {
