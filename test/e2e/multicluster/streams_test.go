@@ -35,7 +35,8 @@ import (
 // rows: workspace B never sees A's logs; a user without pods/exec is
 // refused by kcp; the downstream namespace is not a name in the workspace;
 // the syncer's tunnel handler refuses anything but its pods' streams; a
-// syncer credential opens only its own target's tunnel. attach works too. Faults: the syncer killed during logs -f ends the
+// syncer credential opens only its own target's tunnel. attach and cp out
+// of the pod work too. Faults: the syncer killed during logs -f ends the
 // client's stream; without a tunnel kcp answers 503 naming the SyncTarget;
 // kcp restarted during logs -f ends it too, and logs work again once the
 // tunnel is back; the physical cluster killed mid-exec ends the exec with
@@ -359,6 +360,23 @@ spec:
 				t.Fatal("kubectl attach did not show what the container wrote")
 			case <-time.After(2 * time.Second):
 			}
+		}
+	})
+
+	t.Run("cp out of the pod", func(t *testing.T) {
+		// tar through exec (kwok runs it in the cluster's directory on this
+		// machine). cp into a pod is not tested: it needs the end of stdin,
+		// which kwok's local exec does not pass on (on the physical cluster
+		// directly too).
+		if err := os.WriteFile(filepath.Join(pc1.Dir, "from-the-pod.txt"), []byte("inside pod web\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		local := filepath.Join(t.TempDir(), "copied.txt")
+		if out, err := s.KubectlErr(teamA, "", "cp", "web:from-the-pod.txt", local); err != nil {
+			t.Fatalf("kubectl cp out of the pod: %v\n%s", err, out)
+		}
+		if b, err := os.ReadFile(local); err != nil || string(b) != "inside pod web\n" {
+			t.Errorf("copied out of the pod: %q %v", b, err)
 		}
 	})
 
