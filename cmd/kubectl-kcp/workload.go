@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -100,7 +101,9 @@ var targetVerbs = map[string]struct{ short, long, patch, done string }{
 // cordonCommand is one of targetVerbs.
 func (o *wsOptions) cordonCommand(verb string) *cobra.Command {
 	v := targetVerbs[verb]
-	return &cobra.Command{
+	var wait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
 		Use:     verb + " NAME",
 		Short:   v.short,
 		Long:    v.long,
@@ -122,8 +125,65 @@ func (o *wsOptions) cordonCommand(verb string) *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "SyncTarget %s %s in workspace %s\n", args[0], v.done, s.current)
-			return nil
+			if verb != "drain" {
+				return nil
+			}
+			if !wait {
+				fmt.Fprintf(cmd.OutOrStdout(), "follow it with: kubectl kcp workload drain %s --wait (or kubectl get synctarget %s -o jsonpath='{.status.drain.message}')\n", args[0], args[0])
+				return nil
+			}
+			return waitDrained(ctx, cmd.OutOrStdout(), dyn, args[0], timeout)
 		},
+	}
+	if verb == "drain" {
+		cmd.Flags().BoolVar(&wait, "wait", false, "wait until no namespace is assigned to the SyncTarget, printing what is still there and why; fail after --timeout naming what blocks")
+		cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long --wait waits")
+		cmd.Example += "\n  kubectl kcp workload drain pc1 --wait --timeout 5m"
+	}
+	return cmd
+}
+
+// waitDrained polls a draining SyncTarget's status.drain until nothing is
+// assigned to it, printing each new state; after timeout it fails with
+// what is still there and why.
+func waitDrained(ctx context.Context, out io.Writer, dyn dynamic.Interface, name string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last string
+	var st workload.DrainStatus
+	for {
+		obj, err := dyn.Resource(workload.SyncTargetsResource).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		raw, found, _ := unstructured.NestedMap(obj.Object, "status", "drain")
+		if found {
+			st = workload.DrainStatus{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st); err != nil {
+				return fmt.Errorf("SyncTarget %s: status.drain: %v", name, err)
+			}
+			if st.Message != last {
+				fmt.Fprintln(out, st.Message)
+				for _, b := range st.Blocked {
+					fmt.Fprintf(out, "  %s namespace %s: %s\n", b.Workspace, b.Namespace, b.Reason)
+				}
+				last = st.Message
+			}
+			if st.Namespaces == 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			msg := "kcp has not reported on the drain yet"
+			if found {
+				msg = st.Message
+			}
+			return fmt.Errorf("SyncTarget %s is not drained after %s: %s", name, timeout, msg)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
 	}
 }
 

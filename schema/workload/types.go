@@ -185,7 +185,36 @@ type SyncTargetStatus struct {
 	// SyncedResources are the resources the syncer syncs, and whether the
 	// physical cluster serves each.
 	SyncedResources []ResourceState `json:"syncedResources,omitempty"`
+	// Drain is, while spec.drain is set, what is still assigned to the
+	// target and why (kcp's placement controller writes it).
+	Drain *DrainStatus `json:"drain,omitempty"`
 }
+
+// DrainStatus says how far a drain is.
+type DrainStatus struct {
+	// Namespaces are the namespaces still assigned to the target.
+	Namespaces int `json:"namespaces"`
+	// Moving are those whose replacement is starting elsewhere (each copy
+	// here stays until its replacement is Available).
+	Moving int `json:"moving"`
+	// Stuck are those that cannot move: their Placement selects no other
+	// usable target.
+	Stuck int `json:"stuck"`
+	// Blocked names some of them (at most MaxDrainBlocked), with why.
+	Blocked []DrainBlock `json:"blocked,omitempty"`
+	// Message sums it up.
+	Message string `json:"message,omitempty"`
+}
+
+// DrainBlock is one namespace still on a draining target.
+type DrainBlock struct {
+	Workspace string `json:"workspace"`
+	Namespace string `json:"namespace"`
+	Reason    string `json:"reason"`
+}
+
+// MaxDrainBlocked bounds DrainStatus.Blocked.
+const MaxDrainBlocked = 20
 
 // ResourceState is one synced resource ("deployments.apps/v1") and its
 // state: Accepted when the physical cluster serves it, NotServed if not.

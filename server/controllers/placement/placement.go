@@ -80,6 +80,9 @@ type Controller struct {
 	evictionDelay time.Duration
 	// negotiated tells which negotiated resources a cluster is served.
 	negotiated Negotiated
+	// drains tallies what is still on draining targets
+	// (placement_reconcile_drain.go).
+	drains *drains
 }
 
 // Negotiated tells which negotiated resources (not built in) a cluster is
@@ -104,7 +107,7 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, negotiate
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{queue: worker.NewQueue[string](name), clients: clients, evictionDelay: evictionDelay, negotiated: negotiated}
+	c := &Controller{queue: worker.NewQueue[string](name), clients: clients, evictionDelay: evictionDelay, negotiated: negotiated, drains: newDrains()}
 
 	placementIndexers := cache.Indexers{byLocation: func(obj interface{}) ([]string, error) {
 		loc, _, _ := unstructured.NestedString(obj.(*unstructured.Unstructured).Object, "spec", "locationWorkspace")
@@ -221,6 +224,7 @@ func (c *Controller) enqueueCluster(cluster logicalcluster.Name) {
 // Run processes the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
 	c.sharedNamespaces.AddEventHandlerUntil(ctx, c.onNamespace)
+	go c.writeDrains(ctx)
 	worker.Run(ctx, name, c.queue, workers, c.informers, func(ctx context.Context, key string) (time.Duration, error) {
 		kind, k, _ := strings.Cut(key, ":")
 		cluster, _, objName, err := clusterinformer.SplitKey(k)
@@ -504,10 +508,12 @@ func notReadySince(t *workload.SyncTarget) time.Time {
 func (c *Controller) namespace(ctx context.Context, cluster logicalcluster.Name, nsName string) (time.Duration, error) {
 	obj, ok, _ := c.namespaces.GetByKey(clusterinformer.Key(cluster, "", nsName))
 	if !ok {
+		c.drains.set(clusterinformer.Key(cluster, "", nsName), nil)
 		return 0, nil
 	}
 	ns := obj.(*corev1.Namespace).DeepCopy()
 	if ns.DeletionTimestamp != nil {
+		c.drains.set(clusterinformer.Key(cluster, "", nsName), nil)
 		return 0, nil
 	}
 	p, chosen, leaving, recheck := c.choose(time.Now(), cluster, ns)
@@ -518,6 +524,7 @@ func (c *Controller) namespace(ctx context.Context, cluster logicalcluster.Name,
 		old, _ := workload.ParsePolicy(ns.Annotations)
 		pol.Previous = rebalancingFrom(old, &pol)
 	}
+	var waitingFor string
 	if len(leaving) > 0 || pol.Previous != nil {
 		// Draining or rebalancing: the leaving targets go, and the shares
 		// that shrink shrink, once the others run their new shares.
@@ -529,12 +536,14 @@ func (c *Controller) namespace(ctx context.Context, cluster logicalcluster.Name,
 			leaving = nil
 			pol = policy(p, chosen, nil)
 		} else {
+			waitingFor = why
 			klog.V(2).InfoS("draining or rebalancing: waiting for the new shares", "cluster", cluster, "namespace", ns.Name, "why", why)
 			if recheck == 0 || recheck > afterChange {
 				recheck = afterChange
 			}
 		}
 	}
+	c.recordDrain(cluster, ns.Name, p, chosen, leaving, waitingFor)
 	all := append(append([]target{}, chosen...), leaving...)
 	want := map[string]bool{}
 	var refs []string

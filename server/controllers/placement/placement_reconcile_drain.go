@@ -1,0 +1,193 @@
+package placement
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+
+	"github.com/kcpsql/kcp/schema/workload"
+	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// A drain that tells the truth: while a SyncTarget drains, every namespace
+// still assigned to it is either moving (its replacement starts on another
+// target; the copy here stays until that is Available) or stuck (its
+// Placement selects no other usable target, so it stays, since a drain never
+// leaves a namespace nowhere). The namespace reconcile records which, and
+// why; a writer puts the tally into the SyncTarget's status.drain (at most
+// a few times a second), where kubectl kcp workload drain --wait and
+// kubectl get read it.
+
+// drainEntry is one namespace on a draining target.
+type drainEntry struct {
+	stuck  bool
+	reason string
+}
+
+// drains tallies the namespaces of draining targets.
+type drains struct {
+	mu sync.Mutex
+	// byTarget: target ref (location/name) -> namespace key -> entry.
+	byTarget map[string]map[string]drainEntry
+	dirty    map[string]bool
+}
+
+func newDrains() *drains {
+	return &drains{byTarget: map[string]map[string]drainEntry{}, dirty: map[string]bool{}}
+}
+
+// set records the draining targets a namespace is still on (and forgets
+// it on every other target).
+func (d *drains) set(nsKey string, entries map[string]drainEntry) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for ref, m := range d.byTarget {
+		if _, keep := entries[ref]; !keep {
+			if _, had := m[nsKey]; had {
+				delete(m, nsKey)
+				d.dirty[ref] = true
+			}
+		}
+	}
+	for ref, e := range entries {
+		m := d.byTarget[ref]
+		if m == nil {
+			m = map[string]drainEntry{}
+			d.byTarget[ref] = m
+		}
+		if m[nsKey] != e {
+			m[nsKey] = e
+			d.dirty[ref] = true
+		}
+	}
+}
+
+// recordDrain notes where a namespace stands on its draining targets:
+// chosen ones that drain keep it for want of another (stuck), leaving ones
+// wait for its replacement (moving, why).
+func (c *Controller) recordDrain(cluster logicalcluster.Name, ns string, p *workload.Placement, chosen, leaving []target, why string) {
+	entries := map[string]drainEntry{}
+	for _, t := range chosen {
+		if t.obj.Spec.Drain {
+			pl := "no Placement"
+			if p != nil {
+				pl = "Placement " + p.Name
+			}
+			entries[t.ref()] = drainEntry{stuck: true, reason: pl + " selects no other usable SyncTarget (a drain never leaves a namespace nowhere)"}
+		}
+	}
+	for _, t := range leaving {
+		if why == "" {
+			why = "its replacement is starting"
+		}
+		entries[t.ref()] = drainEntry{reason: "moving: " + why}
+	}
+	c.drains.set(clusterinformer.Key(cluster, "", ns), entries)
+}
+
+// writeDrains writes the tallies of draining targets into their status
+// until ctx ends.
+func (c *Controller) writeDrains(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, o := range c.targets.List() {
+			u := o.(*unstructured.Unstructured)
+			ref := string(clusterinformer.ClusterOf(u)) + "/" + u.GetName()
+			if err := c.writeDrain(ctx, u, ref); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+				klog.V(2).InfoS("writing a drain's status", "syncTarget", ref, "err", err)
+			}
+		}
+	}
+}
+
+func (c *Controller) writeDrain(ctx context.Context, u *unstructured.Unstructured, ref string) error {
+	obj, err := decodeTarget(u)
+	if err != nil {
+		return nil
+	}
+	var assigned []string
+	if obj.Spec.Drain {
+		// What the namespaces say is the truth of what is assigned; the
+		// tally says why each is still there.
+		label := workload.StateLabel(string(clusterinformer.ClusterOf(u)), u.GetName())
+		for _, o := range c.namespaces.List() {
+			if ns, ok := o.(*corev1.Namespace); ok && ns.Labels[label] == workload.StateSync && ns.DeletionTimestamp == nil {
+				assigned = append(assigned, clusterinformer.Key(clusterinformer.ClusterOf(ns), "", ns.Name))
+			}
+		}
+		sort.Strings(assigned)
+	}
+	c.drains.mu.Lock()
+	entries := c.drains.byTarget[ref]
+	var want *workload.DrainStatus
+	if obj.Spec.Drain {
+		want = &workload.DrainStatus{Namespaces: len(assigned)}
+		for _, k := range assigned {
+			e, ok := entries[k]
+			if !ok {
+				e = drainEntry{reason: "moving: not looked at since the drain began"}
+			}
+			if e.stuck {
+				want.Stuck++
+			} else {
+				want.Moving++
+			}
+			if len(want.Blocked) < workload.MaxDrainBlocked {
+				cl, _, name, _ := clusterinformer.SplitKey(k)
+				want.Blocked = append(want.Blocked, workload.DrainBlock{Workspace: string(cl), Namespace: name, Reason: e.reason})
+			}
+		}
+		want.Message = drainMessage(want)
+	} else if len(entries) > 0 {
+		delete(c.drains.byTarget, ref)
+	}
+	c.drains.mu.Unlock()
+	if equality.Semantic.DeepEqual(obj.Status.Drain, want) {
+		return nil
+	}
+	obj.Status.Drain = want
+	st, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&obj.Status)
+	if err != nil {
+		return err
+	}
+	out := u.DeepCopy()
+	out.Object["status"] = st
+	d, err := c.clients.Dynamic(clusterinformer.ClusterOf(u))
+	if err != nil {
+		return err
+	}
+	_, err = d.Resource(workload.SyncTargetsResource).UpdateStatus(ctx, out, metav1.UpdateOptions{FieldManager: fieldManager})
+	return err
+}
+
+func drainMessage(d *workload.DrainStatus) string {
+	if d.Namespaces == 0 {
+		return "drained: no namespace is assigned to this target"
+	}
+	var parts []string
+	if d.Moving > 0 {
+		parts = append(parts, fmt.Sprintf("%d moving (each copy here stays until its replacement is Available)", d.Moving))
+	}
+	if d.Stuck > 0 {
+		parts = append(parts, fmt.Sprintf("%d cannot move: their Placement selects no other usable SyncTarget; add or uncordon one, or change the Placement", d.Stuck))
+	}
+	return fmt.Sprintf("%d namespaces still here: %s", d.Namespaces, strings.Join(parts, "; "))
+}
