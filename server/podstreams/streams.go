@@ -113,15 +113,18 @@ func (s *Streams) AddDirect(key string, cfg *rest.Config) (remove func()) {
 }
 
 // acquire counts a stream against its workspace's and target's caps;
-// release gives it back.
+// release gives it back. Beyond a cap the answer is 429 without
+// Retry-After: streams stay open for minutes or hours, and client-go
+// retries a 429 that has one (ten times, honouring it), which kept the
+// user waiting 50 s for the message.
 func (s *Streams) acquire(cluster logicalcluster.Name, t target) (func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l := s.limits.PerWorkspace; l > 0 && s.openWS[cluster] >= l {
-		return nil, apierrors.NewTooManyRequests(fmt.Sprintf("workspace %s has %d pod streams (logs, exec, attach, port-forward) open, the most kcp allows (kcp start --pod-streams-per-workspace)", cluster, l), 5)
+		return nil, apierrors.NewTooManyRequests(fmt.Sprintf("workspace %s has %d pod streams (logs, exec, attach, port-forward) open, the most kcp allows (kcp start --pod-streams-per-workspace); close one or retry later", cluster, l), 0)
 	}
 	if l := s.limits.PerTarget; l > 0 && s.openTarget[t.Key] >= l {
-		return nil, apierrors.NewTooManyRequests(fmt.Sprintf("%s has %d pod streams open, the most kcp allows (kcp start --pod-streams-per-synctarget)", t, l), 5)
+		return nil, apierrors.NewTooManyRequests(fmt.Sprintf("%s has %d pod streams open, the most kcp allows (kcp start --pod-streams-per-synctarget); retry later", t, l), 0)
 	}
 	s.openWS[cluster]++
 	s.openTarget[t.Key]++

@@ -35,15 +35,16 @@ import (
 // rows: workspace B never sees A's logs; a user without pods/exec is
 // refused by kcp; the downstream namespace is not a name in the workspace;
 // the syncer's tunnel handler refuses anything but its pods' streams; a
-// syncer credential opens only its own target's tunnel. attach and cp out
-// of the pod work too. Faults: the syncer killed during logs -f ends the
+// syncer credential opens only its own target's tunnel; a workspace at its
+// cap of open streams gets 429 while another's streams go on. attach and
+// cp out of the pod work too. Faults: the syncer killed during logs -f ends the
 // client's stream; without a tunnel kcp answers 503 naming the SyncTarget;
 // kcp restarted during logs -f ends it too, and logs work again once the
 // tunnel is back; the physical cluster killed mid-exec ends the exec with
 // an error, not a hang.
 func TestPodStreams(t *testing.T) {
 	bins := binaries(t)
-	s := framework.StartServer(t, "")
+	s := framework.StartServer(t, "", "--pod-streams-per-workspace=3")
 	const compute, teamA, teamB = "root:compute", "root:team-a", "root:team-b"
 	s.CreateWorkspaces(compute, teamA, teamB)
 	admin := adminIn(t, s, compute)
@@ -377,6 +378,37 @@ spec:
 		}
 		if b, err := os.ReadFile(local); err != nil || string(b) != "inside pod web\n" {
 			t.Errorf("copied out of the pod: %q %v", b, err)
+		}
+	})
+
+	t.Run("a workspace's streams are capped, the others' are not", func(t *testing.T) {
+		_, kubectl := framework.Binaries(t)
+		var cmds []*exec.Cmd
+		defer func() {
+			for _, c := range cmds {
+				c.Process.Kill()
+				c.Wait()
+			}
+		}()
+		for i := 0; i < 3; i++ {
+			c := exec.Command(kubectl, "--kubeconfig", s.Kubeconfig, "--server", s.URL()+"/clusters/"+teamA, "logs", "-f", "web")
+			stdout, _ := c.StdoutPipe()
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			cmds = append(cmds, c)
+			// Open (its first line read) before the next one starts.
+			line, err := bufio.NewReader(stdout).ReadString('\n')
+			if err != nil || !strings.Contains(line, own[teamA]) {
+				t.Fatalf("logs -f %d: %q %v", i, line, err)
+			}
+		}
+		out, err := s.KubectlErr(teamA, "", "logs", "web")
+		if err == nil || !strings.Contains(out, "has 3 pod streams") || !strings.Contains(out, "--pod-streams-per-workspace") {
+			t.Errorf("a 4th stream of team A: want 429 naming the cap, got %v\n%s", err, out)
+		}
+		if out, err := s.KubectlErr(teamB, "", "logs", "web"); err != nil || strings.TrimSpace(out) != own[teamB] {
+			t.Errorf("team B while team A is at its cap: %v\n%s", err, out)
 		}
 	})
 
