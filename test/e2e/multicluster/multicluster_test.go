@@ -173,6 +173,16 @@ rules: [{apiGroups: [workload.kcp.io], resources: [synctargets], verbs: [use]}]
 		t.Errorf("kubectl get deployment web: want READY 3/3\n%s", out)
 	}
 
+	// Debugging through kcp, in pull mode (the syncer's tunnel) and push
+	// mode (kcp's own connection to the cluster): logs and exec of the
+	// Deployment's pods (streams_test.go has the rest).
+	if out, err := s.KubectlErr(teamA, "", "logs", "deployment/web"); err != nil || !strings.Contains(out, "kwok container log of cluster pc1") {
+		t.Errorf("kubectl logs deployment/web: %v\n%s", err, out)
+	}
+	if out, err := s.KubectlErr(teamA, "", "exec", "deployment/web", "--", "sh", "-c", "echo on $PHYSICAL_CLUSTER"); err != nil || strings.TrimSpace(out) != "on pc1" {
+		t.Errorf("kubectl exec deployment/web: %v\n%s", err, out)
+	}
+
 	// Downstream: on pc1, in the namespace of (team-a, default); not on pc2.
 	pc1, pc2 := downClient(t, pcs["pc1"]), downClient(t, pcs["pc2"])
 	nsA := syncer.DownstreamNamespace(logicalcluster.Name(teamA), "default")
