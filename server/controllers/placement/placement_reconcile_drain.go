@@ -27,7 +27,7 @@ import (
 // Placement selects no other usable target, so it stays, since a drain never
 // leaves a namespace nowhere). The namespace reconcile records which, and
 // why; a writer puts the tally into the SyncTarget's status.drain (at most
-// a few times a second), where kubectl kcp workload drain --wait and
+// every 2 s at most, scanning the namespaces only while a target drains), where kubectl kcp workload drain --wait and
 // kubectl get read it.
 
 // drainEntry is one namespace on a draining target.
@@ -100,7 +100,7 @@ func (c *Controller) recordDrain(cluster logicalcluster.Name, ns string, p *work
 // writeDrains writes the tallies of draining targets into their status
 // until ctx ends.
 func (c *Controller) writeDrains(ctx context.Context) {
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	for {
 		select {
