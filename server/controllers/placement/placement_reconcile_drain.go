@@ -26,9 +26,9 @@ import (
 // target; the copy here stays until that is Available) or stuck (its
 // Placement selects no other usable target, so it stays, since a drain never
 // leaves a namespace nowhere). The namespace reconcile records which, and
-// why; a writer puts the tally into the SyncTarget's status.drain (at most
-// every 2 s at most, scanning the namespaces only while a target drains), where kubectl kcp workload drain --wait and
-// kubectl get read it.
+// why; a writer puts the tally into the SyncTarget's status.drain (every
+// 2 s at most, scanning the namespaces only while a target drains), where
+// kubectl kcp workload drain --wait and kubectl get read it.
 
 // drainEntry is one namespace on a draining target.
 type drainEntry struct {
