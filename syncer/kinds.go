@@ -203,3 +203,64 @@ func (s *Syncer) enqueueScaleTarget(it item, objs ...*unstructured.Unstructured)
 		}
 	}
 }
+
+// namespaceNameLabel is the label every namespace carries with its own name.
+const namespaceNameLabel = "kubernetes.io/metadata.name"
+
+// rewriteNetworkPolicy maps the namespaces a NetworkPolicy's peers name
+// (namespaceSelector on kubernetes.io/metadata.name, in matchLabels or in
+// In/NotIn expressions) to their downstream namespaces, which is where the
+// workspace's namespaces of those names run on the physical cluster.
+// kube-system stays the physical cluster's own (where its DNS runs: the
+// usual egress rule for DNS keeps working). Other selectors are left as
+// they are: downstream namespaces carry none of the workspace's namespace
+// labels, so they select no namespace of the workspace (a namespaceSelector
+// {} means every namespace of the physical cluster: docs/multicluster.md).
+func rewriteNetworkPolicy(obj *unstructured.Unstructured, cluster logicalcluster.Name) {
+	mapName := func(v interface{}) interface{} {
+		if s, ok := v.(string); ok && s != "kube-system" {
+			return DownstreamNamespace(cluster, s)
+		}
+		return v
+	}
+	for _, dir := range [][2]string{{"ingress", "from"}, {"egress", "to"}} {
+		rules, ok, _ := unstructured.NestedSlice(obj.Object, "spec", dir[0])
+		if !ok {
+			continue
+		}
+		for _, r := range rules {
+			rm, ok := r.(map[string]interface{})
+			if !ok {
+				continue
+			}
+			peers, _ := rm[dir[1]].([]interface{})
+			for _, p := range peers {
+				pm, ok := p.(map[string]interface{})
+				if !ok {
+					continue
+				}
+				sel, ok := pm["namespaceSelector"].(map[string]interface{})
+				if !ok {
+					continue
+				}
+				if ml, ok := sel["matchLabels"].(map[string]interface{}); ok {
+					if v, ok := ml[namespaceNameLabel]; ok {
+						ml[namespaceNameLabel] = mapName(v)
+					}
+				}
+				exprs, _ := sel["matchExpressions"].([]interface{})
+				for _, e := range exprs {
+					em, ok := e.(map[string]interface{})
+					if !ok || em["key"] != namespaceNameLabel {
+						continue
+					}
+					vals, _ := em["values"].([]interface{})
+					for i := range vals {
+						vals[i] = mapName(vals[i])
+					}
+				}
+			}
+		}
+		_ = unstructured.SetNestedSlice(obj.Object, rules, "spec", dir[0])
+	}
+}

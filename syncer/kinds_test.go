@@ -97,3 +97,36 @@ func TestJobAndCronJobMapping(t *testing.T) {
 		t.Errorf("active: %v", ref)
 	}
 }
+
+func TestRewriteNetworkPolicy(t *testing.T) {
+	np := &unstructured.Unstructured{Object: map[string]interface{}{
+		"kind": "NetworkPolicy",
+		"spec": map[string]interface{}{
+			"ingress": []interface{}{map[string]interface{}{"from": []interface{}{
+				map[string]interface{}{"namespaceSelector": map[string]interface{}{"matchLabels": map[string]interface{}{"kubernetes.io/metadata.name": "frontend"}}},
+				map[string]interface{}{"namespaceSelector": map[string]interface{}{"matchExpressions": []interface{}{
+					map[string]interface{}{"key": "kubernetes.io/metadata.name", "operator": "In", "values": []interface{}{"a", "kube-system"}}}}},
+				map[string]interface{}{"podSelector": map[string]interface{}{}},
+			}}},
+			"egress": []interface{}{map[string]interface{}{"to": []interface{}{
+				map[string]interface{}{"namespaceSelector": map[string]interface{}{"matchLabels": map[string]interface{}{"kubernetes.io/metadata.name": "kube-system"}},
+					"podSelector": map[string]interface{}{"matchLabels": map[string]interface{}{"k8s-app": "kube-dns"}}},
+			}}},
+		},
+	}}
+	rewriteNetworkPolicy(np, "root:team")
+	from, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
+	peers := from[0].(map[string]interface{})["from"].([]interface{})
+	if got := peers[0].(map[string]interface{})["namespaceSelector"].(map[string]interface{})["matchLabels"].(map[string]interface{})["kubernetes.io/metadata.name"]; got != DownstreamNamespace("root:team", "frontend") {
+		t.Errorf("matchLabels: %v", got)
+	}
+	vals := peers[1].(map[string]interface{})["namespaceSelector"].(map[string]interface{})["matchExpressions"].([]interface{})[0].(map[string]interface{})["values"].([]interface{})
+	if vals[0] != DownstreamNamespace("root:team", "a") || vals[1] != "kube-system" {
+		t.Errorf("matchExpressions values: %v", vals)
+	}
+	to, _, _ := unstructured.NestedSlice(np.Object, "spec", "egress")
+	dns := to[0].(map[string]interface{})["to"].([]interface{})[0].(map[string]interface{})["namespaceSelector"].(map[string]interface{})["matchLabels"].(map[string]interface{})
+	if dns["kubernetes.io/metadata.name"] != "kube-system" {
+		t.Errorf("the DNS egress rule was rewritten: %v", dns)
+	}
+}

@@ -639,6 +639,9 @@ func (s *Syncer) downstreamCopy(up *unstructured.Unstructured, namespace string)
 	case "Pod":
 		podForDownstream(out)
 	}
+	if up.GetKind() == "NetworkPolicy" {
+		rewriteNetworkPolicy(out, clusterinformer.ClusterOf(up))
+	}
 	if up.GetKind() == "RoleBinding" {
 		if err := rewriteRoleBinding(out, clusterinformer.ClusterOf(up), up.GetNamespace()); err != nil {
 			return nil, err

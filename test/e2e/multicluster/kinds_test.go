@@ -96,7 +96,8 @@ kind: NetworkPolicy
 metadata: {name: db}
 spec:
   podSelector: {matchLabels: {app: db}}
-  ingress: [{from: [{podSelector: {matchLabels: {app: web}}}]}]
+  ingress: [{from: [{podSelector: {matchLabels: {app: web}}}, {namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: frontend}}}]}]
+  egress: [{to: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: kube-system}}, podSelector: {matchLabels: {k8s-app: kube-dns}}}]}]
 ---
 apiVersion: v1
 kind: PersistentVolumeClaim
@@ -219,6 +220,19 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: tr
 	if exists("pc1", gvr("rbac.authorization.k8s.io", "v1", "rolebindings"), "app-edit") ||
 		exists("pc2", gvr("rbac.authorization.k8s.io", "v1", "rolebindings"), "app-edit") {
 		t.Error("a RoleBinding to ClusterRole edit went to a physical cluster")
+	}
+
+	// The NetworkPolicy's namespace names are the workspace's namespaces
+	// as they run there; the DNS rule keeps the physical kube-system.
+	np, err := down[other].NetworkingV1().NetworkPolicies(ns).Get(ctx, "db", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := np.Spec.Ingress[0].From[1].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"]; got != syncer.DownstreamNamespace(logicalcluster.Name(team), "frontend") {
+		t.Errorf("the NetworkPolicy's namespace frontend is %q downstream, not the workspace's frontend", got)
+	}
+	if got := np.Spec.Egress[0].To[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"]; got != "kube-system" {
+		t.Errorf("the DNS egress rule names %q downstream", got)
 	}
 
 	// The RoleBinding names the downstream service account, nobody else.
