@@ -68,6 +68,9 @@ const (
 	// apiConfigAnnotation fingerprints the address and CA it was made
 	// for (a change of either rewrites it).
 	apiConfigAnnotation = "workload.kcp.io/api-config"
+	// RedirectedAnnotation marks a downstream copy whose pods were given
+	// the workspace API.
+	RedirectedAnnotation = "workload.kcp.io/workspace-api"
 
 	apiAccessVolume = "kcp-api-access"
 	inClusterPath   = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -189,6 +192,13 @@ func (s *Syncer) SetTarget(target *workload.SyncTarget) {
 	}
 }
 
+// legacyPod reports whether a downstream copy is a Pod the syncer created
+// before it gave pods the workspace API: a Pod's spec cannot change, so it
+// runs on as it was (until it is recreated) rather than fail every apply.
+func legacyPod(resource string, down *unstructured.Unstructured) bool {
+	return resource == "pods" && down != nil && down.GetAnnotations()[RedirectedAnnotation] == ""
+}
+
 // podSpecPath is where a synced resource keeps the spec of its pods.
 func podSpecPath(resource string) []string {
 	switch resource {
@@ -267,6 +277,12 @@ func (s *Syncer) redirectPods(resource string, up, out *unstructured.Unstructure
 		}
 	}
 	spec["automountServiceAccountToken"] = false
+	ann := out.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[RedirectedAnnotation] = "true"
+	out.SetAnnotations(ann)
 	if mount {
 		vols, _ := spec["volumes"].([]interface{})
 		has := false

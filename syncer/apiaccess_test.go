@@ -147,3 +147,24 @@ func TestAPIAccessSecretName(t *testing.T) {
 		t.Errorf("too long: %d", len(n))
 	}
 }
+
+func TestLegacyPod(t *testing.T) {
+	old := &unstructured.Unstructured{Object: map[string]interface{}{"kind": "Pod", "metadata": map[string]interface{}{"name": "p"}}}
+	if !legacyPod("pods", old) {
+		t.Error("a Pod created before the workspace API is not left as it is")
+	}
+	marked := old.DeepCopy()
+	marked.SetAnnotations(map[string]string{RedirectedAnnotation: "true"})
+	if legacyPod("pods", marked) || legacyPod("pods", nil) || legacyPod("deployments", old) {
+		t.Error("a new or redirected Pod, or a Deployment, counted as legacy")
+	}
+	// What the syncer applies carries the mark.
+	s := &Syncer{upstream: map[schema.GroupVersionResource]cache.Indexer{}}
+	s.api.defaults.Store(&apiEndpoint{host: "kcp", port: "6443"})
+	up := &unstructured.Unstructured{Object: map[string]interface{}{"kind": "Pod", "metadata": map[string]interface{}{"name": "p"},
+		"spec": map[string]interface{}{"containers": []interface{}{map[string]interface{}{"name": "c"}}}}}
+	out := up.DeepCopy()
+	if _, err := s.redirectPods("pods", up, out); err != nil || out.GetAnnotations()[RedirectedAnnotation] != "true" {
+		t.Errorf("the redirected copy is not marked: %v %v", err, out.GetAnnotations())
+	}
+}

@@ -525,9 +525,11 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (after time.Duration, 
 	if err := s.applyPolicy(it.gvr, desired, pol); err != nil {
 		return 0, err
 	}
-	sa, err := s.redirectPods(it.gvr.Resource, up, desired)
-	if err != nil {
-		return 0, err
+	var sa string
+	if !legacyPod(it.gvr.Resource, down) {
+		if sa, err = s.redirectPods(it.gvr.Resource, up, desired); err != nil {
+			return 0, err
+		}
 	}
 	if sa != "" {
 		// The pods wait for their token's Secret (the kubelet retries the
