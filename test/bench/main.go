@@ -111,6 +111,15 @@ func main() {
 		fmt.Print(renderQuotas(r))
 		return
 	}
+	if *streamsOnly {
+		r, err := benchStreams(log)
+		if err != nil {
+			log("streams benchmark failed: %v", err)
+			os.Exit(1)
+		}
+		fmt.Print(renderStreams(r))
+		return
+	}
 	if *tokensOnly {
 		r, err := benchTokens(log)
 		if err != nil {
