@@ -1,0 +1,154 @@
+package placement
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kcpsql/kcp/schema/apiresource"
+	"github.com/kcpsql/kcp/schema/apis"
+	"github.com/kcpsql/kcp/schema/workload"
+	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
+	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// placementStatus reports the targets a Placement may use and how many
+// namespaces are assigned in its workspace.
+func (c *Controller) placementStatus(ctx context.Context, cluster logicalcluster.Name, plName string) error {
+	obj, ok, _ := c.placements.GetByKey(clusterinformer.Key(cluster, "", plName))
+	if !ok {
+		return nil
+	}
+	u := obj.(*unstructured.Unstructured).DeepCopy()
+	p, err := placementadmission.Decode(u)
+	if err != nil {
+		return nil
+	}
+	var selected []string
+	for _, t := range c.matchingTargets(p) {
+		if usable(t.obj) {
+			selected = append(selected, t.ref())
+		}
+	}
+	assigned := 0
+	nss, _ := c.namespaces.ByIndex(clusterinformer.ByCluster, string(cluster))
+	for _, o := range nss {
+		ns := o.(*corev1.Namespace)
+		if placementadmission.Selects(p, ns.Labels) && ns.Annotations[workload.AssignedTargetAnnotation] != "" {
+			assigned++
+		}
+	}
+	cond := metav1.Condition{Type: workload.ConditionReady, Status: metav1.ConditionTrue, Reason: workload.ReasonTargetsSelected,
+		Message: fmt.Sprintf("%d Ready SyncTarget(s) in %s match", len(selected), p.Spec.LocationWorkspace), ObservedGeneration: p.Generation}
+	if len(selected) == 0 {
+		cond.Status, cond.Reason = metav1.ConditionFalse, workload.ReasonNoReadyTarget
+		cond.Message = fmt.Sprintf("no Ready, schedulable SyncTarget in %s matches the locationSelector: new namespaces stay unassigned", p.Spec.LocationWorkspace)
+	}
+	if p.DeletionTimestamp == nil {
+		if err := c.bindLocation(ctx, cluster, p.Spec.LocationWorkspace); err != nil {
+			return err
+		}
+	}
+	shadowed, err := c.shadowed(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	prev := p.Status
+	p.Status.SelectedTargets, p.Status.Namespaces, p.Status.ShadowedAPIs = selected, assigned, shadowed
+	meta.SetStatusCondition(&p.Status.Conditions, cond)
+	if slices.Equal(prev.SelectedTargets, selected) && prev.Namespaces == assigned && sameCondition(prev.Conditions, cond) && slices.Equal(prev.ShadowedAPIs, shadowed) {
+		return nil
+	}
+	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&p.Status)
+	if err != nil {
+		return err
+	}
+	u.Object["status"] = status
+	d, err := c.clients.Dynamic(cluster)
+	if err != nil {
+		return err
+	}
+	_, err = d.Resource(workload.PlacementsResource).UpdateStatus(ctx, u, metav1.UpdateOptions{FieldManager: fieldManager})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// shadowed lists the negotiated APIs the cluster's own CRDs shadow.
+func (c *Controller) shadowed(ctx context.Context, cluster logicalcluster.Name) ([]string, error) {
+	if c.negotiated == nil {
+		return nil, nil
+	}
+	resources := c.negotiated.Offered(cluster)
+	if len(resources) == 0 {
+		return nil, nil
+	}
+	d, err := c.clients.Dynamic(cluster)
+	if err != nil {
+		return nil, err
+	}
+	crds, err := d.Resource(crdsResource).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	own := map[string]bool{}
+	for _, crd := range crds.Items {
+		own[crd.GetName()] = true
+	}
+	var out []string
+	for _, r := range resources {
+		if name := r.Resource + "." + r.Group; own[name] {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// bindLocation makes sure the workspace binds the location's export of
+// negotiated resources (apiresource.ExportName) while a Placement uses
+// the location. The binding outlives the Placement: deleting it, which
+// deletes the workspace's objects of those resources, is the user's
+// decision (kubectl delete apibinding).
+func (c *Controller) bindLocation(ctx context.Context, cluster logicalcluster.Name, location string) error {
+	name := apiresource.BindingName(location)
+	if c.negotiated == nil || c.negotiated.HasBinding(cluster, name) {
+		return nil
+	}
+	d, err := c.clients.Dynamic(cluster)
+	if err != nil {
+		return err
+	}
+	b := &apis.APIBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: apis.Group + "/" + apis.Version, Kind: "APIBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{apiresource.NegotiatedLabel: "true"}},
+		Spec:       apis.APIBindingSpec{Reference: apis.ExportReference{Export: apis.ExportName{Path: location, Name: apiresource.ExportName}}},
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(b)
+	if err != nil {
+		return err
+	}
+	_, err = d.Resource(apis.BindingsResource).Create(ctx, &unstructured.Unstructured{Object: u}, metav1.CreateOptions{FieldManager: fieldManager})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("binding the negotiated APIs of %s: %v", location, err)
+	}
+	return nil
+}
+
+var crdsResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+func sameCondition(conds []metav1.Condition, want metav1.Condition) bool {
+	c := meta.FindStatusCondition(conds, want.Type)
+	return c != nil && c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message && c.ObservedGeneration == want.ObservedGeneration
+}
