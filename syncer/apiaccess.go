@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -468,16 +469,7 @@ func (s *Syncer) issueToken(ctx context.Context, cluster logicalcluster.Name, up
 // renewTokens renews tokens due for it, and deletes the Secrets no synced
 // workload mounts any more, until ctx ends.
 func (s *Syncer) renewTokens(ctx context.Context) {
-	t := time.NewTicker(10 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.renewOnce(ctx)
-	}
+	wait.UntilWithContext(ctx, s.renewOnce, 10*time.Second)
 }
 
 func (s *Syncer) renewOnce(ctx context.Context) {

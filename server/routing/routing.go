@@ -142,8 +142,7 @@ func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, ms
 }
 
 // ClusterClaim is the claim of kcp's service-account tokens that names the
-// logical cluster they were issued in (satokens.ClusterClaim; repeated here
-// to keep this filter free of the authentication packages).
+// logical cluster they were issued in (satokens.ClusterClaim is this one).
 const ClusterClaim = "kcp.io/cluster"
 
 // TokenCluster is the logical cluster named by the kcp.io/cluster claim of

@@ -6,8 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/kcpsql/kcp/server/routing"
 )
 
 func TestObjectCache(t *testing.T) {
@@ -57,13 +55,5 @@ func TestObjectCache(t *testing.T) {
 	c.live.Store(1)
 	if _, ok := c.get(k); ok {
 		t.Fatal("served while a watch was down")
-	}
-}
-
-// The routing filter reads the same claim to send a pod's in-cluster
-// requests to its workspace.
-func TestClusterClaimIsTheRoutingClaim(t *testing.T) {
-	if ClusterClaim != routing.ClusterClaim {
-		t.Fatalf("satokens.ClusterClaim %q != routing.ClusterClaim %q", ClusterClaim, routing.ClusterClaim)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"gopkg.in/go-jose/go-jose.v2/jwt"
 	"k8s.io/kubernetes/pkg/serviceaccount"
 
+	"github.com/kcpsql/kcp/server/routing"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -15,7 +16,9 @@ import (
 // service-account token was issued in. Every cluster's tokens share one
 // issuer and key set, so a verifier outside kcp tells two tenants' default/bot
 // apart by this claim (docs/tenancy.md).
-const ClusterClaim = "kcp.io/cluster"
+// The routing filter reads it to send a pod's in-cluster requests to its
+// workspace.
+const ClusterClaim = routing.ClusterClaim
 
 // WithClusterClaim makes every token the generator issues carry the
 // logical cluster of the request that asked for it (TokenRequest runs in

@@ -104,7 +104,7 @@ func benchTokens(log func(string, ...any)) (tokenResult, error) {
 	if err != nil {
 		return r, err
 	}
-	tlsCfg, err := rest.TLSConfigFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: mustCA(cfg)}})
+	tlsCfg, err := rest.TLSConfigFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: cfg.TLSClientConfig.CAData}})
 	if err != nil {
 		return r, err
 	}
@@ -143,8 +143,6 @@ func benchTokens(log func(string, ...any)) (tokenResult, error) {
 	r.heapAfter = s.liveHeapMiB()
 	return r, nil
 }
-
-func mustCA(cfg *rest.Config) []byte { return cfg.TLSClientConfig.CAData }
 
 func phase(name string, lat []time.Duration, took time.Duration) tokenPhase {
 	sorted := append([]time.Duration{}, lat...)

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/schema/workload"
@@ -41,11 +42,10 @@ type drains struct {
 	mu sync.Mutex
 	// byTarget: target ref (location/name) -> namespace key -> entry.
 	byTarget map[string]map[string]drainEntry
-	dirty    map[string]bool
 }
 
 func newDrains() *drains {
-	return &drains{byTarget: map[string]map[string]drainEntry{}, dirty: map[string]bool{}}
+	return &drains{byTarget: map[string]map[string]drainEntry{}}
 }
 
 // set records the draining targets a namespace is still on (and forgets
@@ -55,10 +55,7 @@ func (d *drains) set(nsKey string, entries map[string]drainEntry) {
 	defer d.mu.Unlock()
 	for ref, m := range d.byTarget {
 		if _, keep := entries[ref]; !keep {
-			if _, had := m[nsKey]; had {
-				delete(m, nsKey)
-				d.dirty[ref] = true
-			}
+			delete(m, nsKey)
 		}
 	}
 	for ref, e := range entries {
@@ -67,10 +64,7 @@ func (d *drains) set(nsKey string, entries map[string]drainEntry) {
 			m = map[string]drainEntry{}
 			d.byTarget[ref] = m
 		}
-		if m[nsKey] != e {
-			m[nsKey] = e
-			d.dirty[ref] = true
-		}
+		m[nsKey] = e
 	}
 }
 
@@ -100,14 +94,7 @@ func (c *Controller) recordDrain(cluster logicalcluster.Name, ns string, p *work
 // writeDrains writes the tallies of draining targets into their status
 // until ctx ends.
 func (c *Controller) writeDrains(ctx context.Context) {
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		for _, o := range c.targets.List() {
 			u := o.(*unstructured.Unstructured)
 			ref := string(clusterinformer.ClusterOf(u)) + "/" + u.GetName()
@@ -115,7 +102,7 @@ func (c *Controller) writeDrains(ctx context.Context) {
 				klog.V(2).InfoS("writing a drain's status", "syncTarget", ref, "err", err)
 			}
 		}
-	}
+	}, 2*time.Second)
 }
 
 func (c *Controller) writeDrain(ctx context.Context, u *unstructured.Unstructured, ref string) error {
