@@ -207,15 +207,16 @@ func (s *Syncer) enqueueScaleTarget(it item, objs ...*unstructured.Unstructured)
 // namespaceNameLabel is the label every namespace carries with its own name.
 const namespaceNameLabel = "kubernetes.io/metadata.name"
 
-// rewriteNetworkPolicy maps the namespaces a NetworkPolicy's peers name
-// (namespaceSelector on kubernetes.io/metadata.name, in matchLabels or in
-// In/NotIn expressions) to their downstream namespaces, which is where the
-// workspace's namespaces of those names run on the physical cluster.
-// kube-system stays the physical cluster's own (where its DNS runs: the
-// usual egress rule for DNS keeps working). Other selectors are left as
-// they are: downstream namespaces carry none of the workspace's namespace
-// labels, so they select no namespace of the workspace (a namespaceSelector
-// {} means every namespace of the physical cluster: docs/multicluster.md).
+// rewriteNetworkPolicy makes a NetworkPolicy's namespace selectors mean,
+// on the shared physical cluster, what they mean in the workspace
+// (namespacelabels.go): namespaces named by kubernetes.io/metadata.name
+// (matchLabels, or In/NotIn) are the workspace's namespaces of those names
+// as they run downstream; selectors on other labels select by the
+// workspace's namespace labels as the syncer carries them down; and every
+// selector is narrowed to the workspace's own namespaces. A selector that
+// would select kube-system as written (by name, or {}) gets a second peer
+// naming the physical cluster's kube-system, so the usual DNS egress rule
+// keeps working.
 func rewriteNetworkPolicy(obj *unstructured.Unstructured, cluster logicalcluster.Name) {
 	mapName := func(v interface{}) interface{} {
 		if s, ok := v.(string); ok && s != "kube-system" {
@@ -234,6 +235,7 @@ func rewriteNetworkPolicy(obj *unstructured.Unstructured, cluster logicalcluster
 				continue
 			}
 			peers, _ := rm[dir[1]].([]interface{})
+			var added []interface{}
 			for _, p := range peers {
 				pm, ok := p.(map[string]interface{})
 				if !ok {
@@ -243,6 +245,7 @@ func rewriteNetworkPolicy(obj *unstructured.Unstructured, cluster logicalcluster
 				if !ok {
 					continue
 				}
+				original, _ := runtimeDeepCopy(sel).(map[string]interface{})
 				if ml, ok := sel["matchLabels"].(map[string]interface{}); ok {
 					if v, ok := ml[namespaceNameLabel]; ok {
 						ml[namespaceNameLabel] = mapName(v)
@@ -259,6 +262,17 @@ func rewriteNetworkPolicy(obj *unstructured.Unstructured, cluster logicalcluster
 						vals[i] = mapName(vals[i])
 					}
 				}
+				if scopeNamespaceSelector(sel, original, cluster) {
+					kubeSystem := map[string]interface{}{"namespaceSelector": map[string]interface{}{
+						"matchLabels": map[string]interface{}{namespaceNameLabel: "kube-system"}}}
+					if ps, ok := pm["podSelector"]; ok {
+						kubeSystem["podSelector"] = runtimeDeepCopy(ps)
+					}
+					added = append(added, kubeSystem)
+				}
+			}
+			if len(added) > 0 {
+				rm[dir[1]] = append(peers, added...)
 			}
 		}
 		_ = unstructured.SetNestedSlice(obj.Object, rules, "spec", dir[0])

@@ -1,9 +1,15 @@
 package syncer
 
 import (
+	"encoding/json"
+	"reflect"
+	"sort"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kcpsql/kcp/schema/workload"
@@ -99,34 +105,118 @@ func TestJobAndCronJobMapping(t *testing.T) {
 }
 
 func TestRewriteNetworkPolicy(t *testing.T) {
+	peer := func(nsSel string, podSel map[string]interface{}) interface{} {
+		var sel map[string]interface{}
+		if err := json.Unmarshal([]byte(nsSel), &sel); err != nil {
+			t.Fatal(err)
+		}
+		p := map[string]interface{}{"namespaceSelector": sel}
+		if podSel != nil {
+			p["podSelector"] = podSel
+		}
+		return p
+	}
+	dns := map[string]interface{}{"matchLabels": map[string]interface{}{"k8s-app": "kube-dns"}}
 	np := &unstructured.Unstructured{Object: map[string]interface{}{
 		"kind": "NetworkPolicy",
 		"spec": map[string]interface{}{
 			"ingress": []interface{}{map[string]interface{}{"from": []interface{}{
-				map[string]interface{}{"namespaceSelector": map[string]interface{}{"matchLabels": map[string]interface{}{"kubernetes.io/metadata.name": "frontend"}}},
-				map[string]interface{}{"namespaceSelector": map[string]interface{}{"matchExpressions": []interface{}{
-					map[string]interface{}{"key": "kubernetes.io/metadata.name", "operator": "In", "values": []interface{}{"a", "kube-system"}}}}},
+				peer(`{"matchLabels": {"kubernetes.io/metadata.name": "frontend"}}`, nil),
+				peer(`{"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["a", "kube-system"]}]}`, nil),
+				peer(`{"matchLabels": {"team": "web"}}`, nil),
+				peer(`{}`, nil),
 				map[string]interface{}{"podSelector": map[string]interface{}{}},
 			}}},
 			"egress": []interface{}{map[string]interface{}{"to": []interface{}{
-				map[string]interface{}{"namespaceSelector": map[string]interface{}{"matchLabels": map[string]interface{}{"kubernetes.io/metadata.name": "kube-system"}},
-					"podSelector": map[string]interface{}{"matchLabels": map[string]interface{}{"k8s-app": "kube-dns"}}},
+				peer(`{"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}`, dns),
+				peer(`{}`, dns),
 			}}},
 		},
 	}}
 	rewriteNetworkPolicy(np, "root:team")
-	from, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
-	peers := from[0].(map[string]interface{})["from"].([]interface{})
-	if got := peers[0].(map[string]interface{})["namespaceSelector"].(map[string]interface{})["matchLabels"].(map[string]interface{})["kubernetes.io/metadata.name"]; got != DownstreamNamespace("root:team", "frontend") {
-		t.Errorf("matchLabels: %v", got)
+
+	// Namespaces of the shared physical cluster: the workspace's (with
+	// the labels the syncer carries down), another workspace's with the
+	// same names and labels, and the cluster's own.
+	nsLabels := func(cluster logicalcluster.Name, name string, l map[string]interface{}) labels.Set {
+		up := &unstructured.Unstructured{Object: map[string]interface{}{}}
+		ul := map[string]string{"kubernetes.io/metadata.name": name, "state.workload.kcp.io/abc": "Sync"}
+		for k, v := range l {
+			ul[k] = v.(string)
+		}
+		up.SetLabels(ul)
+		set := labels.Set(workspaceNamespaceLabels(cluster, up))
+		set["kubernetes.io/metadata.name"] = DownstreamNamespace(cluster, name)
+		return set
 	}
-	vals := peers[1].(map[string]interface{})["namespaceSelector"].(map[string]interface{})["matchExpressions"].([]interface{})[0].(map[string]interface{})["values"].([]interface{})
-	if vals[0] != DownstreamNamespace("root:team", "a") || vals[1] != "kube-system" {
-		t.Errorf("matchExpressions values: %v", vals)
+	web := map[string]interface{}{"team": "web"}
+	cluster := map[string]labels.Set{
+		"frontend":       nsLabels("root:team", "frontend", nil),
+		"a":              nsLabels("root:team", "a", nil),
+		"web":            nsLabels("root:team", "web", web),
+		"other/frontend": nsLabels("root:other", "frontend", nil),
+		"other/a":        nsLabels("root:other", "a", nil),
+		"other/web":      nsLabels("root:other", "web", web),
+		"kube-system":    {"kubernetes.io/metadata.name": "kube-system"},
+		"default":        {"kubernetes.io/metadata.name": "default"},
 	}
-	to, _, _ := unstructured.NestedSlice(np.Object, "spec", "egress")
-	dns := to[0].(map[string]interface{})["to"].([]interface{})[0].(map[string]interface{})["namespaceSelector"].(map[string]interface{})["matchLabels"].(map[string]interface{})
-	if dns["kubernetes.io/metadata.name"] != "kube-system" {
-		t.Errorf("the DNS egress rule was rewritten: %v", dns)
+	selected := func(peers []interface{}) []string {
+		var out []string
+		for name, set := range cluster {
+			for _, p := range peers {
+				nsSel, ok := p.(map[string]interface{})["namespaceSelector"].(map[string]interface{})
+				if !ok {
+					continue // the policy's own namespace
+				}
+				var ls metav1.LabelSelector
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(nsSel, &ls); err != nil {
+					t.Fatal(err)
+				}
+				s, err := metav1.LabelSelectorAsSelector(&ls)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s.Matches(set) {
+					out = append(out, name)
+					break
+				}
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	ingress, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
+	from := ingress[0].(map[string]interface{})["from"].([]interface{})
+	for i, want := range [][]string{{"frontend"}, {"a"}, {"web"}, {"a", "frontend", "web"}} {
+		if got := selected([]interface{}{from[i]}); !reflect.DeepEqual(got, want) {
+			t.Errorf("ingress peer %d selects %v downstream, want %v", i, got, want)
+		}
+	}
+	if got, want := selected(from[:4]), []string{"a", "frontend", "web"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ingress peers select %v, want %v", got, want)
+	}
+	// kube-system, named or selected by {}, is the physical cluster's:
+	// peers for it are added after the tenant's.
+	if got, want := selected(from), []string{"a", "frontend", "kube-system", "web"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("all ingress peers select %v, want %v", got, want)
+	}
+	if len(from) != 7 {
+		t.Errorf("ingress has %d peers, want 5 and 2 for kube-system: %v", len(from), from)
+	}
+	egress, _, _ := unstructured.NestedSlice(np.Object, "spec", "egress")
+	to := egress[0].(map[string]interface{})["to"].([]interface{})
+	if got, want := selected(to), []string{"a", "frontend", "kube-system", "web"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("egress peers select %v, want %v", got, want)
+	}
+	for _, p := range to {
+		if !reflect.DeepEqual(p.(map[string]interface{})["podSelector"], dns) {
+			t.Errorf("an egress peer lost its podSelector: %v", p)
+		}
+	}
+	// The assignment label of kcp does not go down.
+	for k := range cluster["web"] {
+		if k == NamespaceLabelKey("state.workload.kcp.io/abc") {
+			t.Errorf("kcp's assignment label was carried down")
+		}
 	}
 }

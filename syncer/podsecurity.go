@@ -57,23 +57,27 @@ func (s *Syncer) podSecurityLabels() (map[string]string, error) {
 	return map[string]string{PodSecurityEnforceLabel: *level, PodSecurityEnforceVersionLabel: "latest"}, nil
 }
 
-// relabelNamespace sets the pod security labels of an existing downstream
-// namespace when they are not what the SyncTarget asks for.
-func (s *Syncer) relabelNamespace(ctx context.Context, ns *unstructured.Unstructured, want map[string]string) error {
+// relabelNamespace sets the labels of an existing downstream namespace
+// (pod security, the workspace's namespace labels) when they are not what
+// they should be, and removes the stale ones.
+func (s *Syncer) relabelNamespace(ctx context.Context, ns *unstructured.Unstructured, want map[string]string, stale []string) error {
 	have := ns.GetLabels()
-	differ := false
+	patchLabels := map[string]interface{}{}
 	for k, v := range want {
 		if have[k] != v {
-			differ = true
+			patchLabels[k] = v
 		}
 	}
-	if !differ {
+	for _, k := range stale {
+		patchLabels[k] = nil
+	}
+	if len(patchLabels) == 0 {
 		return nil
 	}
-	patch, _ := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{"labels": want}})
+	patch, _ := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{"labels": patchLabels}})
 	_, err := s.down.Resource(namespacesGVR).Patch(ctx, ns.GetName(), types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	if err == nil {
-		klog.V(2).InfoS("downstream namespace relabelled for pod security", "namespace", ns.GetName(), "level", want[PodSecurityEnforceLabel])
+		klog.V(2).InfoS("downstream namespace relabelled", "namespace", ns.GetName(), "labels", patchLabels)
 	}
 	return ignoreNotFound(err)
 }

@@ -432,16 +432,29 @@ func (s *Syncer) ensureNamespace(ctx context.Context, cluster logicalcluster.Nam
 	if err != nil {
 		return err
 	}
+	upNS, known := s.upstreamObj(item{gvr: namespacesGVR, cluster: cluster, name: upstreamNS})
+	want := workspaceNamespaceLabels(cluster, upNS)
+	for k, v := range psLabels {
+		want[k] = v
+	}
 	if ns, ok := s.downstreamObj(namespacesGVR, "", name); ok {
 		if ns.GetDeletionTimestamp() != nil {
 			return errNamespaceTerminating
 		}
-		return s.relabelNamespace(ctx, ns, psLabels)
+		var stale []string
+		if known {
+			for k := range ns.GetLabels() {
+				if _, keep := want[k]; !keep && strings.HasPrefix(k, NamespaceLabelPrefix) {
+					stale = append(stale, k)
+				}
+			}
+		}
+		return s.relabelNamespace(ctx, ns, want, stale)
 	}
 	ns := &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "v1", "kind": "Namespace"}}
 	ns.SetName(name)
-	psLabels[TargetLabel] = s.key
-	ns.SetLabels(psLabels)
+	want[TargetLabel] = s.key
+	ns.SetLabels(want)
 	ns.SetAnnotations(map[string]string{UpstreamClusterAnnotation: string(cluster), UpstreamNamespaceAnnotation: upstreamNS})
 	_, err = s.down.Resource(namespacesGVR).Create(ctx, ns, metav1.CreateOptions{FieldManager: FieldManager})
 	if apierrors.IsAlreadyExists(err) {
