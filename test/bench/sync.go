@@ -35,6 +35,7 @@ type syncResult struct {
 	downP50, downP99         time.Duration
 	upP50, upP99             time.Duration
 	steps                    []syncStep
+	kinds                    []kindLatency
 	syncerBaseGo, kcpBaseGo  int
 	syncerBaseRSS, kcpBaseMB float64
 }
@@ -44,6 +45,9 @@ type syncStep struct {
 	syncerGo, kcpGo   int
 	syncerRSS, kcpRSS float64
 	fill              time.Duration
+	// projected: pods projected into the workspaces, after projectedIn.
+	projected   int
+	projectedIn time.Duration
 }
 
 // benchSync: register a physical cluster with the plugin and time it to
@@ -140,7 +144,16 @@ func benchSync(log func(string, ...any)) (syncResult, error) {
 			return r, err
 		}
 		wsDone := time.Since(start)
-		if err := parallel(n-created, func(i int) error { return placeAndDeploy(s, fmt.Sprintf("root:app-%d", created+i), nil, 1) }); err != nil {
+		if err := parallel(n-created, func(i int) error {
+			ws := fmt.Sprintf("root:app-%d", created+i)
+			if err := placeAndDeploy(s, ws, nil, 1); err != nil {
+				return err
+			}
+			if *syncApp {
+				return deployApp(s, ws)
+			}
+			return nil
+		}); err != nil {
 			return r, err
 		}
 		log("  %d workspaces in %s, Placements and Deployments created after %s", n-created, wsDone.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
@@ -148,19 +161,38 @@ func benchSync(log func(string, ...any)) (syncResult, error) {
 		for {
 			// From the physical cluster's watch cache, once a second, so that
 			// counting does not load what is measured.
-			list, err := down.AppsV1().Deployments("").List(ctx, metav1.ListOptions{LabelSelector: syncer.TargetLabel, ResourceVersion: "0"})
-			if err == nil && len(list.Items) >= n {
+			deps, sts, jobs := appDownstream(ctx, down)
+			if deps >= n && (!*syncApp || sts >= n && jobs >= n) {
 				break
 			}
 			if time.Since(start) > 20*time.Minute {
-				return r, fmt.Errorf("only %d of %d Deployments downstream after 20 minutes", len(list.Items), n)
+				return r, fmt.Errorf("only %d Deployments, %d StatefulSets, %d Jobs of %d downstream after 20 minutes", deps, sts, jobs, n)
 			}
 			time.Sleep(time.Second)
 		}
 		created = n
+		fill := time.Since(start)
+		// Until the running pods (the Deployment's and the StatefulSet's
+		// of each workspace) are projected into kcp.
+		wantPods := n
+		if *syncApp {
+			wantPods = 2 * n
+		}
+		projected, perr := 0, error(nil)
+		for {
+			projected, perr = projectedPods(ctx, s)
+			if perr == nil && projected >= wantPods || time.Since(start) > 20*time.Minute {
+				break
+			}
+			time.Sleep(3 * time.Second)
+		}
+		if perr != nil {
+			log("  counting projected pods: %v", perr)
+		}
+		projectedIn := time.Since(start)
 		time.Sleep(2 * time.Second)
-		st := syncStep{workspaces: n, fill: time.Since(start), syncerGo: syncerGoroutines(debug), syncerRSS: rssMiB(sy.Process.Pid),
-			kcpGo: s.goroutines(), kcpRSS: rssMiB(s.cmd.Process.Pid)}
+		st := syncStep{workspaces: n, fill: fill, syncerGo: syncerGoroutines(debug), syncerRSS: rssMiB(sy.Process.Pid),
+			kcpGo: s.goroutines(), kcpRSS: rssMiB(s.cmd.Process.Pid), projected: projected, projectedIn: projectedIn}
 		log("%d placed workspaces: syncer %d goroutines, %.0f MiB RSS; kcp %d goroutines, %.0f MiB RSS (filled in %s)",
 			n, st.syncerGo, st.syncerRSS, st.kcpGo, st.kcpRSS, st.fill.Round(time.Millisecond))
 		r.steps = append(r.steps, st)
@@ -240,6 +272,20 @@ func benchSync(log func(string, ...any)) (syncResult, error) {
 	}
 	r.upP50, r.upP99 = percentile(upLat, 0.5), percentile(upLat, 0.99)
 	log("sync latency: down p50 %s p99 %s; status up p50 %s p99 %s", r.downP50, r.downP99, r.upP50, r.upP99)
+
+	if *syncKindSamples > 0 {
+		rc, err := pc.RESTConfig()
+		if err != nil {
+			return r, err
+		}
+		downDyn, err := dynamic.NewForConfig(rc)
+		if err != nil {
+			return r, err
+		}
+		if r.kinds, err = kindLatencies(ctx, s, ws, dns, downDyn, *syncKindSamples, log); err != nil {
+			return r, err
+		}
+	}
 	return r, nil
 }
 
@@ -333,9 +379,20 @@ func printSync(r syncResult) {
 	fmt.Printf("| `kubectl kcp workload sync` to SyncTarget Ready | %s |\n", r.registerToReady.Round(time.Millisecond))
 	fmt.Printf("| create in a workspace -> exists downstream, p50 / p99 (%d) | %s / %s |\n", *syncSamples, r.downP50.Round(100*time.Microsecond), r.downP99.Round(100*time.Microsecond))
 	fmt.Printf("| downstream status change -> visible in kcp, p50 / p99 (%d) | %s / %s |\n", *syncSamples, r.upP50.Round(100*time.Microsecond), r.upP99.Round(100*time.Microsecond))
-	fmt.Printf("\n| placed workspaces (1 Deployment each) | syncer goroutines | syncer RSS MiB | kcp goroutines | kcp RSS MiB | all downstream after |\n|---|---|---|---|---|---|\n")
-	fmt.Printf("| 0 | %d | %.0f | %d | %.0f | |\n", r.syncerBaseGo, r.syncerBaseRSS, r.kcpBaseGo, r.kcpBaseMB)
+	each := "1 Deployment each"
+	if *syncApp {
+		each = "a Deployment, a StatefulSet and a Job each"
+	}
+	fmt.Printf("\n| placed workspaces (%s) | syncer goroutines | syncer RSS MiB | kcp goroutines | kcp RSS MiB | all downstream after | pods projected into kcp | after |\n|---|---|---|---|---|---|---|---|\n", each)
+	fmt.Printf("| 0 | %d | %.0f | %d | %.0f | | | |\n", r.syncerBaseGo, r.syncerBaseRSS, r.kcpBaseGo, r.kcpBaseMB)
 	for _, st := range r.steps {
-		fmt.Printf("| %d | %d | %.0f | %d | %.0f | %s |\n", st.workspaces, st.syncerGo, st.syncerRSS, st.kcpGo, st.kcpRSS, st.fill.Round(100*time.Millisecond))
+		fmt.Printf("| %d | %d | %.0f | %d | %.0f | %s | %d | %s |\n", st.workspaces, st.syncerGo, st.syncerRSS, st.kcpGo, st.kcpRSS,
+			st.fill.Round(100*time.Millisecond), st.projected, st.projectedIn.Round(100*time.Millisecond))
+	}
+	if len(r.kinds) > 0 {
+		fmt.Printf("\n| kind | create in kcp -> exists on the physical cluster, p50 / p99 (%d each) |\n|---|---|\n", *syncKindSamples)
+		for _, k := range r.kinds {
+			fmt.Printf("| %s | %s / %s |\n", k.kind, k.p50.Round(100*time.Microsecond), k.p99.Round(100*time.Microsecond))
+		}
 	}
 }
