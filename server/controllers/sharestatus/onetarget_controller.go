@@ -24,8 +24,8 @@ import (
 )
 
 // Honest status of the kinds whose status one target reports: a
-// StatefulSet runs on one target (the namespace's first, by key), and so
-// does a DaemonSet whose namespace has one target (on several, kcp writes
+// StatefulSet and a Job run on one target (the namespace's first, by key),
+// and so does a DaemonSet whose namespace has one target (on several, kcp writes
 // the sum of the targets' reports: daemonset_aggregate.go). When that target's
 // heartbeat stops, its last report no longer counts: kcp writes nothing
 // ready or available and the condition Available=False with the reason
@@ -35,20 +35,40 @@ import (
 
 const oneTargetName = "kcp-one-target-status"
 
-// oneTargetKinds are the resources OneTargetController watches, with the
-// status fields that count ready or available pods.
-var oneTargetKinds = map[schema.GroupVersionResource]func(status map[string]interface{}, spec map[string]interface{}){
-	{Group: "apps", Version: "v1", Resource: "statefulsets"}: func(st, spec map[string]interface{}) {
+// oneTargetKinds are the resources OneTargetController watches, with how
+// a dead target's last report stops counting: the status fields that
+// count ready or available pods are zeroed. It returns false when the
+// report stays true whatever the target does now (a finished Job).
+var oneTargetKinds = map[schema.GroupVersionResource]func(status map[string]interface{}, spec map[string]interface{}) bool{
+	{Group: "apps", Version: "v1", Resource: "statefulsets"}: func(st, spec map[string]interface{}) bool {
 		st["readyReplicas"], st["availableReplicas"], st["currentReplicas"] = int64(0), int64(0), int64(0)
+		return true
 	},
-	{Group: "apps", Version: "v1", Resource: "daemonsets"}: func(st, _ map[string]interface{}) {
+	{Group: "apps", Version: "v1", Resource: "daemonsets"}: func(st, _ map[string]interface{}) bool {
 		desired, _, _ := unstructured.NestedInt64(st, "desiredNumberScheduled")
 		st["numberReady"], st["numberAvailable"], st["numberUnavailable"] = int64(0), int64(0), desired
+		return true
+	},
+	// A Job's pods on a dead target are not ready as far as anyone knows;
+	// they stay active (as upstream counts pods on an unreachable node
+	// until they are gone), and a Job that completed or failed stays so.
+	{Group: "batch", Version: "v1", Resource: "jobs"}: func(st, _ map[string]interface{}) bool {
+		conds, _, _ := unstructured.NestedSlice(st, "conditions")
+		for _, c := range conds {
+			if m, ok := c.(map[string]interface{}); ok && (m["type"] == "Complete" || m["type"] == "Failed") && m["status"] == "True" {
+				return false
+			}
+		}
+		st["ready"] = int64(0)
+		return true
 	},
 }
 
-// OneTargetController keeps a dead target's last report of a StatefulSet or
-// DaemonSet from counting.
+// oneTargetKindNames are their kinds.
+var oneTargetKindNames = map[string]string{"statefulsets": "StatefulSet", "daemonsets": "DaemonSet", "jobs": "Job"}
+
+// OneTargetController keeps a dead target's last report of a StatefulSet,
+// DaemonSet or Job from counting.
 type OneTargetController struct {
 	queue     workqueue.TypedRateLimitingInterface[string]
 	objects   map[schema.GroupVersionResource]cache.Indexer
@@ -61,7 +81,7 @@ type OneTargetController struct {
 	marked map[string]string
 }
 
-// NewOneTargetController watches StatefulSets, DaemonSets and SyncTargets
+// NewOneTargetController watches StatefulSets, DaemonSets, Jobs and SyncTargets
 // of all logical clusters (one watch each).
 func NewOneTargetController(loopback *rest.Config) (*OneTargetController, error) {
 	wild, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
@@ -183,13 +203,16 @@ func (c *OneTargetController) sync(ctx context.Context, key string) error {
 		st = map[string]interface{}{}
 	}
 	spec, _, _ := unstructured.NestedMap(out.Object, "spec")
-	oneTargetKinds[gvr](st, spec)
+	if !oneTargetKinds[gvr](st, spec) {
+		c.setMark(key, dead.Episode)
+		return nil
+	}
 	st["conditions"] = unavailableCondition(st["conditions"], dead.Why)
 	if err := unstructured.SetNestedMap(out.Object, st, "status"); err != nil {
 		return err
 	}
 	out.SetAPIVersion(gvr.GroupVersion().String())
-	out.SetKind(map[string]string{"statefulsets": "StatefulSet", "daemonsets": "DaemonSet"}[gvr.Resource])
+	out.SetKind(oneTargetKindNames[gvr.Resource])
 	dyn, err := c.clients.Dynamic(clusterinformer.ClusterOf(u))
 	if err != nil {
 		return err
