@@ -262,7 +262,7 @@ func (p *projector) projection(gvr schema.GroupVersionResource, down *unstructur
 	}
 	out.SetOwnerReferences(refs)
 	switch gvr.Resource {
-	case "replicasets":
+	case "replicasets", "controllerrevisions":
 		p.templateAsWritten(out, cluster, ns)
 	case "pods":
 		// kcp computes no priority of its own from a class.

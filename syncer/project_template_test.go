@@ -58,5 +58,34 @@ func TestTemplateAsWritten(t *testing.T) {
 			w, _ := json.Marshal(want)
 			t.Errorf("%s: projected template\n%s\nwant the Deployment's\n%s\n(downstream %s)", name, g, w, before)
 		}
+
+		// A StatefulSet's ControllerRevision holds its template as a
+		// patch (data.spec.template): the same goes for it.
+		sts := up.DeepCopy()
+		sts.SetKind("StatefulSet")
+		s.upstream[statefulsetsGVR] = cache.NewIndexer(clusterinformer.KeyFunc, clusterinformer.ClusterIndexers)
+		if err := s.upstream[statefulsetsGVR].Add(sts); err != nil {
+			t.Fatal(err)
+		}
+		stsDown := sts.DeepCopy()
+		if _, err := s.redirectPods("statefulsets", sts, stsDown); err != nil {
+			t.Fatal(err)
+		}
+		stsTmpl, _, _ := unstructured.NestedMap(stsDown.Object, "spec", "template")
+		stsTmpl["$patch"] = "replace"
+		cr := &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "apps/v1", "kind": "ControllerRevision",
+			"metadata": map[string]interface{}{"name": "web-abc", "namespace": "default",
+				"ownerReferences": []interface{}{map[string]interface{}{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "u", "controller": true}}},
+			"data": map[string]interface{}{"spec": map[string]interface{}{"template": stsTmpl}}, "revision": int64(1)}}
+		p.templateAsWritten(cr, "root:team", "default")
+		got, _, _ = unstructured.NestedMap(cr.Object, "data", "spec", "template", "spec")
+		if !equality.Semantic.DeepEqual(jsonRound(got), jsonRound(want)) {
+			g, _ := json.Marshal(got)
+			w, _ := json.Marshal(want)
+			t.Errorf("%s: projected ControllerRevision's template\n%s\nwant the StatefulSet's\n%s", name, g, w)
+		}
+		if p, _, _ := unstructured.NestedString(cr.Object, "data", "spec", "template", "$patch"); p != "replace" {
+			t.Errorf("%s: the ControllerRevision's patch directive was lost", name)
+		}
 	}
 }

@@ -32,7 +32,7 @@ spec:
 // dead. When it is back, the physical cluster runs what the workspace
 // says, no more pods than that, and kcp's status and projected pods say
 // so: `kubectl rollout status` completes with the replicas the user asked
-// for last.
+// for last. Then `rollout history` and `rollout undo` of the StatefulSet.
 func TestSyncerKilledWhileAStatefulSetScales(t *testing.T) {
 	bins := binaries(t)
 	s := framework.StartServer(t, "")
@@ -93,4 +93,36 @@ func TestSyncerKilledWhileAStatefulSetScales(t *testing.T) {
 		pods := strings.Fields(s.Kubectl(team, "get", "pods", "-l", "app=db", "-o", `jsonpath={range .items[*]}{.metadata.name} {end}`))
 		return st == "2/2/2" && strings.Join(pods, ",") == "db-0,db-1", "spec/replicas/ready " + st + ", pods " + strings.Join(pods, ",")
 	})
+
+	// A StatefulSet's history is its ControllerRevisions, projected from
+	// the physical cluster: `rollout history` and `rollout undo` work as on
+	// a cluster, and an undo writes the tenant's template back, not what
+	// the syncer adds to run the pods against the workspace.
+	s.Kubectl(team, "set", "image", "statefulset/db", "db=postgres:18")
+	if out, err := s.KubectlErr(team, "", "rollout", "status", "statefulset/db", "--timeout=90s"); err != nil {
+		t.Fatalf("rollout status: %v\n%s", err, out)
+	}
+	framework.Eventually(t, 60*time.Second, "two revisions", func() (bool, string) {
+		out, err := s.KubectlErr(team, "", "rollout", "history", "statefulset/db")
+		return err == nil && strings.Contains(out, "\n1 ") && strings.Contains(out, "\n2 "), out
+	})
+	if out, err := s.KubectlErr(team, "", "rollout", "undo", "statefulset/db"); err != nil {
+		t.Fatalf("rollout undo: %v\n%s", err, out)
+	}
+	framework.Eventually(t, 60*time.Second, "the first image back, in kcp and downstream", func() (bool, string) {
+		got := s.Kubectl(team, "get", "statefulset", "db", "-o", "jsonpath={.spec.template.spec.containers[0].image}")
+		sts, err := down.AppsV1().StatefulSets(ns).Get(ctx, "db", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got += " " + sts.Spec.Template.Spec.Containers[0].Image
+		return got == "postgres postgres", got
+	})
+	tmpl := s.Kubectl(team, "get", "statefulset", "db", "-o", "jsonpath={.spec.template.spec}")
+	if strings.Contains(tmpl, "KUBERNETES_SERVICE_HOST") || strings.Contains(tmpl, "kcp-api-access") || strings.Contains(tmpl, "automountServiceAccountToken") {
+		t.Errorf("rollout undo wrote the syncer's additions into the tenant's StatefulSet: %s", tmpl)
+	}
+	if out, err := s.KubectlErr(team, "", "rollout", "status", "statefulset/db", "--timeout=90s"); err != nil {
+		t.Fatalf("rollout status after undo: %v\n%s", err, out)
+	}
 }
