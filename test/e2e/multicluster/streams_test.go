@@ -5,13 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -94,60 +92,9 @@ spec:
 		}
 	}
 
-	t.Run("exec websocket and SPDY", func(t *testing.T) {
-		out := s.Kubectl(teamA, "exec", "web", "--", "sh", "-c", "echo hello from $PHYSICAL_CLUSTER")
-		if strings.TrimSpace(out) != "hello from pc1" {
-			t.Errorf("kubectl exec (websocket): %q", out)
-		}
-		spdy := kubectlEnv(t, s, teamA, "", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false"}, "exec", "web", "--", "sh", "-c", "echo spdy from $PHYSICAL_CLUSTER")
-		if strings.TrimSpace(spdy) != "spdy from pc1" {
-			t.Errorf("kubectl exec (SPDY): %q", spdy)
-		}
-		// head, not cat: kwok's local exec does not pass on the end of
-		// stdin (cat waits forever, on the physical cluster directly too).
-		in, err := s.KubectlErr(teamA, "ping through kcp\n", "exec", "-i", "web", "--", "head", "-n1")
-		if err != nil || strings.TrimSpace(in) != "ping through kcp" {
-			t.Errorf("kubectl exec -i head -n1: %v %q", err, in)
-		}
-	})
+	t.Run("exec websocket and SPDY", func(t *testing.T) { testExecRows(t, s, teamA) })
 
-	t.Run("port-forward", func(t *testing.T) {
-		_, kubectl := framework.Binaries(t)
-		cmd := exec.Command(kubectl, "--kubeconfig", s.Kubeconfig, "--server", s.URL()+"/clusters/"+teamA, "port-forward", "pod/web", ":80")
-		stdout, _ := cmd.StdoutPipe()
-		cmd.Stderr = cmd.Stdout
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { cmd.Process.Kill(); cmd.Wait() }()
-		port := make(chan string, 1)
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			re := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 80`)
-			for sc.Scan() {
-				t.Logf("port-forward: %s", sc.Text())
-				if m := re.FindStringSubmatch(sc.Text()); m != nil {
-					port <- m[1]
-				}
-			}
-			close(port)
-		}()
-		p, ok := <-port
-		if !ok {
-			t.Fatal("kubectl port-forward did not forward")
-		}
-		conn, err := net.Dial("tcp", "127.0.0.1:"+p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(30 * time.Second))
-		fmt.Fprint(conn, "echo through the tunnel\n")
-		line, err := bufio.NewReader(conn).ReadString('\n')
-		if err != nil || line != "echo through the tunnel\n" {
-			t.Errorf("port-forwarded echo: %q %v", line, err)
-		}
-	})
+	t.Run("port-forward", func(t *testing.T) { testPortForwardRow(t, s, teamA) })
 
 	t.Run("a user without pods/exec is refused by kcp", func(t *testing.T) {
 		// get on pods/exec and pods/portforward, not create: a websocket
@@ -329,40 +276,7 @@ spec:
 		})
 	})
 
-	t.Run("attach", func(t *testing.T) {
-		// attach shows what the container writes from then on (kwok: what
-		// is appended to the cluster's default log, its attach source).
-		_, kubectl := framework.Binaries(t)
-		cmd := exec.Command(kubectl, "--kubeconfig", s.Kubeconfig, "--server", s.URL()+"/clusters/"+teamA, "attach", "web")
-		stdout, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { cmd.Process.Kill(); cmd.Wait() }()
-		seen := make(chan struct{})
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				if strings.Contains(sc.Text(), "written while attached") {
-					close(seen)
-					return
-				}
-			}
-		}()
-		deadline := time.After(60 * time.Second)
-		for {
-			if err := physical.AppendPodLog(filepath.Join(pc1.Dir, "logs", "default.log"), "written while attached"); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-seen:
-				return
-			case <-deadline:
-				t.Fatal("kubectl attach did not show what the container wrote")
-			case <-time.After(2 * time.Second):
-			}
-		}
-	})
+	t.Run("attach", func(t *testing.T) { testAttachRow(t, s, teamA, pc1) })
 
 	t.Run("cp out of the pod", func(t *testing.T) {
 		// tar through exec (kwok runs it in the cluster's directory on this
@@ -381,36 +295,7 @@ spec:
 		}
 	})
 
-	t.Run("a workspace's streams are capped, the others' are not", func(t *testing.T) {
-		_, kubectl := framework.Binaries(t)
-		var cmds []*exec.Cmd
-		defer func() {
-			for _, c := range cmds {
-				c.Process.Kill()
-				c.Wait()
-			}
-		}()
-		for i := 0; i < 3; i++ {
-			c := exec.Command(kubectl, "--kubeconfig", s.Kubeconfig, "--server", s.URL()+"/clusters/"+teamA, "logs", "-f", "web")
-			stdout, _ := c.StdoutPipe()
-			if err := c.Start(); err != nil {
-				t.Fatal(err)
-			}
-			cmds = append(cmds, c)
-			// Open (its first line read) before the next one starts.
-			line, err := bufio.NewReader(stdout).ReadString('\n')
-			if err != nil || !strings.Contains(line, own[teamA]) {
-				t.Fatalf("logs -f %d: %q %v", i, line, err)
-			}
-		}
-		out, err := s.KubectlErr(teamA, "", "logs", "web")
-		if err == nil || !strings.Contains(out, "has 3 pod streams") || !strings.Contains(out, "--pod-streams-per-workspace") {
-			t.Errorf("a 4th stream of team A: want 429 naming the cap, got %v\n%s", err, out)
-		}
-		if out, err := s.KubectlErr(teamB, "", "logs", "web"); err != nil || strings.TrimSpace(out) != own[teamB] {
-			t.Errorf("team B while team A is at its cap: %v\n%s", err, out)
-		}
-	})
+	t.Run("a workspace's streams are capped, the others' are not", func(t *testing.T) { testStreamCapRow(t, s, teamA, teamB, own) })
 
 	t.Run("kcp restarted during logs -f ends the stream", func(t *testing.T) {
 		_, kubectl := framework.Binaries(t)
