@@ -16,7 +16,8 @@
 //     (status writes included);
 //   - a claimed resource in one consumer whose binding accepted the claim:
 //     the claimed verbs;
-//   - discovery shows the export's resources.
+//   - discovery shows the export's resources and the claimed ones, and
+//     OpenAPI v3 their schemas per consumer (exportview_meta.go).
 //
 // Everything else is refused; a consumer that did not bind the export
 // answers 404 as if it did not exist. An accepted request continues down
@@ -141,15 +142,16 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	as := identity(provider, name)
 	grant := viewidentity.Grant{User: as.GetName(), Cluster: cluster}
 	if !info.IsResourceRequest {
-		// Discovery of the export's resources, the same for every consumer.
-		if req.Method != http.MethodGet || !(apiPath == "/api" || apiPath == "/apis" || strings.HasPrefix(apiPath, "/api/") || strings.HasPrefix(apiPath, "/apis/")) {
-			viewidentity.Refuse(w, apierrors.NewForbidden(exportsGR, name, fmt.Errorf("the view of an APIExport serves discovery and the export's resources, not %s", apiPath)), "")
-			return
+		// Discovery and OpenAPI of what the view serves
+		// (exportview_meta.go).
+		switch {
+		case req.Method == http.MethodGet && isOpenAPI(apiPath):
+			f.serveOpenAPI(w, req, ctx, export, as, grant, provider, cluster, apiPath)
+		case req.Method == http.MethodGet && (apiPath == "/api" || apiPath == "/apis" || strings.HasPrefix(apiPath, "/api/") || strings.HasPrefix(apiPath, "/apis/")):
+			f.serveDiscovery(w, req, ctx, export, as, grant, apiPath)
+		default:
+			viewidentity.Refuse(w, apierrors.NewForbidden(exportsGR, name, fmt.Errorf("the view of an APIExport serves discovery, OpenAPI v3 and the export's resources, not %s", apiPath)), "")
 		}
-		ctx = crdserving.WithExport(ctx, export.Identity)
-		path = "/clusters/*" + apiPath
-		grant.Cluster, grant.Discovery = logicalcluster.Wildcard, true
-		f.next.ServeHTTP(w, viewidentity.Continue(viewidentity.WithGrant(ctx, grant), req, as, path, req.URL.Query()))
 		return
 	}
 	claim, serr := f.allow(export, cluster, info)

@@ -29,7 +29,7 @@ type Grant struct {
 	// Verbs allowed (nil: any).
 	Verbs []string
 	// Discovery allows GETs of the discovery paths (/api, /apis, ...)
-	// instead of resource requests.
+	// and of OpenAPI v3 instead of resource requests.
 	Discovery bool
 }
 
@@ -70,7 +70,7 @@ func (g Grant) Allows(cluster logicalcluster.Name, attr authorizer.Attributes) b
 }
 
 func isDiscovery(path string) bool {
-	for _, p := range []string{"/api", "/apis"} {
+	for _, p := range []string{"/api", "/apis", "/openapi/v3"} {
 		if path == p || len(path) > len(p) && path[:len(p)+1] == p+"/" {
 			return true
 		}
