@@ -165,7 +165,8 @@ func metricsFailure(t target, name string, code int, body []byte) error {
 		msg = msg[:300] + "..."
 	}
 	switch {
-	case code == http.StatusNotFound && name != "" && isStatus && st.Details != nil && st.Details.Name == name:
+	// metrics-server names a pod <namespace>/<name> in its NotFound.
+	case code == http.StatusNotFound && name != "" && isStatus && st.Details != nil && (st.Details.Name == name || strings.HasSuffix(st.Details.Name, "/"+name)):
 		return nil
 	case code == http.StatusNotFound:
 		return &notServedError{t, "does not serve metrics.k8s.io (install metrics-server there)"}
