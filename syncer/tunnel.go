@@ -178,16 +178,18 @@ func TunnelHandler(down *rest.Config, key string) (http.Handler, error) {
 		loc := *base
 		loc.Path = strings.TrimSuffix(base.Path, "/") + req.URL.Path
 		loc.RawQuery = req.URL.RawQuery
-		if metrics {
-			// A list's selectors only (no watch, no other parameter).
-			loc.RawQuery = metricsQuery(req.URL.Query()).Encode()
-		}
+
 		h := proxy.NewUpgradeAwareHandler(&loc, rt, false, false, simpleResponder{})
 		h.UpgradeTransport = upgrade
 		h.UseLocationHost = true
 		h.FlushInterval = -1
 		out := req.Clone(req.Context())
 		StripCredentials(out.Header)
+		if metrics {
+			// A list's selectors only (no watch, no other parameter); the
+			// proxy takes the query from the request.
+			out.URL.RawQuery = metricsQuery(req.URL.Query()).Encode()
+		}
 		h.ServeHTTP(w, out)
 	}), nil
 }

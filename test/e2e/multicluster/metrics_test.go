@@ -116,6 +116,7 @@ spec:
 					return false, out
 				}
 			}
+			t.Logf("%s: kubectl top pods:\n%s", team, out)
 			return true, out
 		})
 	}
@@ -165,6 +166,7 @@ spec:
 
 	t.Run("kubectl top nodes is refused in a workspace", func(t *testing.T) {
 		out, err := s.KubectlErr(teamA, "", "top", "nodes")
+		t.Logf("kubectl top nodes: %s", out)
 		if err == nil || !strings.Contains(out, "node metrics are not served in a workspace") {
 			t.Errorf("kubectl top nodes: %v %s", err, out)
 		}
@@ -283,6 +285,8 @@ spec: {locationWorkspace: "`+compute+`", namespaceSelector: {}, locationSelector
 			}
 			return err != nil && strings.Contains(out, notServed), out
 		})
+		out, _ := s.KubectlErr(teamC, "", "top", "pods")
+		t.Logf("team C: kubectl top pods: %s", out)
 		// Team A runs on both: pc1's pods, and a warning about pc2.
 		framework.Eventually(t, 60*time.Second, "team A's kubectl top pods: pc1's pods and a warning", func() (bool, string) {
 			out, err := s.KubectlErr(teamA, "", "top", "pods")
@@ -295,6 +299,9 @@ spec: {locationWorkspace: "`+compute+`", namespaceSelector: {}, locationSelector
 				if shown != (cluster == compute+"/pc1") {
 					return false, out
 				}
+			}
+			if len(rows) == 1 {
+				t.Logf("team A: kubectl top pods with pc2 not serving metrics:\n%s", out)
 			}
 			return len(rows) == 1, out
 		})
@@ -339,7 +346,7 @@ func topRows(out string) map[string][2]string {
 	rows := map[string][2]string{}
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
-		if len(f) < 3 || f[0] == "NAME" || f[0] == "NAMESPACE" || strings.HasPrefix(l, "Warning:") || strings.HasPrefix(l, "error") || strings.HasPrefix(l, "Error") {
+		if len(f) < 3 || f[0] == "NAME" || f[0] == "NAMESPACE" || strings.HasPrefix(l, "Warning:") || strings.HasPrefix(l, "No resources") || strings.HasPrefix(l, "error") || strings.HasPrefix(l, "Error") {
 			continue
 		}
 		if len(f) == 3 {
@@ -362,4 +369,60 @@ func near(got, want string) bool {
 		return false
 	}
 	return g*10 >= w*8 && g*10 <= w*12
+}
+
+// TestPodMetricsPushMode: kubectl top pods where kcp runs the syncer
+// itself (push mode): kcp asks the physical cluster over its own
+// connection, with the SyncTarget's kubeconfig.
+func TestPodMetricsPushMode(t *testing.T) {
+	bins := binaries(t)
+	// The physical cluster listens on loopback.
+	s := framework.StartServer(t, "", "--push-mode", "--webhook-allowed-networks=127.0.0.0/8")
+	const compute, team = "root:compute", "root:team-push"
+	s.CreateWorkspaces(compute, team)
+	pc1 := startMetricsClusters(t, bins, "pc1")["pc1"]
+	s.Kubectl(compute, "create", "secret", "generic", "pc1-kubeconfig", "--from-file=kubeconfig="+pc1.Kubeconfig)
+	s.Kubectl(compute, "apply", "-f", framework.WriteFile(t, "pc1.yaml", `apiVersion: workload.kcp.io/v1alpha1
+kind: SyncTarget
+metadata: {name: pc1, labels: {region: eu}}
+spec: {push: {secretNamespace: default, secretName: pc1-kubeconfig}}
+`))
+	waitTargetsReady(t, s, compute, "pc1")
+	s.Kubectl(team, "apply", "-f", framework.WriteFile(t, "placement.yaml", `apiVersion: workload.kcp.io/v1alpha1
+kind: Placement
+metadata: {name: eu}
+spec: {locationWorkspace: "`+compute+`", namespaceSelector: {}, locationSelector: {matchLabels: {region: eu}}}
+`))
+	framework.Eventually(t, 60*time.Second, "default placed on pc1", func() (bool, string) {
+		a := s.Kubectl(team, "get", "namespace", "default", "-o", `jsonpath={.metadata.annotations.workload\.kcp\.io/sync-target}`)
+		return a == compute+"/pc1", a
+	})
+	s.Kubectl(team, "apply", "-f", framework.WriteFile(t, "web.yaml", fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata:
+      labels: {app: web}
+      annotations: {%s: 300m, %s: 80Mi}
+    spec: {containers: [{name: nginx, image: nginx}]}
+`, physical.UsageCPUAnnotation, physical.UsageMemoryAnnotation)))
+	framework.Eventually(t, 4*physical.MetricResolution+120*time.Second, "kubectl top pods in push mode", func() (bool, string) {
+		out, err := s.KubectlErr(team, "", "top", "pods")
+		rows := topRows(out)
+		if err != nil || len(rows) != 1 {
+			time.Sleep(2 * time.Second)
+			return false, fmt.Sprintf("%v %s", err, out)
+		}
+		for name, row := range rows {
+			if !strings.HasPrefix(name, "web-") || !near(row[0], "300m") || row[1] != "80Mi" {
+				time.Sleep(2 * time.Second)
+				return false, out
+			}
+		}
+		t.Logf("push mode: kubectl top pods:\n%s", out)
+		return true, out
+	})
 }
