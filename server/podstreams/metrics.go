@@ -35,6 +35,10 @@ import (
 // maxMetricsBody bounds one physical cluster's answer.
 const maxMetricsBody = 32 << 20
 
+// syncerNotOwned starts the syncer's refusal of a namespace it does not
+// own (syncer.TunnelHandler).
+const syncerNotOwned = "syncer tunnel: only pods of the namespaces this syncer owns"
+
 // metricsQuery are the query parameters passed on to a physical cluster.
 var metricsQuery = []string{"labelSelector", "fieldSelector"}
 
@@ -47,6 +51,13 @@ type notServedError struct {
 
 func (e *notServedError) Error() string {
 	return fmt.Sprintf("metrics not available: the physical cluster of %s %s", e.t, e.why)
+}
+
+// namespaceTargets are a workspace's namespace and the SyncTargets that
+// run its pods.
+type namespaceTargets struct {
+	namespace string
+	targets   []target
 }
 
 // metricsTargets are the SyncTargets that run pods of a workspace's
@@ -151,9 +162,10 @@ func (s *Streams) fetchMetrics(ctx context.Context, t target, name string, query
 }
 
 // metricsFailure words a physical cluster's refusal: a get of a pod it
-// has no metrics of is (nil, nil) (NotFound naming it); a 404 of anything
-// else means metrics.k8s.io is not served; a 503 that its APIService is
-// there but unavailable; the syncer's 403 that it forwards no metrics.
+// has no metrics of is no error (NotFound naming it), nor a namespace the
+// syncer has not created yet; a 404 of anything else means metrics.k8s.io
+// is not served; a 503 that its APIService is there but unavailable; an
+// older syncer's 403 that it forwards no metrics; a 400 is the caller's.
 func metricsFailure(t target, name string, code int, body []byte) error {
 	var st metav1.Status
 	isStatus := json.Unmarshal(body, &st) == nil && st.Kind == "Status"
@@ -172,8 +184,14 @@ func metricsFailure(t target, name string, code int, body []byte) error {
 		return &notServedError{t, "does not serve metrics.k8s.io (install metrics-server there)"}
 	case code == http.StatusServiceUnavailable:
 		return &notServedError{t, "does not serve metrics.k8s.io now: " + msg}
+	case code == http.StatusForbidden && strings.HasPrefix(msg, syncerNotOwned):
+		// The syncer has not created the namespace (yet): no pods there.
+		return nil
 	case code == http.StatusForbidden && strings.HasPrefix(msg, "syncer tunnel:"):
 		return &notServedError{t, "is reached through a syncer that does not forward metrics (upgrade the syncer): " + msg}
+	case code == http.StatusBadRequest:
+		// The caller's selectors, as the physical cluster read them.
+		return apierrors.NewBadRequest(fmt.Sprintf("the physical cluster of %s: %s", t, msg))
 	case code == http.StatusForbidden:
 		return &notServedError{t, "refused the syncer's metrics request (its ClusterRole needs get and list on pods.metrics.k8s.io): " + msg}
 	}
@@ -203,19 +221,15 @@ func workspaceMetrics(m metricsv1beta1.PodMetrics, namespace string, t target) m
 // metricsParallel at a time, and merges the answers. Targets that fail
 // are warned about when the others' answers show pods; else their
 // failures are the error (503).
-func (s *Streams) collectMetrics(ctx context.Context, cluster logicalcluster.Name, namespaces []string, name string, query url.Values) ([]metricsv1beta1.PodMetrics, error) {
+func (s *Streams) collectMetrics(ctx context.Context, namespaces []namespaceTargets, name string, query url.Values) ([]metricsv1beta1.PodMetrics, error) {
 	type job struct {
 		ns string
 		t  target
 	}
 	var jobs []job
-	for _, ns := range namespaces {
-		targets, err := s.metricsTargets(ctx, cluster, ns)
-		if err != nil {
-			return nil, err
-		}
-		for _, t := range targets {
-			jobs = append(jobs, job{ns, t})
+	for _, n := range namespaces {
+		for _, t := range n.targets {
+			jobs = append(jobs, job{n.namespace, t})
 		}
 	}
 	if len(jobs) == 0 {

@@ -84,9 +84,9 @@ func (r *podMetricsREST) workspace(ctx context.Context) (logicalcluster.Name, st
 	return cluster, namespace, nil
 }
 
-// namespaces are the ones a request covers: its own (which must be placed
-// to have metrics), or all of the workspace's.
-func (r *podMetricsREST) namespaces(ctx context.Context, cluster logicalcluster.Name, namespace string) ([]string, error) {
+// namespaces are the ones a request covers, with their targets: its own
+// (which must be placed to have metrics), or all of the workspace's.
+func (r *podMetricsREST) namespaces(ctx context.Context, cluster logicalcluster.Name, namespace string) ([]namespaceTargets, error) {
 	if namespace != "" {
 		targets, err := r.s.metricsTargets(ctx, cluster, namespace)
 		if err != nil {
@@ -95,7 +95,7 @@ func (r *podMetricsREST) namespaces(ctx context.Context, cluster logicalcluster.
 		if len(targets) == 0 {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("metrics not available: namespace %s is not placed on any SyncTarget, so none of its pods run (a Placement selects it)", namespace))
 		}
-		return []string{namespace}, nil
+		return []namespaceTargets{{namespace, targets}}, nil
 	}
 	core, err := r.s.clients.Core(cluster)
 	if err != nil {
@@ -105,9 +105,11 @@ func (r *podMetricsREST) namespaces(ctx context.Context, cluster logicalcluster.
 	if err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("listing namespaces: %v", err))
 	}
-	out := make([]string, 0, len(list.Items))
+	out := make([]namespaceTargets, 0, len(list.Items))
 	for _, ns := range list.Items {
-		out = append(out, ns.Name)
+		if targets := assignedTargets(cluster, ns.Name, ns.Labels, ns.Annotations); len(targets) > 0 {
+			out = append(out, namespaceTargets{ns.Name, targets})
+		}
 	}
 	return out, nil
 }
@@ -124,7 +126,7 @@ func (r *podMetricsREST) Get(ctx context.Context, name string, _ *metav1.GetOpti
 	if err != nil {
 		return nil, err
 	}
-	items, err := r.s.collectMetrics(ctx, cluster, namespaces, name, nil)
+	items, err := r.s.collectMetrics(ctx, namespaces, name, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +161,7 @@ func (r *podMetricsREST) List(ctx context.Context, options *metainternalversion.
 	if options != nil && options.FieldSelector != nil && !options.FieldSelector.Empty() {
 		query.Set("fieldSelector", options.FieldSelector.String())
 	}
-	items, err := r.s.collectMetrics(ctx, cluster, namespaces, "", query)
+	items, err := r.s.collectMetrics(ctx, namespaces, "", query)
 	if err != nil {
 		return nil, err
 	}

@@ -31,6 +31,8 @@ func TestMetricsFailure(t *testing.T) {
 		{"", http.StatusServiceUnavailable, `{"kind":"Status","message":"the server is currently unable to handle the request","code":503}`, "does not serve metrics.k8s.io now: the server is currently unable to handle the request"},
 		{"", http.StatusForbidden, "syncer tunnel: only logs, exec, attach and port-forward of pods the syncer runs pass the tunnel", "does not forward metrics (upgrade the syncer)"},
 		{"", http.StatusForbidden, `{"kind":"Status","message":"pods.metrics.k8s.io is forbidden","code":403}`, "get and list on pods.metrics.k8s.io"},
+		{"", http.StatusForbidden, "syncer tunnel: only pods of the namespaces this syncer owns pass the tunnel", ""},
+		{"", http.StatusBadRequest, `{"kind":"Status","message":"field label not supported: spec.x","code":400}`, "field label not supported: spec.x"},
 		{"", http.StatusInternalServerError, "boom", "answered 500: boom"},
 	} {
 		err := metricsFailure(pc2, c.name, c.code, []byte(c.body))
