@@ -27,6 +27,7 @@ import (
 	"github.com/kcpsql/kcp/server/admission/apibinding"
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/localwatch"
+	"github.com/kcpsql/kcp/server/podstreams"
 	"github.com/kcpsql/kcp/server/rbacescalation"
 	"github.com/kcpsql/kcp/server/tokenreview"
 	"github.com/kcpsql/kcp/server/workloadapis"
@@ -61,12 +62,17 @@ func createServerChain(c genericcp.CompletedConfig, crds *crdserving.Server, loc
 	providers = tokenreview.WrapProviders(providers, c.ControlPlane.Generic.Authentication.Authenticator, c.ControlPlane.Generic.Authentication.APIAudiences)
 	providers = rbacescalation.WrapProviders(providers, c.ControlPlane.Generic.Authorization.Authorizer)
 	providers = local.WrapProviders(providers)
+	// kubectl top pods: metrics of the physical clusters that run a
+	// workspace's pods (podstreams/metrics.go).
+	providers = append(providers, podstreams.MetricsProvider{S: podstreams.Shared})
 	if err := native.InstallAPIs(providers...); err != nil {
 		return nil, fmt.Errorf("installing APIs: %w", err)
 	}
+	priorities := controlplaneapiserver.DefaultGenericAPIServicePriorities()
+	// As metrics-server registers it on a cluster.
+	priorities[podstreams.MetricsGroupVersion] = controlplaneapiserver.APIServicePriority{Group: 100, Version: 100}
 	agg, err := controlplaneapiserver.CreateAggregatorServer(c.Aggregator, native.GenericAPIServer,
-		apiExtensions.Informers.Apiextensions().V1().CustomResourceDefinitions(), crdAPIEnabled,
-		controlplaneapiserver.DefaultGenericAPIServicePriorities())
+		apiExtensions.Informers.Apiextensions().V1().CustomResourceDefinitions(), crdAPIEnabled, priorities)
 	if err != nil {
 		return nil, err
 	}

@@ -27,8 +27,8 @@ import (
 
 // The tunnel (pull mode): the syncer keeps a connection to kcp open at
 // TunnelPrefix<location>/<target>, upgraded to TunnelProtocol; kcp opens a
-// yamux stream on it per pod stream (logs, exec, attach, port-forward) of
-// the target's pods and speaks HTTP/1.1 on it; the syncer forwards exactly
+// yamux stream on it per pod stream (logs, exec, attach, port-forward) or
+// pod metrics request of the target's pods and speaks HTTP/1.1 on it; the syncer forwards exactly
 // those requests, of pods in the namespaces it owns, to its physical
 // cluster with its own credentials, and service dials (connections to
 // the endpoints of the Services it synced, servicedial.go), and nothing
@@ -128,6 +128,7 @@ func (c *idleConn) Close() error {
 //
 //	GET       /api/v1/namespaces/<ns>/pods/<name>/log
 //	GET, POST /api/v1/namespaces/<ns>/pods/<name>/{exec,attach,portforward}
+//	GET       /apis/metrics.k8s.io/v1beta1/namespaces/<ns>/pods[/<name>]
 //
 // of a namespace labelled as the target's (TargetLabel = key), forwarded
 // to the physical cluster with the syncer's credentials, and service
@@ -156,8 +157,13 @@ func TunnelHandler(down *rest.Config, key string) (http.Handler, error) {
 			return
 		}
 		ns, sub, ok := podStreamPath(req.URL.Path)
-		if !ok || (sub == "log" && req.Method != http.MethodGet) || (req.Method != http.MethodGet && req.Method != http.MethodPost) {
-			refuse(w, http.StatusForbidden, "only logs, exec, attach and port-forward of pods the syncer runs pass the tunnel")
+		metrics := false
+		if !ok {
+			ns, ok = podMetricsPath(req.URL.Path)
+			metrics = ok
+		}
+		if !ok || ((sub == "log" || metrics) && req.Method != http.MethodGet) || (req.Method != http.MethodGet && req.Method != http.MethodPost) {
+			refuse(w, http.StatusForbidden, "only logs, exec, attach, port-forward and metrics of pods the syncer runs pass the tunnel")
 			return
 		}
 		got, err := client.CoreV1().Namespaces().Get(req.Context(), ns, metav1.GetOptions{})
@@ -172,12 +178,18 @@ func TunnelHandler(down *rest.Config, key string) (http.Handler, error) {
 		loc := *base
 		loc.Path = strings.TrimSuffix(base.Path, "/") + req.URL.Path
 		loc.RawQuery = req.URL.RawQuery
+
 		h := proxy.NewUpgradeAwareHandler(&loc, rt, false, false, simpleResponder{})
 		h.UpgradeTransport = upgrade
 		h.UseLocationHost = true
 		h.FlushInterval = -1
 		out := req.Clone(req.Context())
 		StripCredentials(out.Header)
+		if metrics {
+			// A list's selectors only (no watch, no other parameter); the
+			// proxy takes the query from the request.
+			out.URL.RawQuery = metricsQuery(req.URL.Query()).Encode()
+		}
 		h.ServeHTTP(w, out)
 	}), nil
 }
@@ -204,6 +216,35 @@ func podStreamPath(p string) (namespace, sub string, ok bool) {
 		return parts[4], parts[7], true
 	}
 	return "", "", false
+}
+
+// podMetricsPath checks a tunnel request's path of pod metrics
+//
+//	/apis/metrics.k8s.io/v1beta1/namespaces/<ns>/pods[/<name>]
+//
+// and returns its namespace.
+func podMetricsPath(p string) (namespace string, ok bool) {
+	parts := strings.Split(p, "/")
+	// "", apis, metrics.k8s.io, v1beta1, namespaces, <ns>, pods[, <name>]
+	if (len(parts) != 7 && len(parts) != 8) || parts[0] != "" || parts[1] != "apis" || parts[2] != "metrics.k8s.io" ||
+		parts[3] != "v1beta1" || parts[4] != "namespaces" || parts[6] != "pods" {
+		return "", false
+	}
+	if len(validation.IsDNS1123Label(parts[5])) > 0 || len(parts) == 8 && len(validation.IsDNS1123Subdomain(parts[7])) > 0 {
+		return "", false
+	}
+	return parts[5], true
+}
+
+// metricsQuery keeps a pod metrics request's label and field selectors.
+func metricsQuery(in url.Values) url.Values {
+	out := url.Values{}
+	for _, k := range []string{"labelSelector", "fieldSelector"} {
+		if v := in.Get(k); v != "" {
+			out.Set(k, v)
+		}
+	}
+	return out
 }
 
 // RunTunnel keeps the target's tunnel to kcp open until ctx ends,

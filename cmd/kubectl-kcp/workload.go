@@ -412,6 +412,10 @@ func syncerManifest(name, image string, kubeconfig []byte, resources []interface
 	rules = append(rules,
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/attach", "pods/portforward"}, Verbs: []string{"get", "create"}})
+	// Pod metrics (kubectl top pods in a workspace), through the tunnel
+	// too, where the cluster serves metrics.k8s.io.
+	rules = append(rules,
+		rbacv1.PolicyRule{APIGroups: []string{"metrics.k8s.io"}, Resources: []string{"pods"}, Verbs: []string{"get", "list"}})
 	// --resources: the CRDs (read, for their schemas) and their objects.
 	for _, r := range resources {
 		plural, group, _ := strings.Cut(r.(string), ".")

@@ -63,6 +63,9 @@ func TestSyncerManifestGrantsEverySyncedResource(t *testing.T) {
 	if !grants("", "pods/log", "get", "") || !grants("", "pods/exec", "create", "") || !grants("", "pods/attach", "create", "") || !grants("", "pods/portforward", "create", "") {
 		t.Errorf("the syncer may not forward pod streams: %+v", role.Rules)
 	}
+	if !grants("metrics.k8s.io", "pods", "list", "") || !grants("metrics.k8s.io", "pods", "get", "") || grants("metrics.k8s.io", "nodes", "list", "") {
+		t.Errorf("pod metrics (and no node metrics): %+v", role.Rules)
+	}
 }
 
 func has(list []string, s string) bool {

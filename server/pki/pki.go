@@ -183,3 +183,19 @@ func writeKubeconfig(f Files, server string) error {
 func encodeCert(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
+
+// EnsureCert issues a certificate of subject for usage (client or server
+// authentication; hosts are a serving certificate's names and addresses),
+// signed by f's CA, into certFile and keyFile unless both exist: a
+// physical cluster's front-proxy client certificate and its
+// metrics-server's serving certificate in tests, for instance.
+func EnsureCert(f Files, certFile, keyFile string, subject pkix.Name, hosts []string, usage x509.ExtKeyUsage) error {
+	if exists(certFile) && exists(keyFile) {
+		return nil
+	}
+	ca, caKey, err := ensureCA(f)
+	if err != nil {
+		return err
+	}
+	return issue(certFile, keyFile, ca, caKey, subject, hosts, usage)
+}

@@ -126,6 +126,9 @@ type Options struct {
 	CPU, Memory string
 	// Labels go on every node.
 	Labels map[string]string
+	// Metrics: the cluster serves metrics.k8s.io (kwok's simulated
+	// kubelet resource metrics scraped by metrics-server; metrics.go).
+	Metrics bool
 	// Log receives progress lines.
 	Log func(string, ...any)
 }
@@ -141,6 +144,8 @@ type Cluster struct {
 	// KubeletPort is kwok's kubelet endpoint (logs, exec, attach,
 	// port-forward of every node, on 127.0.0.1).
 	KubeletPort int
+	// MetricsServerPort is metrics-server's (Options.Metrics).
+	MetricsServerPort int
 
 	opts  Options
 	bins  Binaries
@@ -230,7 +235,13 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kineserver: %v", err)
 	}
-	if _, err := c.run("kube-apiserver", nil, c.bins.APIServer,
+	var extra []string
+	if c.opts.Metrics {
+		if extra, err = c.frontProxyFlags(); err != nil {
+			return err
+		}
+	}
+	if _, err := c.run("kube-apiserver", nil, c.bins.APIServer, append(extra,
 		"--etcd-servers="+endpoint, "--etcd-prefix=/registry",
 		"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", c.Port),
 		"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
@@ -247,7 +258,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		// kwok serves a self-signed certificate, which kube-apiserver
 		// accepts without --kubelet-certificate-authority.
 		"--kubelet-preferred-address-types=InternalIP",
-	); err != nil {
+	)...); err != nil {
 		return err
 	}
 	client, err := c.Client()
@@ -276,8 +287,12 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	stages := strings.Join([]string{nodefast.DefaultNodeInit, nodeheartbeat.DefaultNodeHeartbeatWithLease,
-		podfast.DefaultPodReady, podfast.DefaultPodComplete, podfast.DefaultPodDelete, debugging}, "\n---\n")
+	docs := []string{nodefast.DefaultNodeInit, nodeheartbeat.DefaultNodeHeartbeatWithLease,
+		podfast.DefaultPodReady, podfast.DefaultPodComplete, podfast.DefaultPodDelete, debugging}
+	if c.opts.Metrics {
+		docs = append(docs, kwokMetricsConfig()...)
+	}
+	stages := strings.Join(docs, "\n---\n")
 	kwokConfig := filepath.Join(c.Dir, "kwok.yaml")
 	if err := os.WriteFile(kwokConfig, []byte(stages), 0o600); err != nil {
 		return err
@@ -310,6 +325,11 @@ func (c *Cluster) start(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("not ready for workloads: %v", err)
 	}
+	if c.opts.Metrics {
+		if err := c.startMetricsServer(ctx); err != nil {
+			return err
+		}
+	}
 	c.opts.Log("physical cluster %s ready at https://127.0.0.1:%d in %s", c.Name, c.Port, time.Since(start).Round(time.Millisecond))
 	return nil
 }
@@ -326,8 +346,14 @@ func (c *Cluster) ensureNodes(ctx context.Context, client kubernetes.Interface) 
 			corev1.ResourceMemory: resource.MustParse(c.opts.Memory),
 			corev1.ResourcePods:   resource.MustParse("110"),
 		}
+		annotations := map[string]string{"kwok.x-k8s.io/node": "fake"}
+		if c.opts.Metrics {
+			for k, v := range nodeMetricsAnnotations(name) {
+				annotations[k] = v
+			}
+		}
 		n := &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: map[string]string{"kwok.x-k8s.io/node": "fake"}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations},
 			Status:     corev1.NodeStatus{Capacity: capacity, Allocatable: capacity},
 		}
 		if _, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
