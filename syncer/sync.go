@@ -413,6 +413,9 @@ func (s *Syncer) syncNamespace(ctx context.Context, it item) error {
 	if up.GetDeletionTimestamp() != nil {
 		return nil // its objects go first; the namespace goes when it leaves the view
 	}
+	if pol, _ := s.policy(it.cluster, it.name); pol.Suspended(s.key) {
+		return nil // suspended: the downstream namespace stays as it is
+	}
 	err := s.ensureNamespace(ctx, it.cluster, it.name)
 	if err == errNamespaceTerminating || err == errLevelUnknown {
 		s.queue.AddAfter(it, time.Second)
@@ -466,6 +469,11 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (after time.Duration, 
 	down, downExists := s.downstreamObj(it.gvr, dns, it.name)
 	if it.gvr == hpasGVR {
 		s.enqueueScaleTarget(it, up, down)
+	}
+	if pol, _ := s.policy(it.cluster, it.namespace); pol.Suspended(s.key) {
+		// Suspended (suspend.go): nothing downstream changes, only status
+		// goes up.
+		return 0, s.whileSuspended(ctx, it, up, ok, down, pol)
 	}
 	if !ok || up.GetDeletionTimestamp() != nil {
 		s.forget(it)

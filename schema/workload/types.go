@@ -279,6 +279,25 @@ type PlacementSpec struct {
 	// Overrides change objects for the targets they select before the
 	// syncer writes them there.
 	Overrides []Override `json:"overrides,omitempty"`
+
+	// Suspend pauses syncing every namespace this Placement selects, on
+	// every target (incident handling): the syncers create, update and
+	// delete nothing downstream for them (the copies there run on as they
+	// are), upstream deletions wait (their finalizers stay), status keeps
+	// being reported, and the assignment is frozen (no failover, drain or
+	// rebalancing moves them). Clearing it catches up.
+	Suspend bool `json:"suspend,omitempty"`
+	// SuspendTargets pauses syncing this Placement's namespaces to the
+	// named SyncTargets of the location workspace only, with the same
+	// meaning as Suspend; the namespaces stay assigned to them (never
+	// evicted or drained away while suspended).
+	SuspendTargets []string `json:"suspendTargets,omitempty"`
+}
+
+// Suspends reports whether the Placement pauses syncing to the SyncTarget
+// of this name.
+func (s *PlacementSpec) Suspends(target string) bool {
+	return s.Suspend || slices.Contains(s.SuspendTargets, target)
 }
 
 // Wanted is how many targets a namespace of this Placement runs on, of
@@ -310,6 +329,14 @@ type PlacementStatus struct {
 const (
 	ReasonTargetsSelected = "TargetsSelected"
 	ReasonNoReadyTarget   = "NoReadyTarget"
+
+	// ConditionSuspended is True while spec.suspend or spec.suspendTargets
+	// pause syncing (reasons Suspended, TargetsSuspended), False once
+	// resumed (Resumed).
+	ConditionSuspended     = "Suspended"
+	ReasonSuspended        = "Suspended"
+	ReasonTargetsSuspended = "TargetsSuspended"
+	ReasonResumed          = "Resumed"
 )
 
 // VerbUse is the verb, on synctargets in a location workspace, that
