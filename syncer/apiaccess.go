@@ -148,8 +148,11 @@ func (s *Syncer) SetAPIDefaults(address string, ca []byte) error {
 	return nil
 }
 
-// SetTarget gives the syncer its SyncTarget's spec (the heartbeat reads it).
+// SetTarget gives the syncer its SyncTarget's spec (the heartbeat reads it)
+// and fills in the part of its status the syncer keeps (conflicts).
 func (s *Syncer) SetTarget(target *workload.SyncTarget) {
+	// The heartbeat writes this status: the refused objects go with it.
+	target.Status.Conflicts = s.ConflictStatus()
 	s.SetPodSecurity(target)
 	var e *apiEndpoint
 	if d := s.api.defaults.Load(); d != nil {

@@ -83,6 +83,9 @@ type Syncer struct {
 	infs     []cache.Controller
 	// unsynced are resources kept upstream only (unsyncable), and why.
 	unsynced map[schema.GroupVersionResource]string
+	// conflicts are the objects not written because something kcp did
+	// not create has their place downstream (conflicts.go), and why.
+	conflicts map[item]string
 
 	// inFlight counts items being processed; caughtUp is set once the
 	// queue has been empty with nothing in flight after the first lists.
@@ -421,6 +424,12 @@ func (s *Syncer) syncNamespace(ctx context.Context, it item) error {
 		s.queue.AddAfter(it, time.Second)
 		return nil
 	}
+	var conflict errNamespaceConflict
+	if errors.As(err, &conflict) {
+		// Its objects report it; looked at again in a while.
+		s.queue.AddAfter(it, conflictRecheck)
+		return nil
+	}
 	return err
 }
 
@@ -448,6 +457,19 @@ func (s *Syncer) ensureNamespace(ctx context.Context, cluster logicalcluster.Nam
 	ns.SetAnnotations(map[string]string{UpstreamClusterAnnotation: string(cluster), UpstreamNamespaceAnnotation: upstreamNS})
 	_, err = s.down.Resource(namespacesGVR).Create(ctx, ns, metav1.CreateOptions{FieldManager: FieldManager})
 	if apierrors.IsAlreadyExists(err) {
+		// Not in the cache of the syncer's own namespaces: just created
+		// (the cache lags), or someone else's (conflicts.go).
+		have, err := s.down.Resource(namespacesGVR).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return ignoreNotFound(err)
+		}
+		pol, _ := s.policy(cluster, upstreamNS)
+		if why := s.foreign(have, "namespace "+name, pol.Adopts()); why != "" {
+			return errNamespaceConflict{reason: why}
+		}
+		if have.GetLabels()[TargetLabel] != s.key {
+			return s.adoptNamespace(ctx, name, cluster, upstreamNS, psLabels)
+		}
 		return nil
 	}
 	return err
@@ -477,6 +499,7 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (after time.Duration, 
 	}
 	if !ok || up.GetDeletionTimestamp() != nil {
 		s.forget(it)
+		s.resolved(it)
 	}
 	if !ok {
 		// Deleted, or no longer assigned to this target; its namespace may
@@ -494,17 +517,21 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (after time.Duration, 
 			}
 		}
 		// Check the physical cluster itself, not the cache: the finalizer
-		// goes only once the copy is really gone.
-		if _, err := dr.Get(ctx, it.name, metav1.GetOptions{}); err == nil {
+		// goes only once the copy is really gone. An object of that name
+		// that is not the syncer's (a refused conflict) is not its copy.
+		if obj, err := dr.Get(ctx, it.name, metav1.GetOptions{}); err == nil && obj.GetLabels()[TargetLabel] == s.key {
 			return time.Second, nil
-		} else if !apierrors.IsNotFound(err) {
+		} else if err != nil && !apierrors.IsNotFound(err) {
 			return 0, err
 		}
 		return 0, s.removeFinalizer(ctx, it, up)
 	}
+	var nsConflict errNamespaceConflict
 	if err := s.ensureNamespace(ctx, it.cluster, it.namespace); err == errNamespaceTerminating || err == errLevelUnknown {
 		// Look again in a second rather than back off for minutes.
 		return time.Second, nil
+	} else if errors.As(err, &nsConflict) {
+		return conflictRecheck, s.refuse(ctx, it, up, nsConflict.reason)
 	} else if err != nil {
 		return 0, err
 	}
@@ -525,6 +552,16 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (after time.Duration, 
 			return 0, nil
 		}
 		return 0, s.statusUp(ctx, it, up, down, pol)
+	}
+	if down == nil {
+		// No copy of the syncer's: is the name taken by someone else's?
+		why, err := s.checkConflict(ctx, it, dr, dns, pol)
+		if err != nil {
+			return 0, err
+		}
+		if why != "" {
+			return conflictRecheck, s.refuse(ctx, it, up, why)
+		}
 	}
 	desired, err := s.downstreamCopy(up, dns)
 	if err != nil {
@@ -574,6 +611,7 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (after time.Duration, 
 		return 0, fmt.Errorf("applying %s %s/%s downstream: %v", it.gvr.Resource, dns, it.name, err)
 	}
 	s.remember(it, sum, applied)
+	s.resolved(it)
 	// The apply answered with the newest downstream state.
 	return 0, s.statusUp(ctx, it, up, applied, pol)
 }

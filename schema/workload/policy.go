@@ -77,6 +77,14 @@ type NamespacePolicy struct {
 	// new share is updated and available; then the shares that shrink
 	// shrink.
 	Previous []map[string]int64 `json:"previous,omitempty"`
+	// ConflictResolution is the Placement's (empty: Refuse).
+	ConflictResolution string `json:"conflictResolution,omitempty"`
+}
+
+// Adopts reports whether the syncers take over downstream objects that
+// kcp did not create.
+func (p *NamespacePolicy) Adopts() bool {
+	return p != nil && p.ConflictResolution == ConflictAdopt
 }
 
 // TargetPolicy is one assigned target's part of a NamespacePolicy.

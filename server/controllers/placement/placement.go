@@ -498,6 +498,9 @@ var deploymentsResource = schema.GroupVersionResource{Group: "apps", Version: "v
 // weight and overrides, the minimum share.
 func policy(p *workload.Placement, chosen, leaving []target) workload.NamespacePolicy {
 	out := workload.NamespacePolicy{Mode: p.Spec.Mode, Targets: map[string]workload.TargetPolicy{}, MinReplicas: p.Spec.MinReplicasPerCluster}
+	if p.Spec.ConflictResolution == workload.ConflictAdopt {
+		out.ConflictResolution = workload.ConflictAdopt
+	}
 	if out.Mode == "" {
 		out.Mode = workload.ModeDuplicate
 	}
