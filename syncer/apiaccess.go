@@ -485,7 +485,11 @@ func (s *Syncer) renewOnce(ctx context.Context) {
 			continue
 		}
 		sa, ns := a[ServiceAccountAnnotation], a[UpstreamNamespaceAnnotation]
-		if !used[saKey{cl, ns, sa}] {
+		// A suspended namespace's copies run on as they were, with the
+		// tokens they mount: kept and renewed, whatever the workspace
+		// says now.
+		pol, _ := s.policy(cl, ns)
+		if !used[saKey{cl, ns, sa}] && !pol.Suspended(s.key) {
 			// Only once the syncer has gone through everything: a
 			// workload not looked at yet may still mount it.
 			if s.CaughtUp() && sec.DeletionTimestamp == nil {
