@@ -170,12 +170,31 @@ func (s *Syncer) ConflictStatus() *workload.ConflictStatus {
 	return out
 }
 
+// AdoptedAnnotation marks a downstream namespace the syncer adopted: when
+// the workspace's namespace leaves the target it is released (kcp's label
+// and annotations removed), never deleted, since what else runs in it is
+// not the workspace's.
+const AdoptedAnnotation = "workload.kcp.io/adopted"
+
+// releaseNamespace gives an adopted namespace back: kcp's label and
+// annotations go, the namespace and what is left in it stay.
+func (s *Syncer) releaseNamespace(ctx context.Context, name string) error {
+	patch, _ := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{
+		"labels":      map[string]interface{}{TargetLabel: nil},
+		"annotations": map[string]interface{}{UpstreamClusterAnnotation: nil, UpstreamNamespaceAnnotation: nil, AdoptedAnnotation: nil}}})
+	_, err := s.down.Resource(namespacesGVR).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	if err == nil {
+		klog.InfoS("released an adopted downstream namespace", "namespace", name)
+	}
+	return ignoreNotFound(err)
+}
+
 // adoptNamespace takes over a downstream namespace kcp did not create
 // (Adopt): its labels and annotations become those of a namespace the
 // syncer made; its other labels stay.
 func (s *Syncer) adoptNamespace(ctx context.Context, name string, cluster logicalcluster.Name, upstreamNS string, labels map[string]string) error {
 	patch, err := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{"labels": labels,
-		"annotations": map[string]string{UpstreamClusterAnnotation: string(cluster), UpstreamNamespaceAnnotation: upstreamNS}}})
+		"annotations": map[string]string{UpstreamClusterAnnotation: string(cluster), UpstreamNamespaceAnnotation: upstreamNS, AdoptedAnnotation: "true"}}})
 	if err != nil {
 		return err
 	}

@@ -407,6 +407,11 @@ func (s *Syncer) syncNamespace(ctx context.Context, it item) error {
 				return nil
 			}
 		}
+		if ns, ok := s.downstreamObj(namespacesGVR, "", name); ok && ns.GetAnnotations()[AdoptedAnnotation] != "" {
+			// Adopted, not created by kcp: what else is in it is not the
+			// workspace's. Released, not deleted.
+			return s.releaseNamespace(ctx, name)
+		}
 		err := s.down.Resource(namespacesGVR).Delete(ctx, name, metav1.DeleteOptions{})
 		if err == nil {
 			klog.InfoS("deleted downstream namespace", "namespace", name, "cluster", it.cluster, "upstream", it.name)

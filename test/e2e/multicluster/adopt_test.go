@@ -183,7 +183,25 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}}
 		d, got := get("web")
 		return d != nil && *d.Spec.Replicas == 2, got
 	})
-	if _, err := down.AppsV1().Deployments(ns).Get(ctx, "theirs", metav1.GetOptions{}); apierrors.IsNotFound(err) {
-		t.Errorf("theirs was deleted")
+
+	// The Placement goes: kcp's copies go, the adopted namespace is
+	// released, not deleted, and what was not the workspace's stays.
+	s.Kubectl(team, "delete", "placement", "eu")
+	framework.Eventually(t, 60*time.Second, "web deleted downstream and the namespace released", func() (bool, string) {
+		_, err := down.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+		got, nsErr := down.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if nsErr != nil {
+			return false, "the adopted namespace: " + nsErr.Error()
+		}
+		return apierrors.IsNotFound(err) && got.Labels[syncer.TargetLabel] == "" && got.Annotations[syncer.AdoptedAnnotation] == "",
+			fmt.Sprintf("web: %v, namespace labels %v annotations %v", err, got.Labels, got.Annotations)
+	})
+	for name, label := range map[string]string{"theirs": "", "sneaky": "", "owned": "anothertarget"} {
+		if ok, got := untouched(name, label)(); !ok {
+			t.Errorf("%s, not the workspace's, after the Placement went: %s", name, got)
+		}
+	}
+	if got, err := down.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil || got.DeletionTimestamp != nil {
+		t.Errorf("the adopted namespace was deleted: %v", err)
 	}
 }
