@@ -152,6 +152,34 @@ spec: {locationWorkspace: "root:compute", namespaceSelector: {}}
 	if ok, got := untouched("theirs", "")(); !ok {
 		t.Errorf("a downstream Deployment the workspace does not have: %s", got)
 	}
+	// Security row: another tenant's Adopt, with the same names, adopts
+	// nothing of this workspace's: its namespace is its own.
+	const other = "root:intruder"
+	s.CreateWorkspaces(other)
+	s.Kubectl(other, "apply", "-f", framework.WriteFile(t, "adopt.yaml", `apiVersion: workload.kcp.io/v1alpha1
+kind: Placement
+metadata: {name: grab}
+spec: {locationWorkspace: "root:compute", namespaceSelector: {}, conflictResolution: Adopt}
+`))
+	for _, name := range []string{"web", "theirs"} {
+		s.Kubectl(other, "create", "deployment", name, "--image=nginx:intruder", "--replicas=1")
+	}
+	otherNS := syncer.DownstreamNamespace(logicalcluster.Name(other), "default")
+	framework.Eventually(t, 60*time.Second, "the other tenant's copies in its own namespace", func() (bool, string) {
+		n := 0
+		for _, name := range []string{"web", "theirs"} {
+			if d, err := down.AppsV1().Deployments(otherNS).Get(ctx, name, metav1.GetOptions{}); err == nil && d.Spec.Template.Spec.Containers[0].Image == "nginx:intruder" {
+				n++
+			}
+		}
+		return n == 2, fmt.Sprintf("%d of 2", n)
+	})
+	if d, got := get("web"); d == nil || d.Spec.Template.Spec.Containers[0].Image != "nginx:kcp" || *d.Spec.Replicas != 3 {
+		t.Errorf("this workspace's adopted web after another tenant's Adopt: %s", got)
+	}
+	if ok, got := untouched("theirs", "")(); !ok {
+		t.Errorf("theirs after another tenant's Adopt of the same name: %s", got)
+	}
 
 	// Deleting the workspace's owned does not delete the other syncer's
 	// copy, and does not wait for it.
