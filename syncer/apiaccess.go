@@ -148,8 +148,11 @@ func (s *Syncer) SetAPIDefaults(address string, ca []byte) error {
 	return nil
 }
 
-// SetTarget gives the syncer its SyncTarget's spec (the heartbeat reads it).
+// SetTarget gives the syncer its SyncTarget's spec (the heartbeat reads it)
+// and fills in the part of its status the syncer keeps (conflicts).
 func (s *Syncer) SetTarget(target *workload.SyncTarget) {
+	// The heartbeat writes this status: the refused objects go with it.
+	target.Status.Conflicts = s.ConflictStatus()
 	s.SetPodSecurity(target)
 	var e *apiEndpoint
 	if d := s.api.defaults.Load(); d != nil {
@@ -482,7 +485,11 @@ func (s *Syncer) renewOnce(ctx context.Context) {
 			continue
 		}
 		sa, ns := a[ServiceAccountAnnotation], a[UpstreamNamespaceAnnotation]
-		if !used[saKey{cl, ns, sa}] {
+		// A suspended namespace's copies run on as they were, with the
+		// tokens they mount: kept and renewed, whatever the workspace
+		// says now.
+		pol, _ := s.policy(cl, ns)
+		if !used[saKey{cl, ns, sa}] && !pol.Suspended(s.key) {
 			// Only once the syncer has gone through everything: a
 			// workload not looked at yet may still mount it.
 			if s.CaughtUp() && sec.DeletionTimestamp == nil {

@@ -12,9 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -83,6 +81,9 @@ type Syncer struct {
 	infs     []cache.Controller
 	// unsynced are resources kept upstream only (unsyncable), and why.
 	unsynced map[schema.GroupVersionResource]string
+	// conflicts are the objects not written because something kcp did
+	// not create has their place downstream (conflicts.go), and why.
+	conflicts map[item]string
 
 	// inFlight counts items being processed; caughtUp is set once the
 	// queue has been empty with nothing in flight after the first lists.
@@ -404,6 +405,11 @@ func (s *Syncer) syncNamespace(ctx context.Context, it item) error {
 				return nil
 			}
 		}
+		if ns, ok := s.downstreamObj(namespacesGVR, "", name); ok && ns.GetAnnotations()[AdoptedAnnotation] != "" {
+			// Adopted, not created by kcp: what else is in it is not the
+			// workspace's. Released, not deleted.
+			return s.releaseNamespace(ctx, name)
+		}
 		err := s.down.Resource(namespacesGVR).Delete(ctx, name, metav1.DeleteOptions{})
 		if err == nil {
 			klog.InfoS("deleted downstream namespace", "namespace", name, "cluster", it.cluster, "upstream", it.name)
@@ -413,9 +419,18 @@ func (s *Syncer) syncNamespace(ctx context.Context, it item) error {
 	if up.GetDeletionTimestamp() != nil {
 		return nil // its objects go first; the namespace goes when it leaves the view
 	}
+	if pol, _ := s.policy(it.cluster, it.name); pol.Suspended(s.key) {
+		return nil // suspended: the downstream namespace stays as it is
+	}
 	err := s.ensureNamespace(ctx, it.cluster, it.name)
 	if err == errNamespaceTerminating || err == errLevelUnknown {
 		s.queue.AddAfter(it, time.Second)
+		return nil
+	}
+	var conflict errNamespaceConflict
+	if errors.As(err, &conflict) {
+		// Its objects report it; looked at again in a while.
+		s.queue.AddAfter(it, conflictRecheck)
 		return nil
 	}
 	return err
@@ -458,6 +473,19 @@ func (s *Syncer) ensureNamespace(ctx context.Context, cluster logicalcluster.Nam
 	ns.SetAnnotations(map[string]string{UpstreamClusterAnnotation: string(cluster), UpstreamNamespaceAnnotation: upstreamNS})
 	_, err = s.down.Resource(namespacesGVR).Create(ctx, ns, metav1.CreateOptions{FieldManager: FieldManager})
 	if apierrors.IsAlreadyExists(err) {
+		// Not in the cache of the syncer's own namespaces: just created
+		// (the cache lags), or someone else's (conflicts.go).
+		have, err := s.down.Resource(namespacesGVR).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return ignoreNotFound(err)
+		}
+		pol, _ := s.policy(cluster, upstreamNS)
+		if why := s.foreign(have, "namespace "+name, pol.Adopts()); why != "" {
+			return errNamespaceConflict{reason: why}
+		}
+		if have.GetLabels()[TargetLabel] != s.key {
+			return s.adoptNamespace(ctx, name, cluster, upstreamNS, psLabels)
+		}
 		return nil
 	}
 	return err
@@ -480,8 +508,14 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (after time.Duration, 
 	if it.gvr == hpasGVR {
 		s.enqueueScaleTarget(it, up, down)
 	}
+	if pol, _ := s.policy(it.cluster, it.namespace); pol.Suspended(s.key) {
+		// Suspended (suspend.go): nothing downstream changes, only status
+		// goes up.
+		return 0, s.whileSuspended(ctx, it, up, ok, down, pol)
+	}
 	if !ok || up.GetDeletionTimestamp() != nil {
 		s.forget(it)
+		s.resolved(it)
 	}
 	if !ok {
 		// Deleted, or no longer assigned to this target; its namespace may
@@ -499,17 +533,21 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (after time.Duration, 
 			}
 		}
 		// Check the physical cluster itself, not the cache: the finalizer
-		// goes only once the copy is really gone.
-		if _, err := dr.Get(ctx, it.name, metav1.GetOptions{}); err == nil {
+		// goes only once the copy is really gone. An object of that name
+		// that is not the syncer's (a refused conflict) is not its copy.
+		if obj, err := dr.Get(ctx, it.name, metav1.GetOptions{}); err == nil && obj.GetLabels()[TargetLabel] == s.key {
 			return time.Second, nil
-		} else if !apierrors.IsNotFound(err) {
+		} else if err != nil && !apierrors.IsNotFound(err) {
 			return 0, err
 		}
 		return 0, s.removeFinalizer(ctx, it, up)
 	}
+	var nsConflict errNamespaceConflict
 	if err := s.ensureNamespace(ctx, it.cluster, it.namespace); err == errNamespaceTerminating || err == errLevelUnknown {
 		// Look again in a second rather than back off for minutes.
 		return time.Second, nil
+	} else if errors.As(err, &nsConflict) {
+		return conflictRecheck, s.refuse(ctx, it, up, nsConflict.reason)
 	} else if err != nil {
 		return 0, err
 	}
@@ -530,6 +568,16 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (after time.Duration, 
 			return 0, nil
 		}
 		return 0, s.statusUp(ctx, it, up, down, pol)
+	}
+	if down == nil {
+		// No copy of the syncer's: is the name taken by someone else's?
+		why, err := s.checkConflict(ctx, it, dr, dns, pol)
+		if err != nil {
+			return 0, err
+		}
+		if why != "" {
+			return conflictRecheck, s.refuse(ctx, it, up, why)
+		}
 	}
 	desired, err := s.downstreamCopy(up, dns)
 	if err != nil {
@@ -579,6 +627,7 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (after time.Duration, 
 		return 0, fmt.Errorf("applying %s %s/%s downstream: %v", it.gvr.Resource, dns, it.name, err)
 	}
 	s.remember(it, sum, applied)
+	s.resolved(it)
 	// The apply answered with the newest downstream state.
 	return 0, s.statusUp(ctx, it, up, applied, pol)
 }
@@ -670,70 +719,6 @@ func (s *Syncer) downstreamCopy(up *unstructured.Unstructured, namespace string)
 
 func runtimeDeepCopy(v interface{}) interface{} {
 	return (&unstructured.Unstructured{Object: map[string]interface{}{"v": v}}).DeepCopy().Object["v"]
-}
-
-// statusUp copies the downstream status to kcp (a merge patch of status
-// only, with null for what disappeared). A Deployment's
-// observedGeneration is kcp's generation once the physical cluster has
-// observed the copy written from it, so kubectl rollout status means what
-// it says.
-func (s *Syncer) statusUp(ctx context.Context, it item, up, down *unstructured.Unstructured, pol *workload.NamespacePolicy) error {
-	if it.gvr == servicesGVR {
-		if err := s.allocationUp(ctx, it, up, down); err != nil {
-			return err
-		}
-	}
-	st, ok, _ := unstructured.NestedMap(down.Object, "status")
-	if !ok {
-		return nil
-	}
-	shared := pol != nil && len(pol.Targets) > 1
-	summed := it.gvr == deploymentsGVR || it.gvr == daemonsetsGVR
-	if shared && !summed && s.key != firstKey(pol) {
-		// Several targets run this object: the first one reports its
-		// status (Deployments and DaemonSets are summed by kcp instead).
-		return nil
-	}
-	st = runtimeDeepCopy(st).(map[string]interface{})
-	statusForUpstream(it.gvr, st, it.namespace)
-	upStatus, _, _ := unstructured.NestedMap(up.Object, "status")
-	if _, has := st["observedGeneration"]; has {
-		observed, _, _ := unstructured.NestedInt64(down.Object, "status", "observedGeneration")
-		from := down.GetAnnotations()[UpstreamGenerationAnnotation]
-		if observed >= down.GetGeneration() && from == fmt.Sprint(up.GetGeneration()) {
-			st["observedGeneration"] = up.GetGeneration()
-		} else if prev, ok := upStatus["observedGeneration"]; ok {
-			st["observedGeneration"] = prev
-		} else {
-			delete(st, "observedGeneration")
-		}
-	}
-	if shared && summed {
-		return s.shareStatusUp(ctx, it, up, st, pol)
-	}
-	if equality.Semantic.DeepEqual(jsonRound(st), jsonRound(upStatus)) {
-		return nil
-	}
-	before, _ := json.Marshal(map[string]interface{}{"status": upStatus})
-	after, _ := json.Marshal(map[string]interface{}{"status": st})
-	patch, err := jsonpatch.CreateMergePatch(before, after)
-	if err != nil || string(patch) == "{}" {
-		return err
-	}
-	c, err := s.upClient(it.cluster)
-	if err != nil {
-		return err
-	}
-	_, err = c.Resource(it.gvr).Namespace(it.namespace).Patch(ctx, it.name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}, "status")
-	return ignoreNotFound(err)
-}
-
-// jsonRound normalizes numbers (int64 against float64) for comparison.
-func jsonRound(v interface{}) interface{} {
-	b, _ := json.Marshal(v)
-	var out interface{}
-	_ = json.Unmarshal(b, &out)
-	return out
 }
 
 // removeFinalizer lets kcp delete an object whose downstream copy is gone.

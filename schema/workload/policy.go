@@ -77,6 +77,14 @@ type NamespacePolicy struct {
 	// new share is updated and available; then the shares that shrink
 	// shrink.
 	Previous []map[string]int64 `json:"previous,omitempty"`
+	// ConflictResolution is the Placement's (empty: Refuse).
+	ConflictResolution string `json:"conflictResolution,omitempty"`
+}
+
+// Adopts reports whether the syncers take over downstream objects that
+// kcp did not create.
+func (p *NamespacePolicy) Adopts() bool {
+	return p != nil && p.ConflictResolution == ConflictAdopt
 }
 
 // TargetPolicy is one assigned target's part of a NamespacePolicy.
@@ -88,6 +96,16 @@ type TargetPolicy struct {
 	// they are (no share, no new spec) until kcp unassigns it, once the
 	// other targets run the whole workload.
 	Leaving bool `json:"leaving,omitempty"`
+	// Suspended targets are paused (Placement spec.suspend or
+	// spec.suspendTargets): their syncer creates, updates and deletes
+	// nothing downstream for the namespace and removes no finalizer; it
+	// only reports status. Cleared, it catches up.
+	Suspended bool `json:"suspended,omitempty"`
+}
+
+// Suspended reports whether target key is paused for the namespace.
+func (p *NamespacePolicy) Suspended(key string) bool {
+	return p != nil && p.Targets[key].Suspended
 }
 
 // ParsePolicy reads a namespace's policy annotation; absent means one

@@ -188,7 +188,38 @@ type SyncTargetStatus struct {
 	// Drain is, while spec.drain is set, what is still assigned to the
 	// target and why (kcp's placement controller writes it).
 	Drain *DrainStatus `json:"drain,omitempty"`
+	// Conflicts are the objects the syncer refuses to write because
+	// something not created by kcp has their place on the physical cluster
+	// (Placement conflictResolution Refuse); the syncer reports them.
+	Conflicts *ConflictStatus `json:"conflicts,omitempty"`
 }
+
+// ConflictStatus counts the refused objects and names some of them.
+type ConflictStatus struct {
+	Count int `json:"count"`
+	// Objects are at most MaxConflictsListed of them.
+	Objects []SyncConflict `json:"objects,omitempty"`
+}
+
+// SyncConflict is one object the syncer does not write, and why.
+type SyncConflict struct {
+	Workspace string `json:"workspace"`
+	Namespace string `json:"namespace"`
+	Resource  string `json:"resource"`
+	Name      string `json:"name"`
+	Reason    string `json:"reason"`
+}
+
+// MaxConflictsListed bounds ConflictStatus.Objects.
+const MaxConflictsListed = 20
+
+// ConditionDownstreamConflict is set (True) on an upstream object whose
+// kind has status conditions when the syncer refuses to write it: an
+// object of its name on the physical cluster was not created by kcp.
+const (
+	ConditionDownstreamConflict = "DownstreamConflict"
+	ReasonNotCreatedByKCP       = "NotCreatedByKCP"
+)
 
 // DrainStatus says how far a drain is.
 type DrainStatus struct {
@@ -279,6 +310,40 @@ type PlacementSpec struct {
 	// Overrides change objects for the targets they select before the
 	// syncer writes them there.
 	Overrides []Override `json:"overrides,omitempty"`
+
+	// Suspend pauses syncing every namespace this Placement selects, on
+	// every target (incident handling): the syncers create, update and
+	// delete nothing downstream for them (the copies there run on as they
+	// are), upstream deletions wait (their finalizers stay), status keeps
+	// being reported, and the assignment is frozen (no failover, drain or
+	// rebalancing moves them). Clearing it catches up.
+	Suspend bool `json:"suspend,omitempty"`
+	// SuspendTargets pauses syncing this Placement's namespaces to the
+	// named SyncTargets of the location workspace only, with the same
+	// meaning as Suspend; the namespaces stay assigned to them (never
+	// evicted or drained away while suspended).
+	SuspendTargets []string `json:"suspendTargets,omitempty"`
+
+	// ConflictResolution says what a syncer does with an object it would
+	// write that already exists on the physical cluster and was not
+	// created by kcp (no sync-target label of that SyncTarget): Refuse
+	// (the default) leaves it as it is and reports the conflict; Adopt
+	// takes it over (labels it as kcp's) and applies kcp's spec from then
+	// on. Objects downstream that the workspace does not have are never
+	// touched either way.
+	ConflictResolution string `json:"conflictResolution,omitempty"`
+}
+
+// Conflict resolutions of a Placement.
+const (
+	ConflictRefuse = "Refuse"
+	ConflictAdopt  = "Adopt"
+)
+
+// Suspends reports whether the Placement pauses syncing to the SyncTarget
+// of this name.
+func (s *PlacementSpec) Suspends(target string) bool {
+	return s.Suspend || slices.Contains(s.SuspendTargets, target)
 }
 
 // Wanted is how many targets a namespace of this Placement runs on, of
@@ -310,6 +375,14 @@ type PlacementStatus struct {
 const (
 	ReasonTargetsSelected = "TargetsSelected"
 	ReasonNoReadyTarget   = "NoReadyTarget"
+
+	// ConditionSuspended is True while spec.suspend or spec.suspendTargets
+	// pause syncing (reasons Suspended, TargetsSuspended), False once
+	// resumed (Resumed).
+	ConditionSuspended     = "Suspended"
+	ReasonSuspended        = "Suspended"
+	ReasonTargetsSuspended = "TargetsSuspended"
+	ReasonResumed          = "Resumed"
 )
 
 // VerbUse is the verb, on synctargets in a location workspace, that

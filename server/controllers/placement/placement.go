@@ -239,6 +239,8 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 type target struct {
 	location logicalcluster.Name
 	obj      *workload.SyncTarget
+	// matches: the Placement's locationSelector selects it (targetsOf).
+	matches bool
 }
 
 func (t target) ref() string { return string(t.location) + "/" + t.obj.Name }
@@ -259,6 +261,20 @@ func usable(t *workload.SyncTarget) bool {
 
 // matchingTargets returns the SyncTargets a Placement selects, by name.
 func (c *Controller) matchingTargets(p *workload.Placement) []target {
+	var out []target
+	for _, t := range c.targetsOf(p) {
+		if t.matches {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// targetsOf returns the SyncTargets of a Placement's location workspace,
+// by name, each saying whether the Placement's locationSelector selects
+// it (a suspended target keeps its namespaces even when it no longer
+// does).
+func (c *Controller) targetsOf(p *workload.Placement) []target {
 	loc, err := logicalcluster.Parse(p.Spec.LocationWorkspace)
 	if err != nil {
 		return nil
@@ -266,15 +282,15 @@ func (c *Controller) matchingTargets(p *workload.Placement) []target {
 	sel := labels.Everything()
 	if p.Spec.LocationSelector != nil {
 		if sel, err = metav1.LabelSelectorAsSelector(p.Spec.LocationSelector); err != nil {
-			return nil
+			sel = labels.Nothing()
 		}
 	}
 	objs, _ := c.targets.ByIndex(clusterinformer.ByCluster, string(loc))
 	var out []target
 	for _, o := range objs {
 		t, err := decodeTarget(o.(*unstructured.Unstructured))
-		if err == nil && t.DeletionTimestamp == nil && sel.Matches(labels.Set(t.Labels)) {
-			out = append(out, target{location: loc, obj: t})
+		if err == nil && t.DeletionTimestamp == nil {
+			out = append(out, target{location: loc, obj: t, matches: sel.Matches(labels.Set(t.Labels))})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].obj.Name < out[j].obj.Name })
@@ -316,19 +332,41 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 	}
 	spread := p.Spec.SpreadByLabel
 	fits := func(t target) bool { return spread == "" || t.obj.Labels[spread] != "" }
-	var current, candidates []target
-	for _, t := range c.matchingTargets(p) {
-		if !fits(t) {
+	isCurrent := func(t target) bool {
+		return ns.Labels[workload.StateLabel(string(t.location), t.obj.Name)] == workload.StateSync
+	}
+	// frozen are the current targets the Placement suspends: they keep the
+	// namespace whatever happens to them (NotReady, draining, no longer
+	// matching), since unassigning would delete what runs there.
+	var current, candidates, frozen []target
+	for _, t := range c.targetsOf(p) {
+		if isCurrent(t) && p.Spec.Suspends(t.obj.Name) {
+			frozen = append(frozen, t)
 			continue
 		}
-		if ns.Labels[workload.StateLabel(string(t.location), t.obj.Name)] == workload.StateSync {
+		if !t.matches || !fits(t) {
+			continue
+		}
+		if isCurrent(t) {
 			current = append(current, t)
 		} else if usable(t.obj) {
 			candidates = append(candidates, t)
 		}
 	}
+	byRef := func(ts []target) {
+		sort.Slice(ts, func(i, j int) bool { return ts[i].ref() < ts[j].ref() })
+	}
+	if p.Spec.Suspend {
+		// The whole Placement is suspended: the assignment stays as it is,
+		// nothing is added (a namespace not assigned yet waits).
+		byRef(frozen)
+		return p, frozen, nil, 0
+	}
 	sort.SliceStable(candidates, func(i, j int) bool { return rank(candidates[i]) < rank(candidates[j]) })
 	used := map[string]bool{}
+	for _, t := range frozen {
+		used[t.obj.Labels[spread]] = true
+	}
 	var chosen, evicted, leaving []target
 	var recheck time.Duration
 	for _, t := range current {
@@ -354,17 +392,17 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 	}
 	// allClusters: every target kept and every usable one (a cordoned or
 	// restarting target keeps what it has).
-	want := max(p.Spec.Wanted(len(chosen)+len(candidates)), 1)
+	want := max(p.Spec.Wanted(len(frozen)+len(chosen)+len(candidates)), 1) - len(frozen)
 	// More than wanted (the number went down): keep the Ready ones first,
 	// then by rank.
-	if len(chosen) > want {
+	if len(chosen) > max(want, 0) {
 		sort.SliceStable(chosen, func(i, j int) bool {
 			if ready(chosen[i].obj) != ready(chosen[j].obj) {
 				return ready(chosen[i].obj)
 			}
 			return rank(chosen[i]) < rank(chosen[j])
 		})
-		chosen = chosen[:want]
+		chosen = chosen[:max(want, 0)]
 	}
 	for _, t := range candidates {
 		if len(chosen) >= want {
@@ -379,16 +417,14 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 	// A draining target with no replacement stays: a drain never leaves a
 	// namespace nowhere. Nor does a dead target that nothing replaced and
 	// that was the only one: somewhere to come back to beats nowhere.
-	if len(chosen) == 0 {
+	if len(chosen)+len(frozen) == 0 {
 		if len(leaving) > 0 {
 			chosen, leaving = leaving, nil
 		} else if len(evicted) > 0 {
 			chosen = evicted[:1]
 		}
 	}
-	byRef := func(ts []target) {
-		sort.Slice(ts, func(i, j int) bool { return ts[i].ref() < ts[j].ref() })
-	}
+	chosen = append(chosen, frozen...)
 	byRef(chosen)
 	byRef(leaving)
 	return p, chosen, leaving, recheck
@@ -462,11 +498,14 @@ var deploymentsResource = schema.GroupVersionResource{Group: "apps", Version: "v
 // weight and overrides, the minimum share.
 func policy(p *workload.Placement, chosen, leaving []target) workload.NamespacePolicy {
 	out := workload.NamespacePolicy{Mode: p.Spec.Mode, Targets: map[string]workload.TargetPolicy{}, MinReplicas: p.Spec.MinReplicasPerCluster}
+	if p.Spec.ConflictResolution == workload.ConflictAdopt {
+		out.ConflictResolution = workload.ConflictAdopt
+	}
 	if out.Mode == "" {
 		out.Mode = workload.ModeDuplicate
 	}
 	for _, t := range chosen {
-		tp := workload.TargetPolicy{Name: t.ref(), Weight: 1}
+		tp := workload.TargetPolicy{Name: t.ref(), Weight: 1, Suspended: p.Spec.Suspends(t.obj.Name)}
 		for _, w := range p.Spec.Weights {
 			if workload.MatchesLabels(w.Selector, t.obj.Labels) {
 				tp.Weight = int64(w.Weight)

@@ -79,7 +79,11 @@ func (c *Controller) recordDrain(cluster logicalcluster.Name, ns string, p *work
 			if p != nil {
 				pl = "Placement " + p.Name
 			}
-			entries[t.ref()] = drainEntry{stuck: true, reason: pl + " selects no other usable SyncTarget (a drain never leaves a namespace nowhere)"}
+			reason := pl + " selects no other usable SyncTarget (a drain never leaves a namespace nowhere)"
+			if p != nil && p.Spec.Suspends(t.obj.Name) {
+				reason = pl + " is suspended for this SyncTarget: nothing moves until it is resumed"
+			}
+			entries[t.ref()] = drainEntry{stuck: true, reason: reason}
 		}
 	}
 	for _, t := range leaving {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -64,9 +65,15 @@ func (c *Controller) placementStatus(ctx context.Context, cluster logicalcluster
 		return err
 	}
 	prev := p.Status
+	prev.Conditions = slices.Clone(prev.Conditions)
 	p.Status.SelectedTargets, p.Status.Namespaces, p.Status.ShadowedAPIs = selected, assigned, shadowed
 	meta.SetStatusCondition(&p.Status.Conditions, cond)
-	if slices.Equal(prev.SelectedTargets, selected) && prev.Namespaces == assigned && sameCondition(prev.Conditions, cond) && slices.Equal(prev.ShadowedAPIs, shadowed) {
+	suspended, hasSuspended := c.suspendedCondition(p, assigned)
+	if hasSuspended {
+		meta.SetStatusCondition(&p.Status.Conditions, suspended)
+	}
+	if slices.Equal(prev.SelectedTargets, selected) && prev.Namespaces == assigned && sameCondition(prev.Conditions, cond) && slices.Equal(prev.ShadowedAPIs, shadowed) &&
+		(!hasSuspended || sameCondition(prev.Conditions, suspended)) {
 		return nil
 	}
 	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&p.Status)
@@ -151,4 +158,39 @@ var crdsResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Ve
 func sameCondition(conds []metav1.Condition, want metav1.Condition) bool {
 	c := meta.FindStatusCondition(conds, want.Type)
 	return c != nil && c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message && c.ObservedGeneration == want.ObservedGeneration
+}
+
+// suspendedCondition is the Placement's Suspended condition: True while
+// spec.suspend or spec.suspendTargets pause syncing (naming what), False
+// once resumed; none for a Placement that was never suspended.
+func (c *Controller) suspendedCondition(p *workload.Placement, assigned int) (metav1.Condition, bool) {
+	cond := metav1.Condition{Type: workload.ConditionSuspended, ObservedGeneration: p.Generation}
+	switch {
+	case p.Spec.Suspend:
+		cond.Status, cond.Reason = metav1.ConditionTrue, workload.ReasonSuspended
+		cond.Message = fmt.Sprintf("syncing is paused for the %d assigned namespace(s) on every SyncTarget: nothing is created, updated or deleted "+
+			"on the physical clusters, deletions wait and nothing moves until spec.suspend is cleared", assigned)
+	case len(p.Spec.SuspendTargets) > 0:
+		known := map[string]bool{}
+		for _, t := range c.targetsOf(p) {
+			known[t.obj.Name] = true
+		}
+		var names []string
+		for _, n := range p.Spec.SuspendTargets {
+			if !known[n] {
+				n += fmt.Sprintf(" (no such SyncTarget in %s)", p.Spec.LocationWorkspace)
+			}
+			names = append(names, n)
+		}
+		cond.Status, cond.Reason = metav1.ConditionTrue, workload.ReasonTargetsSuspended
+		cond.Message = fmt.Sprintf("syncing to SyncTarget(s) %s is paused: nothing is created, updated or deleted there for this Placement's "+
+			"namespaces, deletions wait and they stay assigned there until spec.suspendTargets no longer names them", strings.Join(names, ", "))
+	default:
+		if meta.FindStatusCondition(p.Status.Conditions, workload.ConditionSuspended) == nil {
+			return cond, false
+		}
+		cond.Status, cond.Reason = metav1.ConditionFalse, workload.ReasonResumed
+		cond.Message = "spec.suspend and spec.suspendTargets are clear: syncing runs again and catches up with what changed meanwhile"
+	}
+	return cond, true
 }

@@ -192,6 +192,40 @@ func TestChoose(t *testing.T) {
 	if _, chosen, leaving, _ := c.choose(now, "root:team", ns("eu1")); names(chosen) != "eu1" || len(leaving) != 0 {
 		t.Errorf("drain with nowhere to go: chosen %s leaving %s", names(chosen), names(leaving))
 	}
+
+	// Suspended: the assignment is frozen. Dead for 20 s, draining, or no
+	// longer selected, a suspended target keeps the namespace; nothing new
+	// is assigned under spec.suspend.
+	for _, spec := range []string{
+		`{"locationWorkspace":"root:compute","namespaceSelector":{},"suspend":true}`,
+		`{"locationWorkspace":"root:compute","namespaceSelector":{},"suspendTargets":["eu1"]}`,
+	} {
+		c = setup(spec, dead(20*time.Second), eu2)
+		if _, chosen, _, _ := c.choose(now, "root:team", ns("eu1")); names(chosen) != "eu1" {
+			t.Errorf("%s, dead for 20 s: %s, want eu1 kept", spec, names(chosen))
+		}
+		c = setup(spec, newTarget("eu1", "eu", time.Hour, true), eu2)
+		if _, chosen, leaving, _ := c.choose(now, "root:team", ns("eu1")); names(chosen) != "eu1" || len(leaving) != 0 {
+			t.Errorf("%s, draining: chosen %s leaving %s", spec, names(chosen), names(leaving))
+		}
+		c = setup(strings.Replace(spec, `"namespaceSelector":{}`, `"namespaceSelector":{},"locationSelector":{"matchLabels":{"region":"us"}}`, 1), eu1, us1)
+		if _, chosen, _, _ := c.choose(now, "root:team", ns("eu1")); !strings.HasPrefix(names(chosen), "eu1") {
+			t.Errorf("%s, no longer selected: %s, want eu1 kept", spec, names(chosen))
+		}
+	}
+	c = setup(`{"locationWorkspace":"root:compute","namespaceSelector":{},"suspend":true}`, eu1, eu2)
+	if _, chosen, _, _ := c.choose(now, "root:team", ns()); len(chosen) != 0 {
+		t.Errorf("suspend assigned a new namespace: %s", names(chosen))
+	}
+	c = setup(`{"locationWorkspace":"root:compute","namespaceSelector":{},"allClusters":true,"suspendTargets":["eu1"]}`, eu1, eu2)
+	if _, chosen, _, _ := c.choose(now, "root:team", ns("eu1")); names(chosen) != "eu1,eu2" {
+		t.Errorf("suspendTargets does not stop the others: %s", names(chosen))
+	}
+	pol := policy(&workload.Placement{Spec: workload.PlacementSpec{SuspendTargets: []string{"eu1"}, ConflictResolution: workload.ConflictAdopt}},
+		[]target{{location: loc, obj: &workload.SyncTarget{ObjectMeta: metav1.ObjectMeta{Name: "eu1"}}}, {location: loc, obj: &workload.SyncTarget{ObjectMeta: metav1.ObjectMeta{Name: "eu2"}}}}, nil)
+	if !pol.Suspended(workload.TargetKey(loc, "eu1")) || pol.Suspended(workload.TargetKey(loc, "eu2")) || !pol.Adopts() {
+		t.Errorf("policy: %+v", pol)
+	}
 }
 
 func TestPolicy(t *testing.T) {
