@@ -484,7 +484,7 @@ func (s *Syncer) ensureNamespace(ctx context.Context, cluster logicalcluster.Nam
 			return errNamespaceConflict{reason: why}
 		}
 		if have.GetLabels()[TargetLabel] != s.key {
-			return s.adoptNamespace(ctx, name, cluster, upstreamNS, psLabels)
+			return s.adoptNamespace(ctx, name, cluster, upstreamNS, want)
 		}
 		return nil
 	}
