@@ -2,13 +2,9 @@ package e2e
 
 import (
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/kcpsql/kcp/test/e2e/framework"
 )
@@ -38,7 +34,7 @@ func TestKubectlThroughTheExportView(t *testing.T) {
 	s.Kubectl("root:team-a", "create", "configmap", "settings", "--from-literal=a=b")
 
 	view := s.URL() + "/services/apiexport/root:platform/databases/clusters/"
-	kubeconfig := viewKubeconfig(t, s, "db-operator")
+	kubeconfig := framework.UserKubeconfig(t, s, s.URL(), "db-operator")
 	kubectl := func(cluster, stdin string, args ...string) (string, error) {
 		_, bin := framework.Binaries(t)
 		cmd := exec.Command(bin, append([]string{"--kubeconfig", kubeconfig, "--server", view + cluster, "--request-timeout=30s"}, args...)...)
@@ -105,21 +101,4 @@ func TestKubectlThroughTheExportView(t *testing.T) {
 			t.Errorf("%s (%s %s): want 404, got %v\n%s", c.why, c.cluster, c.path, err, out)
 		}
 	}
-}
-
-// viewKubeconfig writes a kubeconfig for user (client certificate signed
-// by kcp's CA), its server to be given with --server.
-func viewKubeconfig(t *testing.T, s *framework.Server, user string) string {
-	t.Helper()
-	cfg := framework.UserConfig(t, s, user)
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["kcp"] = &clientcmdapi.Cluster{Server: s.URL(), CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
-	kc.Contexts["kcp"] = &clientcmdapi.Context{Cluster: "kcp", AuthInfo: user}
-	kc.CurrentContext = "kcp"
-	p := filepath.Join(t.TempDir(), user+".kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, p); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/client-go/util/keyutil"
 )
 
@@ -99,4 +101,22 @@ func DoWith(t testing.TB, c *http.Client, method, url, body string, headers map[
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// UserKubeconfig writes a kubeconfig for user (a client certificate signed
+// by kcp's CA) whose server is server (a workspace's URL, a view's, or the
+// base URL to be given with --server).
+func UserKubeconfig(t testing.TB, s *Server, server, user string) string {
+	t.Helper()
+	cfg := UserConfig(t, s, user)
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["kcp"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["kcp"] = &clientcmdapi.Context{Cluster: "kcp", AuthInfo: user}
+	kc.CurrentContext = "kcp"
+	p := filepath.Join(t.TempDir(), user+".kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

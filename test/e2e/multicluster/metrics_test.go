@@ -5,18 +5,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
-	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 	"github.com/kcpsql/kcp/syncer"
 	"github.com/kcpsql/kcp/test/e2e/framework"
@@ -211,16 +208,7 @@ spec:
 	})
 
 	t.Run("the tunnel forwards pod metrics of the syncer's namespaces only", func(t *testing.T) {
-		cfg, err := pcs["pc1"].RESTConfig()
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := syncer.TunnelHandler(cfg, workload.TargetKey(compute, "pc1"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(h)
-		defer srv.Close()
+		srv := tunnelServer(t, pcs["pc1"], compute, "pc1")
 		dns := syncer.DownstreamNamespace(logicalcluster.Name(teamA), "default")
 		for _, c := range []struct {
 			method, path string
@@ -312,31 +300,7 @@ spec: {locationWorkspace: "`+compute+`", namespaceSelector: {}, locationSelector
 // metrics.k8s.io, one node each, side by side; they stop with the test.
 func startMetricsClusters(t *testing.T, bins physical.Binaries, names ...string) map[string]*physical.Cluster {
 	t.Helper()
-	pcs := map[string]*physical.Cluster{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, name := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pc, err := physical.Start(context.Background(), bins, physical.Options{Name: name, Dir: t.TempDir(), Nodes: 1, Metrics: true, Log: t.Logf})
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			mu.Lock()
-			pcs[name] = pc
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	for _, pc := range pcs {
-		t.Cleanup(pc.Stop)
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
-	return pcs
+	return startPhysicalWith(t, bins, physical.Options{Nodes: 1, Metrics: true}, names...)
 }
 
 // topRows parses kubectl top pods: name -> CPU, memory (the last
@@ -381,12 +345,7 @@ func TestPodMetricsPushMode(t *testing.T) {
 	const compute, team = "root:compute", "root:team-push"
 	s.CreateWorkspaces(compute, team)
 	pc1 := startMetricsClusters(t, bins, "pc1")["pc1"]
-	s.Kubectl(compute, "create", "secret", "generic", "pc1-kubeconfig", "--from-file=kubeconfig="+pc1.Kubeconfig)
-	s.Kubectl(compute, "apply", "-f", framework.WriteFile(t, "pc1.yaml", `apiVersion: workload.kcp.io/v1alpha1
-kind: SyncTarget
-metadata: {name: pc1, labels: {region: eu}}
-spec: {push: {secretNamespace: default, secretName: pc1-kubeconfig}}
-`))
+	registerPush(t, s, compute, "pc1", "eu", pc1, "")
 	waitTargetsReady(t, s, compute, "pc1")
 	s.Kubectl(team, "apply", "-f", framework.WriteFile(t, "placement.yaml", `apiVersion: workload.kcp.io/v1alpha1
 kind: Placement

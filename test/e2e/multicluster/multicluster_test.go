@@ -71,12 +71,7 @@ func testTransparentMultiCluster(t *testing.T, bins physical.Binaries, datastore
 				t.Fatalf("%v\n%s", err, out)
 			}
 			exec.Command(filepath.Join(framework.RepoRoot(), "bin", "kubectl"), "--kubeconfig", pcs[name].Kubeconfig, "wait", "--for=condition=Established", "crd/widgets.example.com").Run()
-			s.Kubectl(compute, "create", "secret", "generic", name+"-kubeconfig", "--from-file=kubeconfig="+pcs[name].Kubeconfig)
-			s.Kubectl(compute, "apply", "-f", framework.WriteFile(t, name+".yaml", fmt.Sprintf(`apiVersion: workload.kcp.io/v1alpha1
-kind: SyncTarget
-metadata: {name: %s, labels: {region: %s}}
-spec: {push: {secretNamespace: default, secretName: %s-kubeconfig}, resources: [widgets.example.com]}
-`, name, region, name)))
+			registerPush(t, s, compute, name, region, pcs[name], ", resources: [widgets.example.com]")
 			continue
 		}
 		syncers[name] = register(t, s, admin, name, "region="+region, pcs[name])

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kcpsql/kcp/schema/workload"
+	"github.com/kcpsql/kcp/syncer"
 	"github.com/kcpsql/kcp/test/e2e/framework"
 	"github.com/kcpsql/kcp/test/physical"
 )
@@ -33,6 +36,13 @@ func binaries(t *testing.T) physical.Binaries {
 // test.
 func startPhysical(t *testing.T, bins physical.Binaries, names ...string) map[string]*physical.Cluster {
 	t.Helper()
+	return startPhysicalWith(t, bins, physical.Options{}, names...)
+}
+
+// startPhysicalWith starts physical clusters with options (Name, Dir and
+// Log are set per cluster).
+func startPhysicalWith(t *testing.T, bins physical.Binaries, opts physical.Options, names ...string) map[string]*physical.Cluster {
+	t.Helper()
 	pcs := map[string]*physical.Cluster{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -40,7 +50,9 @@ func startPhysical(t *testing.T, bins physical.Binaries, names ...string) map[st
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pc, err := physical.Start(context.Background(), bins, physical.Options{Name: name, Dir: t.TempDir(), Log: t.Logf})
+			o := opts
+			o.Name, o.Dir, o.Log = name, t.TempDir(), t.Logf
+			pc, err := physical.Start(context.Background(), bins, o)
 			if err != nil {
 				t.Error(err)
 				return
@@ -198,4 +210,35 @@ spec: {locationWorkspace: "`+location+`", namespaceSelector: {}}
 		a := s.Kubectl(workspace, "get", "namespace", "default", "-o", `jsonpath={.metadata.annotations.workload\.kcp\.io/sync-target}`)
 		return a == location+"/"+target, a
 	})
+}
+
+// registerPush registers a physical cluster as a push-mode SyncTarget of
+// workspace compute (kcp runs its syncer, with the cluster's kubeconfig
+// from a Secret there); more spec lines are appended.
+func registerPush(t *testing.T, s *framework.Server, compute, name, region string, pc *physical.Cluster, moreSpec string) {
+	t.Helper()
+	s.Kubectl(compute, "create", "secret", "generic", name+"-kubeconfig", "--from-file=kubeconfig="+pc.Kubeconfig)
+	s.Kubectl(compute, "apply", "-f", framework.WriteFile(t, name+".yaml", fmt.Sprintf(`apiVersion: workload.kcp.io/v1alpha1
+kind: SyncTarget
+metadata: {name: %s, labels: {region: %s}}
+spec: {push: {secretNamespace: default, secretName: %s-kubeconfig}%s}
+`, name, region, name, moreSpec)))
+}
+
+// tunnelServer serves the syncer's tunnel handler for SyncTarget name of
+// location over pc, as kcp reaches it through the tunnel; it stops with
+// the test.
+func tunnelServer(t *testing.T, pc *physical.Cluster, location, name string) *httptest.Server {
+	t.Helper()
+	cfg, err := pc.RESTConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := syncer.TunnelHandler(cfg, workload.TargetKey(location, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
 }

@@ -24,12 +24,7 @@ func TestPodStreamsPushMode(t *testing.T) {
 	s.CreateWorkspaces(compute, teamA, teamB)
 	pcs := startPhysical(t, bins, "pc1")
 	pc1 := pcs["pc1"]
-	s.Kubectl(compute, "create", "secret", "generic", "pc1-kubeconfig", "--from-file=kubeconfig="+pc1.Kubeconfig)
-	s.Kubectl(compute, "apply", "-f", framework.WriteFile(t, "pc1.yaml", `apiVersion: workload.kcp.io/v1alpha1
-kind: SyncTarget
-metadata: {name: pc1, labels: {region: eu}}
-spec: {push: {secretNamespace: default, secretName: pc1-kubeconfig}}
-`))
+	registerPush(t, s, compute, "pc1", "eu", pc1, "")
 	waitTargetsReady(t, s, compute, "pc1")
 	ctx := context.Background()
 	own := map[string]string{teamA: "push team A's log line", teamB: "push team B's log line"}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,9 +15,7 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 	"github.com/kcpsql/kcp/syncer"
 	"github.com/kcpsql/kcp/test/e2e/framework"
@@ -130,16 +127,7 @@ spec:
 	})
 
 	t.Run("the tunnel handler forwards its pods' streams only", func(t *testing.T) {
-		cfg, err := pc1.RESTConfig()
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := syncer.TunnelHandler(cfg, workload.TargetKey(compute, "pc1"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(h)
-		defer srv.Close()
+		srv := tunnelServer(t, pc1, compute, "pc1")
 		dns := syncer.DownstreamNamespace(logicalcluster.Name(teamA), "default")
 		for _, c := range []struct {
 			method, path string
@@ -413,17 +401,7 @@ spec:
 // certificate signed by kcp's CA).
 func userKubeconfig(t *testing.T, s *framework.Server, cluster, user string) string {
 	t.Helper()
-	cfg := framework.UserConfig(t, s, user)
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["kcp"] = &clientcmdapi.Cluster{Server: s.URL() + "/clusters/" + cluster, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
-	kc.Contexts["kcp"] = &clientcmdapi.Context{Cluster: "kcp", AuthInfo: user}
-	kc.CurrentContext = "kcp"
-	p := filepath.Join(t.TempDir(), user+".kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, p); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return framework.UserKubeconfig(t, s, s.URL()+"/clusters/"+cluster, user)
 }
 
 // kubectlAs runs kubectl with a kubeconfig.

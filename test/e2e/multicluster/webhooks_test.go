@@ -73,12 +73,7 @@ func testWebhooksServedByPods(t *testing.T, bins physical.Binaries, push bool) {
 	pc1 := startPhysical(t, bins, "pc1")["pc1"]
 	var sp *syncerProc
 	if push {
-		s.Kubectl(compute, "create", "secret", "generic", "pc1-kubeconfig", "--from-file=kubeconfig="+pc1.Kubeconfig)
-		s.Kubectl(compute, "apply", "-f", framework.WriteFile(t, "pc1.yaml", `apiVersion: workload.kcp.io/v1alpha1
-kind: SyncTarget
-metadata: {name: pc1, labels: {region: eu}}
-spec: {push: {secretNamespace: default, secretName: pc1-kubeconfig}}
-`))
+		registerPush(t, s, compute, "pc1", "eu", pc1, "")
 	} else {
 		sp = register(t, s, adminIn(t, s, compute), "pc1", "region=eu", pc1)
 	}
