@@ -81,6 +81,9 @@ type Controller struct {
 	// drains tallies what is still on draining targets
 	// (placement_reconcile_drain.go).
 	drains *drains
+	// limiter bounds how fast targets start evicting
+	// (placement_reconcile_taints.go).
+	limiter *evictionLimiter
 }
 
 // Negotiated tells which negotiated resources (not built in) a cluster is
@@ -96,7 +99,7 @@ type Negotiated interface {
 
 // NewController watches Placements, namespaces and SyncTargets of all
 // logical clusters.
-func NewController(loopback *rest.Config, evictionDelay time.Duration, negotiated Negotiated, namespaces *clusterinformer.Namespaces) (*Controller, error) {
+func NewController(loopback *rest.Config, evictionDelay time.Duration, evictionRate float64, negotiated Negotiated, namespaces *clusterinformer.Namespaces) (*Controller, error) {
 	wildcard, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
@@ -105,7 +108,8 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, negotiate
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{queue: worker.NewQueue[string](name), clients: clients, evictionDelay: evictionDelay, negotiated: negotiated, drains: newDrains()}
+	c := &Controller{queue: worker.NewQueue[string](name), clients: clients, evictionDelay: evictionDelay, negotiated: negotiated, drains: newDrains(),
+		limiter: newEvictionLimiter(evictionRate)}
 
 	placementIndexers := cache.Indexers{byLocation: func(obj interface{}) ([]string, error) {
 		loc, _, _ := unstructured.NestedString(obj.(*unstructured.Unstructured).Object, "spec", "locationWorkspace")
@@ -154,6 +158,9 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, negotiate
 		if err != nil {
 			return
 		}
+		if u, ok := unwrap(obj).(*unstructured.Unstructured); ok && needsTaints(u) {
+			c.queue.Add("st:" + clusterinformer.Key(clusterinformer.ClusterOf(m), "", m.GetName()))
+		}
 		users, _ := c.placements.ByIndex(byLocation, string(clusterinformer.ClusterOf(m)))
 		for _, u := range users {
 			c.enqueueCluster(clusterinformer.ClusterOf(u.(*unstructured.Unstructured)))
@@ -162,7 +169,7 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, negotiate
 	st := wildcard.Resource(workload.SyncTargetsResource)
 	c.targets, tinf = clusterinformer.New(clusterinformer.ListWatch(st.List, st.Watch), &unstructured.Unstructured{}, clusterinformer.ClusterIndexers,
 		cache.ResourceEventHandlerFuncs{AddFunc: onTarget, UpdateFunc: func(old, o interface{}) {
-			if readiness(old) != readiness(o) {
+			if readiness(old) != readiness(o) || needsTaints(o.(*unstructured.Unstructured)) {
 				onTarget(o)
 			}
 		}, DeleteFunc: onTarget})
@@ -184,7 +191,8 @@ func readiness(obj interface{}) string {
 		return ""
 	}
 	cpu := t.Status.Allocatable[corev1.ResourceCPU]
-	return fmt.Sprintf("%v/%v/%v/%v/%d", usable(t), t.Spec.Unschedulable, t.Spec.Drain, t.Labels, cpu.MilliValue())
+	taints, _ := json.Marshal(t.Spec.Taints)
+	return fmt.Sprintf("%v/%v/%v/%v/%d/%s", usable(t), t.Spec.Unschedulable, t.Spec.Drain, t.Labels, cpu.MilliValue(), taints)
 }
 
 // hasPlacements reports whether a cluster has Placements.
@@ -229,8 +237,11 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 		if err != nil {
 			return 0, nil
 		}
-		if kind == "pl" {
+		switch kind {
+		case "pl":
 			return 0, c.placementStatus(ctx, cluster, objName)
+		case "st":
+			return 0, c.reconcileTaints(ctx, cluster, objName)
 		}
 		return c.namespace(ctx, cluster, objName)
 	})
@@ -297,12 +308,17 @@ func (c *Controller) selecting(cluster logicalcluster.Name, ns *corev1.Namespace
 
 // choose picks the namespace's targets (in name order) under its first
 // selecting Placement: the current ones while the Placement still selects
-// them and they are Ready (or cordoned, which moves nothing), then usable
-// ones up to the Placement's number (at most one per value of its
-// spreadByLabel), ranked by a hash of namespace and target so namespaces
-// spread evenly and stay put. A current target that is NotReady keeps its
-// place for the eviction delay, and for good if it is the last one and no
-// other target can take its place; the duration says when to look again.
+// them and tolerates their NoExecute taints (a NotReady target has one,
+// tolerated for the eviction delay by default), then usable ones whose
+// NoSchedule and NoExecute taints it tolerates up to the Placement's
+// number (at most one per value of its spreadByLabel; those with a
+// PreferNoSchedule taint it does not tolerate last), ranked by a hash of
+// namespace and target so namespaces spread evenly and stay put. A current
+// target whose NoExecute taint is no longer tolerated keeps its place
+// until the eviction rate limit lets the target go, then leaves (Ready:
+// gracefully, as a drain; NotReady: at once), and stays for good if it is
+// the last one and no other target can take its place; the duration says
+// when to look again.
 func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *corev1.Namespace) (*workload.Placement, []target, []target, time.Duration) {
 	pls := c.selecting(cluster, ns)
 	if len(pls) == 0 {
@@ -316,7 +332,9 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 	}
 	spread := p.Spec.SpreadByLabel
 	fits := func(t target) bool { return spread == "" || t.obj.Labels[spread] != "" }
+	tols := p.Spec.Tolerations
 	var current, candidates []target
+	avoid := map[string]bool{}
 	for _, t := range c.matchingTargets(p) {
 		if !fits(t) {
 			continue
@@ -324,13 +342,28 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 		if ns.Labels[workload.StateLabel(string(t.location), t.obj.Name)] == workload.StateSync {
 			current = append(current, t)
 		} else if usable(t.obj) {
-			candidates = append(candidates, t)
+			if ok, preferNot := workload.Schedulable(tols, taintsOf(t.obj), string(cluster)); ok {
+				candidates = append(candidates, t)
+				avoid[t.ref()] = preferNot
+			}
 		}
 	}
-	sort.SliceStable(candidates, func(i, j int) bool { return rank(candidates[i]) < rank(candidates[j]) })
+	sort.SliceStable(candidates, func(i, j int) bool {
+		if a, b := avoid[candidates[i].ref()], avoid[candidates[j].ref()]; a != b {
+			return b
+		}
+		return rank(candidates[i]) < rank(candidates[j])
+	})
 	used := map[string]bool{}
 	var chosen, evicted, leaving []target
 	var recheck time.Duration
+	later := func(d time.Duration) {
+		if d += 100 * time.Millisecond; recheck == 0 || d < recheck {
+			recheck = d
+		}
+	}
+	defaults := map[string]time.Duration{workload.TaintNotReady: c.evictionDelay}
+	nsKey := clusterinformer.Key(cluster, "", ns.Name)
 	for _, t := range current {
 		if spread != "" && used[t.obj.Labels[spread]] {
 			continue
@@ -339,14 +372,22 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 			leaving = append(leaving, t)
 			continue
 		}
-		if !ready(t.obj) {
-			left := c.evictionDelay - now.Sub(notReadySince(t.obj))
-			if left <= 0 {
+		if at, taint, ok := workload.EvictionAt(tols, taintsOf(t.obj), string(cluster), defaults); ok {
+			episode := taint.Key
+			if taint.TimeAdded != nil {
+				episode += "@" + taint.TimeAdded.UTC().Format(time.RFC3339)
+			}
+			if left := at.Sub(now); left > 0 {
+				later(left)
+			} else if granted, wait := c.limiter.admit(now, t.ref(), episode, nsKey); !granted {
+				klog.V(2).InfoS("eviction waits for the rate limit", "cluster", cluster, "namespace", ns.Name, "syncTarget", t.ref(), "taint", taint.Key, "wait", wait)
+				later(wait)
+			} else if ready(t.obj) {
+				leaving = append(leaving, t)
+				continue
+			} else {
 				evicted = append(evicted, t)
 				continue
-			}
-			if recheck == 0 || left+100*time.Millisecond < recheck {
-				recheck = left + 100*time.Millisecond
 			}
 		}
 		chosen = append(chosen, t)
