@@ -8,7 +8,11 @@
 // An assignment sticks while its target still matches the Placement and is
 // Ready; a namespace whose target has been NotReady for the eviction delay
 // moves to another usable target (failover: the syncer of the returning
-// cluster deletes the stale copies, which have left its view).
+// cluster deletes the stale copies, which have left its view). Taints of
+// the targets and tolerations of the Placement decide as on nodes
+// (placement_reconcile_taints.go): a NotReady target carries kcp's
+// not-ready NoExecute taint, tolerated for the eviction delay unless the
+// Placement says otherwise, and evictions are rate limited per target.
 //
 // One controller for all clusters: one watch each of Placements,
 // namespaces and SyncTargets across all logical clusters, and a queue

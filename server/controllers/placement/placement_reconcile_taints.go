@@ -158,7 +158,8 @@ type evictionLimiter struct {
 	next  time.Time     // when the next grant may come
 	// granted episodes, and when.
 	granted map[string]time.Time
-	// waiting targets: how many namespaces were last seen waiting, when.
+	// waiting targets: their namespaces that wait (until when they are
+	// noted as such), and the next turn.
 	waiting map[string]waitingTarget
 }
 
@@ -202,14 +203,15 @@ func (l *evictionLimiter) admit(now time.Time, ref, episode, nsKey string) (bool
 	if w.namespaces == nil {
 		w.namespaces = map[string]time.Time{}
 	}
-	w.namespaces[nsKey] = now
+	// Noted until a little after its turn (it is looked at again then).
+	w.namespaces[nsKey] = l.next.Add(5 * time.Second)
 	w.until = l.next
 	l.waiting[ref] = w
 	return false, l.next.Sub(now)
 }
 
-// waitingOn says how many namespaces of a target wait for the rate limit
-// (seen waiting in the last 10 s), and until when.
+// waitingOn says how many namespaces of a target wait for the rate limit,
+// and until when.
 func (l *evictionLimiter) waitingOn(now time.Time, ref string) (int, time.Time) {
 	if l == nil {
 		return 0, time.Time{}
@@ -221,8 +223,8 @@ func (l *evictionLimiter) waitingOn(now time.Time, ref string) (int, time.Time) 
 		return 0, time.Time{}
 	}
 	n := 0
-	for k, at := range w.namespaces {
-		if now.Sub(at) > 10*time.Second {
+	for k, expires := range w.namespaces {
+		if now.After(expires) {
 			delete(w.namespaces, k)
 			continue
 		}
