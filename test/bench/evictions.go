@@ -53,7 +53,7 @@ func evictionsOnce(rate float64, log func(string, ...any)) (evictionRun, error) 
 	defer stop()
 	// (A fresh server per run, restarted with the flags.)
 	s.stop()
-	s.extra = []string{"--synctarget-heartbeat-timeout=3s", "--placement-eviction-delay=0s", fmt.Sprintf("--placement-eviction-rate=%g", rate)}
+	s.extra = []string{"--synctarget-heartbeat-timeout=10s", "--placement-eviction-delay=0s", fmt.Sprintf("--placement-eviction-rate=%g", rate)}
 	if _, err := s.start(); err != nil {
 		return run, err
 	}
@@ -203,6 +203,15 @@ func evictionsOnce(rate float64, log func(string, ...any)) (evictionRun, error) 
 		}
 	}
 	time.Sleep(3 * time.Second)
+	if w, err := where(); err != nil {
+		return run, err
+	} else {
+		for k, a := range w {
+			if !strings.HasPrefix(a, "root:compute/st-") {
+				return run, fmt.Errorf("namespace %s moved to %q before the targets failed (heartbeats too slow for the timeout?)", k, a)
+			}
+		}
+	}
 	log("rate %g: %d namespaces on %d targets; the targets stop beating", rate, want, n)
 	mu.Lock()
 	for _, name := range names {

@@ -162,9 +162,6 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, evictionR
 		if err != nil {
 			return
 		}
-		if u, ok := unwrap(obj).(*unstructured.Unstructured); ok && needsTaints(u) {
-			c.queue.Add("st:" + clusterinformer.Key(clusterinformer.ClusterOf(m), "", m.GetName()))
-		}
 		users, _ := c.placements.ByIndex(byLocation, string(clusterinformer.ClusterOf(m)))
 		for _, u := range users {
 			c.enqueueCluster(clusterinformer.ClusterOf(u.(*unstructured.Unstructured)))
@@ -172,8 +169,9 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, evictionR
 	}
 	st := wildcard.Resource(workload.SyncTargetsResource)
 	c.targets, tinf = clusterinformer.New(clusterinformer.ListWatch(st.List, st.Watch), &unstructured.Unstructured{}, clusterinformer.ClusterIndexers,
-		cache.ResourceEventHandlerFuncs{AddFunc: onTarget, UpdateFunc: func(old, o interface{}) {
-			if readiness(old) != readiness(o) || needsTaints(o.(*unstructured.Unstructured)) {
+		cache.ResourceEventHandlerFuncs{AddFunc: func(o interface{}) { c.taintLater(o); onTarget(o) }, UpdateFunc: func(old, o interface{}) {
+			c.taintLater(o)
+			if readiness(old) != readiness(o) {
 				onTarget(o)
 			}
 		}, DeleteFunc: onTarget})

@@ -106,6 +106,13 @@ func needsTaints(u *unstructured.Unstructured) bool {
 	return changed
 }
 
+// taintLater queues a SyncTarget whose kcp taints are to be written.
+func (c *Controller) taintLater(obj interface{}) {
+	if u, ok := obj.(*unstructured.Unstructured); ok && needsTaints(u) {
+		c.queue.Add("st:" + clusterinformer.Key(clusterinformer.ClusterOf(u), "", u.GetName()))
+	}
+}
+
 // reconcileTaints writes kcp's taints into a SyncTarget's spec.taints.
 func (c *Controller) reconcileTaints(ctx context.Context, cluster logicalcluster.Name, name string) error {
 	obj, ok, _ := c.targets.GetByKey(clusterinformer.Key(cluster, "", name))
@@ -165,7 +172,8 @@ type evictionLimiter struct {
 
 type waitingTarget struct {
 	namespaces map[string]time.Time
-	until      time.Time
+	since      time.Time // first asked
+	until      time.Time // its next turn
 }
 
 func newEvictionLimiter(rate float64) *evictionLimiter {
@@ -177,7 +185,9 @@ func newEvictionLimiter(rate float64) *evictionLimiter {
 }
 
 // admit asks for a target's eviction episode; when not granted yet, it
-// says how long to wait and notes the namespace as waiting.
+// says how long to wait and notes the namespace as waiting. Turns go in
+// the order targets first asked (a target whose namespaces stop asking,
+// because it recovered, drops out a few seconds after its turn).
 func (l *evictionLimiter) admit(now time.Time, ref, episode, nsKey string) (bool, time.Duration) {
 	if l == nil || l.every == 0 {
 		return true, 0
@@ -193,21 +203,48 @@ func (l *evictionLimiter) admit(now time.Time, ref, episode, nsKey string) (bool
 			delete(l.granted, k)
 		}
 	}
-	if !now.Before(l.next) {
+	w := l.waiting[ref]
+	if w.namespaces == nil {
+		w.namespaces = map[string]time.Time{}
+		w.since = now
+	}
+	if !now.Before(l.next) && l.first(now, ref, w.since) {
 		l.granted[key] = now
 		l.next = now.Add(l.every)
 		delete(l.waiting, ref)
 		return true, 0
 	}
-	w := l.waiting[ref]
-	if w.namespaces == nil {
-		w.namespaces = map[string]time.Time{}
+	turn := l.next
+	if !turn.After(now) {
+		// Another target's turn: look again shortly.
+		turn = now.Add(time.Second)
 	}
 	// Noted until a little after its turn (it is looked at again then).
-	w.namespaces[nsKey] = l.next.Add(5 * time.Second)
-	w.until = l.next
+	w.namespaces[nsKey] = turn.Add(5 * time.Second)
+	w.until = turn
 	l.waiting[ref] = w
-	return false, l.next.Sub(now)
+	return false, turn.Sub(now)
+}
+
+// first reports whether ref (waiting since since) asked before every other
+// target still waiting.
+func (l *evictionLimiter) first(now time.Time, ref string, since time.Time) bool {
+	for other, w := range l.waiting {
+		if other == ref {
+			continue
+		}
+		live := false
+		for _, expires := range w.namespaces {
+			if now.Before(expires) {
+				live = true
+				break
+			}
+		}
+		if live && (w.since.Before(since) || (w.since.Equal(since) && other < ref)) {
+			return false
+		}
+	}
+	return true
 }
 
 // waitingOn says how many namespaces of a target wait for the rate limit,

@@ -161,3 +161,44 @@ func TestSpecTaints(t *testing.T) {
 		t.Errorf("ready, uncordoned: %v %+v", changed, want)
 	}
 }
+
+// TestEvictionLimiterOrder: turns go to targets in the order they first
+// asked, one per period; a target that stops asking loses its place.
+func TestEvictionLimiterOrder(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := newEvictionLimiter(0.1) // one per 10 s
+	if ok, _ := l.admit(t0, "x", "e", "x/ns"); !ok {
+		t.Fatal("the first target waits")
+	}
+	if ok, wait := l.admit(t0.Add(time.Second), "b", "e", "b/ns"); ok || wait != 9*time.Second {
+		t.Errorf("b: %v %s, want a wait of 9 s", ok, wait)
+	}
+	if ok, _ := l.admit(t0.Add(2*time.Second), "c", "e", "c/ns"); ok {
+		t.Error("c granted within the period")
+	}
+	// c asks first when the period is over: b asked before it.
+	if ok, wait := l.admit(t0.Add(10*time.Second), "c", "e", "c/ns"); ok || wait <= 0 {
+		t.Errorf("c before b: %v %s", ok, wait)
+	}
+	if ok, _ := l.admit(t0.Add(10*time.Second+100*time.Millisecond), "b", "e", "b/ns"); !ok {
+		t.Error("b, first to ask, not granted at its turn")
+	}
+	if ok, _ := l.admit(t0.Add(11*time.Second), "b", "e", "b/other"); !ok {
+		t.Error("another namespace of the granted target waits")
+	}
+	if ok, _ := l.admit(t0.Add(20*time.Second+200*time.Millisecond), "c", "e", "c/ns"); !ok {
+		t.Error("c not granted at its turn")
+	}
+	// A new episode of a granted target asks anew.
+	if ok, _ := l.admit(t0.Add(21*time.Second), "x", "e2", "x/ns"); ok {
+		t.Error("a new episode granted within the period")
+	}
+	// d asked before e but recovered (stopped asking): e is not held up
+	// for long.
+	if ok, _ := l.admit(t0.Add(22*time.Second), "d", "e", "d/ns"); ok {
+		t.Error("d granted within the period")
+	}
+	if ok, _ := l.admit(t0.Add(60*time.Second), "e", "e", "e/ns"); !ok {
+		t.Error("e held up by x and d, which stopped asking")
+	}
+}
