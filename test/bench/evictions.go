@@ -272,4 +272,3 @@ func renderEvictions(runs []evictionRun) string {
 	}
 	return b.String()
 }
-
