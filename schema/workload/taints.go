@@ -53,6 +53,10 @@ const (
 	TaintUnschedulable = "workload.kcp.io/unschedulable"
 )
 
+// ConditionEvictionRateLimited, on a SyncTarget, is True while namespaces
+// that have to leave it wait for the server's --placement-eviction-rate.
+const ConditionEvictionRateLimited = "EvictionRateLimited"
+
 // KCPTaint reports whether a taint key is one that kcp manages.
 func KCPTaint(key string) bool { return key == TaintNotReady || key == TaintUnschedulable }
 

@@ -273,19 +273,15 @@ func (l *evictionLimiter) waitingOn(now time.Time, ref string) (int, time.Time) 
 	return n, w.until
 }
 
-// ConditionEvictionRateLimited, on a SyncTarget, is True while namespaces
-// that have to leave it wait for --placement-eviction-rate.
-const ConditionEvictionRateLimited = "EvictionRateLimited"
-
 // writeEvictionCondition sets or removes a target's EvictionRateLimited
 // condition in obj (reporting whether it changed).
 func (c *Controller) writeEvictionCondition(now time.Time, ref string, obj *workload.SyncTarget) bool {
 	n, until := c.limiter.waitingOn(now, ref)
 	if n == 0 {
-		return meta.RemoveStatusCondition(&obj.Status.Conditions, ConditionEvictionRateLimited)
+		return meta.RemoveStatusCondition(&obj.Status.Conditions, workload.ConditionEvictionRateLimited)
 	}
-	prev := meta.FindStatusCondition(obj.Status.Conditions, ConditionEvictionRateLimited)
-	cond := metav1.Condition{Type: ConditionEvictionRateLimited, Status: metav1.ConditionTrue, Reason: "RateLimited",
+	prev := meta.FindStatusCondition(obj.Status.Conditions, workload.ConditionEvictionRateLimited)
+	cond := metav1.Condition{Type: workload.ConditionEvictionRateLimited, Status: metav1.ConditionTrue, Reason: "RateLimited",
 		Message: fmt.Sprintf("%d namespace(s) have to leave this target and wait for the eviction rate limit (--placement-eviction-rate: one target per %s); the next target may start at %s",
 			n, c.limiter.every, until.UTC().Format(time.RFC3339))}
 	if prev != nil && prev.Status == cond.Status && prev.Message == cond.Message {

@@ -141,6 +141,27 @@ func TestChooseTaints(t *testing.T) {
 	}
 }
 
+// TestUnhonoredTolerations: a toleration of a taint reserved after the
+// Placement was admitted is named in its status.
+func TestUnhonoredTolerations(t *testing.T) {
+	st := &workload.SyncTarget{TypeMeta: metav1.TypeMeta{APIVersion: "workload.kcp.io/v1alpha1", Kind: "SyncTarget"},
+		ObjectMeta: metav1.ObjectMeta{Name: "pc1", Annotations: map[string]string{logicalcluster.Annotation: "root:compute"}}}
+	st.Spec.Taints = []workload.Taint{{Key: "gpu", Effect: workload.TaintNoSchedule, Reserved: true, TolerableBy: []string{"root:ml"}}}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Controller{targets: cache.NewIndexer(clusterinformer.KeyFunc, clusterinformer.ClusterIndexers)}
+	_ = c.targets.Add(&unstructured.Unstructured{Object: u})
+	p := &workload.Placement{Spec: workload.PlacementSpec{LocationWorkspace: "root:compute", Tolerations: []workload.Toleration{{Key: "gpu", Operator: workload.TolerationExists}}}}
+	if msg := c.unhonoredTolerations("root:shop", p); !strings.Contains(msg, "the toleration of gpu does not apply to SyncTarget pc1") {
+		t.Errorf("shop: %q", msg)
+	}
+	if msg := c.unhonoredTolerations("root:ml", p); msg != "" {
+		t.Errorf("ml: %q", msg)
+	}
+}
+
 func TestSpecTaints(t *testing.T) {
 	now := metav1.Now()
 	st := &workload.SyncTarget{}
