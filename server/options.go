@@ -102,6 +102,10 @@ type Options struct {
 	// PlacementEvictionDelay is how long a namespace stays on a NotReady
 	// SyncTarget before it moves to another.
 	PlacementEvictionDelay time.Duration
+	// PlacementEvictionRate bounds how many SyncTargets per second start
+	// handing their namespaces away because they are NotReady or
+	// NoExecute-tainted; 0: no bound.
+	PlacementEvictionRate float64
 	// PodStreams bound the logs, exec, attach and port-forward streams kcp
 	// forwards to physical clusters.
 	PodStreams podstreams.Limits
@@ -170,7 +174,7 @@ func NewOptions() *Options {
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
 	return &Options{RootDir: ".kcp", DatastoreNotify: true, DatastoreMaxConnections: datastore.DefaultMaxConnections, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
 		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, TenantMaxInflight: max(4, 2*runtime.GOMAXPROCS(0)), TenantMaxStartingWatches: max(4, 2*runtime.GOMAXPROCS(0)), MemoryLimitRatio: 0.9, Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy,
-		SyncTargetHeartbeatTimeout: 20 * time.Second, PlacementEvictionDelay: 5 * time.Second, PodStreams: podstreams.DefaultLimits}
+		SyncTargetHeartbeatTimeout: 20 * time.Second, PlacementEvictionDelay: 5 * time.Second, PlacementEvictionRate: 0.1, PodStreams: podstreams.DefaultLimits}
 }
 
 // maxObjectCountPeriod is the longest --object-count-period: upstream's
@@ -225,7 +229,9 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 	fs.DurationVar(&o.SyncTargetHeartbeatTimeout, "synctarget-heartbeat-timeout", o.SyncTargetHeartbeatTimeout,
 		"A SyncTarget (physical cluster) becomes NotReady when its syncer has not reported for this long; a SyncTarget's spec.heartbeatTimeout overrides it.")
 	fs.DurationVar(&o.PlacementEvictionDelay, "placement-eviction-delay", o.PlacementEvictionDelay,
-		"How long a namespace stays assigned to a NotReady SyncTarget before its workloads move to another Ready target its Placement selects (failover takes about --synctarget-heartbeat-timeout plus this).")
+		"How long a namespace stays assigned to a NotReady SyncTarget before its workloads move to another Ready target its Placement selects (failover takes about --synctarget-heartbeat-timeout plus this). It is the tolerationSeconds of the taint workload.kcp.io/not-ready for a Placement that does not tolerate it itself.")
+	fs.Float64Var(&o.PlacementEvictionRate, "placement-eviction-rate", o.PlacementEvictionRate,
+		"How many SyncTargets per second may start handing their namespaces to other targets because they are NotReady or carry a NoExecute taint (like kube-controller-manager's --node-eviction-rate): when several targets fail at once, one starts and the others wait their turn (status condition EvictionRateLimited), so that a flapping network does not move a whole location at once. All namespaces of a target move together. 0: no bound.")
 	fs.IntVar(&o.PodStreams.PerWorkspace, "pod-streams-per-workspace", o.PodStreams.PerWorkspace,
 		"The most logs, exec, attach and port-forward streams one workspace may have open at once through kcp (more are refused with 429). 0: no cap.")
 	fs.IntVar(&o.PodStreams.PerTarget, "pod-streams-per-synctarget", o.PodStreams.PerTarget,
@@ -258,6 +264,7 @@ type CompletedOptions struct {
 	SyncTargetHeartbeatTimeout time.Duration
 	PushMode                   bool
 	PlacementEvictionDelay     time.Duration
+	PlacementEvictionRate      float64
 	PodStreams                 podstreams.Limits
 	WorkspaceLimits            tenancy.Limits
 	RootDir                    string
@@ -360,7 +367,7 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 		return nil, err
 	}
 	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, DatastoreMaxConnections: o.DatastoreMaxConnections, StoreDefaults: o.StoreDefaults, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, TenantMaxInflight: o.TenantMaxInflight, TenantMaxStartingWatches: o.TenantMaxStartingWatches, MemoryLimitRatio: o.MemoryLimitRatio, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
-		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout, PushMode: o.PushMode, PlacementEvictionDelay: o.PlacementEvictionDelay, PodStreams: o.PodStreams,
+		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout, PushMode: o.PushMode, PlacementEvictionDelay: o.PlacementEvictionDelay, PlacementEvictionRate: o.PlacementEvictionRate, PodStreams: o.PodStreams,
 		WorkspaceLimits: o.WorkspaceLimits}, nil
 }
 
@@ -381,6 +388,9 @@ func (c *CompletedOptions) Validate() []error {
 	}
 	if c.PodStreams.PerWorkspace < 0 || c.PodStreams.PerTarget < 0 || c.PodStreams.Idle < 0 {
 		errs = append(errs, fmt.Errorf("--pod-streams-per-workspace, --pod-streams-per-synctarget and --pod-stream-idle-timeout must not be negative"))
+	}
+	if c.PlacementEvictionRate < 0 {
+		errs = append(errs, fmt.Errorf("--placement-eviction-rate must not be negative (0: no bound), got %v", c.PlacementEvictionRate))
 	}
 	if c.PlacementEvictionDelay < 0 {
 		errs = append(errs, fmt.Errorf("--placement-eviction-delay must not be negative, got %s", c.PlacementEvictionDelay))

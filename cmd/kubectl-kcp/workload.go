@@ -68,7 +68,7 @@ and writes:
 	sync.Flags().StringVar(&kubeconfigOut, "kcp-kubeconfig-out", "", "where to write the syncer's kubeconfig for kcp (default: NAME-syncer.kubeconfig)")
 	sync.Flags().StringVar(&image, "syncer-image", "kcp-syncer:latest", "image of cmd/syncer for the manifest's Deployment (build and push it yourself)")
 	sync.Flags().DurationVar(&expiration, "token-expiration", 365*24*time.Hour, "how long the syncer's token is valid; run sync again to renew it")
-	cmd.AddCommand(sync, o.cordonCommand("cordon"), o.cordonCommand("drain"), o.cordonCommand("uncordon"))
+	cmd.AddCommand(sync, o.cordonCommand("cordon"), o.cordonCommand("drain"), o.cordonCommand("uncordon"), o.taintCommand())
 	return cmd
 }
 

@@ -76,3 +76,30 @@ func has(list []string, s string) bool {
 	}
 	return false
 }
+
+func TestTaintArgs(t *testing.T) {
+	for _, bad := range []string{"gpu", "gpu=a:Sometimes", ":NoSchedule", "=x:NoSchedule", "-", "gpu:Never-", "a=b-"} {
+		if _, err := parseTaintArg(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	var changes []taintChange
+	for _, arg := range []string{"gpu=a100:NoSchedule", "maintenance:NoExecute", "old-"} {
+		c, err := parseTaintArg(arg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		changes = append(changes, c)
+	}
+	start := []workload.Taint{{Key: "old", Effect: "NoSchedule"}, {Key: "old", Effect: "NoExecute"}, {Key: "gpu", Value: "t4", Effect: "NoSchedule"}}
+	got, err := applyTaintChanges(start, changes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Key != "gpu" || got[0].Value != "a100" || got[1].Key != "maintenance" || got[1].Effect != "NoExecute" {
+		t.Errorf("changes: %+v", got)
+	}
+	if _, err := applyTaintChanges(got, []taintChange{{taint: workload.Taint{Key: "nope"}, remove: true}}); err == nil {
+		t.Error("removing a missing taint succeeded")
+	}
+}

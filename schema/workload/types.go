@@ -10,7 +10,6 @@ import (
 	"embed"
 	"math/big"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -81,6 +80,10 @@ type SyncTargetSpec struct {
 	// cluster serves (<plural>.<group>); read by the syncer at start, in
 	// both modes (bin/syncer adds its --resources).
 	Resources []string `json:"resources,omitempty"`
+	// Taints keep away the namespaces of Placements that do not tolerate
+	// them (taints.go). kcp adds and removes TaintNotReady and
+	// TaintUnschedulable itself.
+	Taints []Taint `json:"taints,omitempty"`
 }
 
 // WorkspaceAPISpec is the location's decision about how tenant pods reach
@@ -124,15 +127,7 @@ func (w *WorkspaceAPISpec) AllowsPhysicalAPIFor(cluster string) bool {
 	if len(w.PhysicalAPIWorkspaces) == 0 {
 		return true
 	}
-	for _, p := range w.PhysicalAPIWorkspaces {
-		if p == cluster {
-			return true
-		}
-		if prefix, ok := strings.CutSuffix(p, ":*"); ok && strings.HasPrefix(cluster, prefix+":") {
-			return true
-		}
-	}
-	return false
+	return WorkspaceMatches(w.PhysicalAPIWorkspaces, cluster)
 }
 
 // APIAccessAnnotation, on a workload or its pod template, with the value
@@ -332,6 +327,10 @@ type PlacementSpec struct {
 	// on. Objects downstream that the workspace does not have are never
 	// touched either way.
 	ConflictResolution string `json:"conflictResolution,omitempty"`
+
+	// Tolerations let the namespaces use SyncTargets with matching taints
+	// (taints.go).
+	Tolerations []Toleration `json:"tolerations,omitempty"`
 }
 
 // Conflict resolutions of a Placement.

@@ -120,6 +120,15 @@ func main() {
 		fmt.Print(renderStreams(r))
 		return
 	}
+	if *evictionsOnly {
+		r, err := benchEvictions(log)
+		if err != nil {
+			log("eviction benchmark failed: %v", err)
+			os.Exit(1)
+		}
+		fmt.Print(renderEvictions(r))
+		return
+	}
 	if *tokensOnly {
 		r, err := benchTokens(log)
 		if err != nil {

@@ -267,6 +267,7 @@ func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 		}
 		KeepAssignment(obj, old)
 	}
+	admitTaints(a)
 	if a.GetOperation() != admission.Create || a.GetSubresource() != "" || a.GetNamespace() == "" || BuiltIn(gr, a.GetName()) || !isSynced(cluster, gr) || Projected(obj) {
 		return nil
 	}
@@ -408,6 +409,8 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	switch {
 	case gr == placements:
 		return p.validatePlacement(ctx, a)
+	case gr == synctargets:
+		return validateTaints(a)
 	case gr == imports:
 		return validateImport(a)
 	case workloads.Has(gr) && projectedObject(a):
@@ -438,6 +441,11 @@ func (p *Plugin) validatePlacement(ctx context.Context, a admission.Attributes) 
 	for i, o := range pl.Spec.Overrides {
 		if err := workload.CheckOverridePatch(o.Patch.Raw); err != nil {
 			return admission.NewForbidden(a, fmt.Errorf("spec.overrides[%d].patch: %v", i, err))
+		}
+	}
+	if cluster, ok := logicalcluster.From(ctx); ok {
+		if err := p.validateTolerations(ctx, a, cluster, pl); err != nil {
+			return err
 		}
 	}
 	if a.GetOperation() == admission.Update {

@@ -8,7 +8,11 @@
 // An assignment sticks while its target still matches the Placement and is
 // Ready; a namespace whose target has been NotReady for the eviction delay
 // moves to another usable target (failover: the syncer of the returning
-// cluster deletes the stale copies, which have left its view).
+// cluster deletes the stale copies, which have left its view). Taints of
+// the targets and tolerations of the Placement decide as on nodes
+// (placement_reconcile_taints.go): a NotReady target carries kcp's
+// not-ready NoExecute taint, tolerated for the eviction delay unless the
+// Placement says otherwise, and evictions are rate limited per target.
 //
 // One controller for all clusters: one watch each of Placements,
 // namespaces and SyncTargets across all logical clusters, and a queue
@@ -81,6 +85,9 @@ type Controller struct {
 	// drains tallies what is still on draining targets
 	// (placement_reconcile_drain.go).
 	drains *drains
+	// limiter bounds how fast targets start evicting
+	// (placement_reconcile_taints.go).
+	limiter *evictionLimiter
 }
 
 // Negotiated tells which negotiated resources (not built in) a cluster is
@@ -96,7 +103,7 @@ type Negotiated interface {
 
 // NewController watches Placements, namespaces and SyncTargets of all
 // logical clusters.
-func NewController(loopback *rest.Config, evictionDelay time.Duration, negotiated Negotiated, namespaces *clusterinformer.Namespaces) (*Controller, error) {
+func NewController(loopback *rest.Config, evictionDelay time.Duration, evictionRate float64, negotiated Negotiated, namespaces *clusterinformer.Namespaces) (*Controller, error) {
 	wildcard, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
@@ -105,7 +112,8 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, negotiate
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{queue: worker.NewQueue[string](name), clients: clients, evictionDelay: evictionDelay, negotiated: negotiated, drains: newDrains()}
+	c := &Controller{queue: worker.NewQueue[string](name), clients: clients, evictionDelay: evictionDelay, negotiated: negotiated, drains: newDrains(),
+		limiter: newEvictionLimiter(evictionRate)}
 
 	placementIndexers := cache.Indexers{byLocation: func(obj interface{}) ([]string, error) {
 		loc, _, _ := unstructured.NestedString(obj.(*unstructured.Unstructured).Object, "spec", "locationWorkspace")
@@ -161,7 +169,8 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, negotiate
 	}
 	st := wildcard.Resource(workload.SyncTargetsResource)
 	c.targets, tinf = clusterinformer.New(clusterinformer.ListWatch(st.List, st.Watch), &unstructured.Unstructured{}, clusterinformer.ClusterIndexers,
-		cache.ResourceEventHandlerFuncs{AddFunc: onTarget, UpdateFunc: func(old, o interface{}) {
+		cache.ResourceEventHandlerFuncs{AddFunc: func(o interface{}) { c.taintLater(o); onTarget(o) }, UpdateFunc: func(old, o interface{}) {
+			c.taintLater(o)
 			if readiness(old) != readiness(o) {
 				onTarget(o)
 			}
@@ -184,7 +193,8 @@ func readiness(obj interface{}) string {
 		return ""
 	}
 	cpu := t.Status.Allocatable[corev1.ResourceCPU]
-	return fmt.Sprintf("%v/%v/%v/%v/%d", usable(t), t.Spec.Unschedulable, t.Spec.Drain, t.Labels, cpu.MilliValue())
+	taints, _ := json.Marshal(t.Spec.Taints)
+	return fmt.Sprintf("%v/%v/%v/%v/%d/%s", usable(t), t.Spec.Unschedulable, t.Spec.Drain, t.Labels, cpu.MilliValue(), taints)
 }
 
 // hasPlacements reports whether a cluster has Placements.
@@ -229,8 +239,11 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 		if err != nil {
 			return 0, nil
 		}
-		if kind == "pl" {
+		switch kind {
+		case "pl":
 			return 0, c.placementStatus(ctx, cluster, objName)
+		case "st":
+			return 0, c.reconcileTaints(ctx, cluster, objName)
 		}
 		return c.namespace(ctx, cluster, objName)
 	})
@@ -313,12 +326,17 @@ func (c *Controller) selecting(cluster logicalcluster.Name, ns *corev1.Namespace
 
 // choose picks the namespace's targets (in name order) under its first
 // selecting Placement: the current ones while the Placement still selects
-// them and they are Ready (or cordoned, which moves nothing), then usable
-// ones up to the Placement's number (at most one per value of its
-// spreadByLabel), ranked by a hash of namespace and target so namespaces
-// spread evenly and stay put. A current target that is NotReady keeps its
-// place for the eviction delay, and for good if it is the last one and no
-// other target can take its place; the duration says when to look again.
+// them and tolerates their NoExecute taints (a NotReady target has one,
+// tolerated for the eviction delay by default), then usable ones whose
+// NoSchedule and NoExecute taints it tolerates up to the Placement's
+// number (at most one per value of its spreadByLabel; those with a
+// PreferNoSchedule taint it does not tolerate last), ranked by a hash of
+// namespace and target so namespaces spread evenly and stay put. A current
+// target whose NoExecute taint is no longer tolerated keeps its place
+// until the eviction rate limit lets the target go, then leaves (Ready:
+// gracefully, as a drain; NotReady: at once), and stays for good if it is
+// the last one and no other target can take its place; the duration says
+// when to look again.
 func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *corev1.Namespace) (*workload.Placement, []target, []target, time.Duration) {
 	pls := c.selecting(cluster, ns)
 	if len(pls) == 0 {
@@ -335,10 +353,12 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 	isCurrent := func(t target) bool {
 		return ns.Labels[workload.StateLabel(string(t.location), t.obj.Name)] == workload.StateSync
 	}
+	tols := p.Spec.Tolerations
 	// frozen are the current targets the Placement suspends: they keep the
-	// namespace whatever happens to them (NotReady, draining, no longer
-	// matching), since unassigning would delete what runs there.
+	// namespace whatever happens to them (NotReady, tainted, draining, no
+	// longer matching), since unassigning would delete what runs there.
 	var current, candidates, frozen []target
+	avoid := map[string]bool{}
 	for _, t := range c.targetsOf(p) {
 		if isCurrent(t) && p.Spec.Suspends(t.obj.Name) {
 			frozen = append(frozen, t)
@@ -350,7 +370,10 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 		if isCurrent(t) {
 			current = append(current, t)
 		} else if usable(t.obj) {
-			candidates = append(candidates, t)
+			if ok, preferNot := workload.Schedulable(tols, taintsOf(t.obj), string(cluster)); ok {
+				candidates = append(candidates, t)
+				avoid[t.ref()] = preferNot
+			}
 		}
 	}
 	byRef := func(ts []target) {
@@ -362,13 +385,25 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 		byRef(frozen)
 		return p, frozen, nil, 0
 	}
-	sort.SliceStable(candidates, func(i, j int) bool { return rank(candidates[i]) < rank(candidates[j]) })
+	sort.SliceStable(candidates, func(i, j int) bool {
+		if a, b := avoid[candidates[i].ref()], avoid[candidates[j].ref()]; a != b {
+			return b
+		}
+		return rank(candidates[i]) < rank(candidates[j])
+	})
 	used := map[string]bool{}
 	for _, t := range frozen {
 		used[t.obj.Labels[spread]] = true
 	}
 	var chosen, evicted, leaving []target
 	var recheck time.Duration
+	later := func(d time.Duration) {
+		if d += 100 * time.Millisecond; recheck == 0 || d < recheck {
+			recheck = d
+		}
+	}
+	defaults := map[string]time.Duration{workload.TaintNotReady: c.evictionDelay}
+	nsKey := clusterinformer.Key(cluster, "", ns.Name)
 	for _, t := range current {
 		if spread != "" && used[t.obj.Labels[spread]] {
 			continue
@@ -377,14 +412,22 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 			leaving = append(leaving, t)
 			continue
 		}
-		if !ready(t.obj) {
-			left := c.evictionDelay - now.Sub(notReadySince(t.obj))
-			if left <= 0 {
+		if at, taint, ok := workload.EvictionAt(tols, taintsOf(t.obj), string(cluster), defaults); ok {
+			episode := taint.Key
+			if taint.TimeAdded != nil {
+				episode += "@" + taint.TimeAdded.UTC().Format(time.RFC3339)
+			}
+			if left := at.Sub(now); left > 0 {
+				later(left)
+			} else if granted, wait := c.limiter.admit(now, t.ref(), episode, nsKey); !granted {
+				klog.V(2).InfoS("eviction waits for the rate limit", "cluster", cluster, "namespace", ns.Name, "syncTarget", t.ref(), "taint", taint.Key, "wait", wait)
+				later(wait)
+			} else if ready(t.obj) {
+				leaving = append(leaving, t)
+				continue
+			} else {
 				evicted = append(evicted, t)
 				continue
-			}
-			if recheck == 0 || left+100*time.Millisecond < recheck {
-				recheck = left + 100*time.Millisecond
 			}
 		}
 		chosen = append(chosen, t)

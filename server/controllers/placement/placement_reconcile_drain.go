@@ -95,8 +95,9 @@ func (c *Controller) recordDrain(cluster logicalcluster.Name, ns string, p *work
 	c.drains.set(clusterinformer.Key(cluster, "", ns), entries)
 }
 
-// writeDrains writes the tallies of draining targets into their status
-// until ctx ends.
+// writeDrains writes the tallies of draining targets, and the
+// EvictionRateLimited condition of targets whose evictions wait, into
+// their status until ctx ends.
 func (c *Controller) writeDrains(ctx context.Context) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		for _, o := range c.targets.List() {
@@ -151,7 +152,8 @@ func (c *Controller) writeDrain(ctx context.Context, u *unstructured.Unstructure
 		delete(c.drains.byTarget, ref)
 	}
 	c.drains.mu.Unlock()
-	if equality.Semantic.DeepEqual(obj.Status.Drain, want) {
+	condChanged := c.writeEvictionCondition(time.Now(), ref, obj)
+	if equality.Semantic.DeepEqual(obj.Status.Drain, want) && !condChanged {
 		return nil
 	}
 	obj.Status.Drain = want

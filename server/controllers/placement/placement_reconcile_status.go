@@ -35,10 +35,15 @@ func (c *Controller) placementStatus(ctx context.Context, cluster logicalcluster
 	if err != nil {
 		return nil
 	}
-	var selected []string
+	var selected, untolerated []string
 	for _, t := range c.matchingTargets(p) {
-		if usable(t.obj) {
+		if !usable(t.obj) {
+			continue
+		}
+		if ok, _ := workload.Schedulable(p.Spec.Tolerations, taintsOf(t.obj), string(cluster)); ok {
 			selected = append(selected, t.ref())
+		} else {
+			untolerated = append(untolerated, t.obj.Name)
 		}
 	}
 	assigned := 0
@@ -54,6 +59,16 @@ func (c *Controller) placementStatus(ctx context.Context, cluster logicalcluster
 	if len(selected) == 0 {
 		cond.Status, cond.Reason = metav1.ConditionFalse, workload.ReasonNoReadyTarget
 		cond.Message = fmt.Sprintf("no Ready, schedulable SyncTarget in %s matches the locationSelector: new namespaces stay unassigned", p.Spec.LocationWorkspace)
+		if len(untolerated) > 0 {
+			cond.Message = fmt.Sprintf("no Ready SyncTarget in %s that matches the locationSelector has only taints this Placement tolerates (%s have others): new namespaces stay unassigned",
+				p.Spec.LocationWorkspace, strings.Join(untolerated, ", "))
+		}
+	}
+	if len(untolerated) > 0 {
+		cond.Message += fmt.Sprintf("; not tolerated: the taints of %s", strings.Join(untolerated, ", "))
+	}
+	if msg := c.unhonoredTolerations(cluster, p); msg != "" {
+		cond.Message += "; " + msg
 	}
 	if p.DeletionTimestamp == nil {
 		if err := c.bindLocation(ctx, cluster, p.Spec.LocationWorkspace); err != nil {
@@ -193,4 +208,25 @@ func (c *Controller) suspendedCondition(p *workload.Placement, assigned int) (me
 		cond.Message = "spec.suspend and spec.suspendTargets are clear: syncing runs again and catches up with what changed meanwhile"
 	}
 	return cond, true
+}
+
+// unhonoredTolerations says which tolerations of a Placement name a taint
+// that its location reserved for other workspaces after the Placement was
+// admitted (admission refuses them before): they do not tolerate it.
+func (c *Controller) unhonoredTolerations(cluster logicalcluster.Name, p *workload.Placement) string {
+	var out []string
+	for _, t := range c.matchingTargets(p) {
+		for _, taint := range t.obj.Spec.Taints {
+			if taint.MayTolerate(string(cluster)) || workload.KCPTaint(taint.Key) {
+				continue
+			}
+			for _, tol := range p.Spec.Tolerations {
+				if tol.Key != "" && tol.Matches(&taint) {
+					out = append(out, fmt.Sprintf("the toleration of %s does not apply to SyncTarget %s, which reserves that taint for other workspaces", taint.Key, t.obj.Name))
+					break
+				}
+			}
+		}
+	}
+	return strings.Join(out, "; ")
 }
