@@ -69,3 +69,9 @@ func (c *Clients) Discovery(cluster logicalcluster.Name) (discovery.DiscoveryInt
 func (c *Clients) Admissionregistration(cluster logicalcluster.Name) (admissionregistrationv1client.AdmissionregistrationV1Interface, error) {
 	return admissionregistrationv1client.NewForConfigAndClient(ForCluster(c.loopback, cluster), c.http)
 }
+
+// HTTP is the shared HTTP client, for clients of other API groups (built
+// with NewForConfigAndClient and ForCluster): a client built with
+// NewForConfig instead gets a transport of its own per call, and with it
+// a new loopback connection whose goroutines live until it idles out.
+func (c *Clients) HTTP() *http.Client { return c.http }

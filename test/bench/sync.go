@@ -193,6 +193,11 @@ func benchSync(log func(string, ...any)) (syncResult, error) {
 		time.Sleep(2 * time.Second)
 		st := syncStep{workspaces: n, fill: fill, syncerGo: syncerGoroutines(debug), syncerRSS: rssMiB(sy.Process.Pid),
 			kcpGo: s.goroutines(), kcpRSS: rssMiB(s.cmd.Process.Pid), projected: projected, projectedIn: projectedIn}
+		if *profileDir != "" {
+			if raw, err := s.pprof("goroutine", "debug", "1"); err == nil {
+				_ = os.WriteFile(filepath.Join(*profileDir, fmt.Sprintf("sync-kcp-goroutines-%d.txt", n)), raw, 0o644)
+			}
+		}
 		log("%d placed workspaces: syncer %d goroutines, %.0f MiB RSS; kcp %d goroutines, %.0f MiB RSS (filled in %s)",
 			n, st.syncerGo, st.syncerRSS, st.kcpGo, st.kcpRSS, st.fill.Round(time.Millisecond))
 		r.steps = append(r.steps, st)

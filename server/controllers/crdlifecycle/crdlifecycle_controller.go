@@ -34,16 +34,20 @@ type Controller struct {
 
 // NewController builds the controller over the shared CRD cache.
 func NewController(loopback *rest.Config, serving *crdserving.Server) (*Controller, error) {
+	clients, err := clusterinformer.NewClients(loopback)
+	if err != nil {
+		return nil, err
+	}
 	c := &Controller{queue: worker.NewQueue[string](name), serving: serving}
 	c.r = &reconciler{
 		get:      serving.CRD,
 		list:     serving.CRDs,
 		reserved: serving.Reserved,
 		crdClient: func(cl logicalcluster.Name) (apiextensionsclient.Interface, error) {
-			return apiextensionsclient.NewForConfig(clusterinformer.ForCluster(loopback, cl))
+			return apiextensionsclient.NewForConfigAndClient(clusterinformer.ForCluster(loopback, cl), clients.HTTP())
 		},
 		metadataClient: func(cl logicalcluster.Name) (metadata.Interface, error) {
-			return metadata.NewForConfig(clusterinformer.ForCluster(loopback, cl))
+			return clients.Metadata(cl)
 		},
 		enqueue: func(cl logicalcluster.Name, crd string) { c.queue.Add(clusterinformer.Key(cl, "", crd)) },
 	}

@@ -91,6 +91,10 @@ func NewController(loopback *rest.Config, servedVersion func(logicalcluster.Name
 	if err != nil {
 		return nil, err
 	}
+	clients, err := clusterinformer.NewClients(loopback)
+	if err != nil {
+		return nil, err
+	}
 	disc, err := discovery.NewDiscoveryClientForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
@@ -104,7 +108,7 @@ func NewController(loopback *rest.Config, servedVersion func(logicalcluster.Name
 	}
 	c.r = &reconciler{
 		clientFor: func(cluster logicalcluster.Name) (metadata.Interface, error) {
-			return metadata.NewForConfig(clusterinformer.ForCluster(loopback, cluster))
+			return clients.Metadata(cluster)
 		},
 		resourceFor:   c.resourceForKind,
 		servedVersion: servedVersion,

@@ -8,8 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/kubernetes/pkg/controller/namespace/deletion"
 
@@ -48,16 +46,19 @@ func (r *reconciler) reconcile(ctx context.Context, key string) error {
 
 // deleterFactory builds deleters whose clients reach only /clusters/<cluster>.
 func deleterFactory(loopback *rest.Config) func(context.Context, logicalcluster.Name) (deletion.NamespacedResourcesDeleterInterface, error) {
+	clients, clientsErr := clusterinformer.NewClients(loopback)
 	return func(ctx context.Context, cluster logicalcluster.Name) (deletion.NamespacedResourcesDeleterInterface, error) {
 		if cluster.IsWildcard() || cluster == "" {
 			return nil, fmt.Errorf("namespace without a logical cluster")
 		}
-		cfg := clusterinformer.ForCluster(loopback, cluster)
-		client, err := kubernetes.NewForConfig(cfg)
+		if clientsErr != nil {
+			return nil, clientsErr
+		}
+		client, err := clients.Kubernetes(cluster)
 		if err != nil {
 			return nil, err
 		}
-		meta, err := metadata.NewForConfig(cfg)
+		meta, err := clients.Metadata(cluster)
 		if err != nil {
 			return nil, err
 		}
