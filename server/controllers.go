@@ -133,7 +133,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			return err
 		}
 		writers := func(ctx context.Context) {
-			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), !o.StoreDefaults, clusters, crds, deleteClusterData, namespaces, stored, rows, changed, watched, writes, local)
+			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), !o.StoreDefaults, o.GCDiscoveryPeriod, clusters, crds, deleteClusterData, namespaces, stored, rows, changed, watched, writes, local)
 			if c, err := synctarget.NewController(hc.LoopbackClientConfig, o.SyncTargetHeartbeatTimeout); err == nil {
 				go c.Run(ctx, 2)
 			} else {
@@ -217,7 +217,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 
 // startWriters starts the controllers that write; they stop with ctx (when
 // this replica loses the lease).
-func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM string, servedDefaults bool,
+func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM string, servedDefaults bool, gcDiscoveryPeriod time.Duration,
 	clusters *logicalclusters.Registry, crds *crdserving.Server, deleteClusterData func(context.Context, logicalcluster.Name) (int, error),
 	namespaces *clusterinformer.Namespaces, stored, rows, changed clusterinformer.RangeFunc, watched clusterinformer.WatchFunc, writes workspace.Storage, local *localwatch.Storages) {
 	if c, err := namespacedeletion.NewController(loopback, namespaces); err == nil {
@@ -230,6 +230,7 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 	gc, gcErr := garbagecollector.NewController(loopback, crds.ServedVersion)
 	var gcFeeds []clusterinformer.Consumer
 	if gcErr == nil {
+		gc.SetDiscoveryPeriod(gcDiscoveryPeriod)
 		gc.ReadRows(rows)
 		gc.WatchLocal(local)
 		gcFeeds = append(gcFeeds, gc.Feed(tenancy.WorkspacesResource, tenancy.WorkspacesResource.GroupVersion().WithKind("Workspace"), false))

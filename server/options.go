@@ -109,6 +109,10 @@ type Options struct {
 	// PodStreams bound the logs, exec, attach and port-forward streams kcp
 	// forwards to physical clusters.
 	PodStreams podstreams.Limits
+	// GCDiscoveryPeriod is how often the garbage collector looks for
+	// resources to watch (new custom resources) and stops watching those no
+	// longer served.
+	GCDiscoveryPeriod time.Duration
 	// WebhookAllowedNetworks may be reached by tenants' webhook URLs although
 	// outbound refuses them by default (loopback, private, link-local).
 	WebhookAllowedNetworks []net.IPNet
@@ -174,7 +178,8 @@ func NewOptions() *Options {
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
 	return &Options{RootDir: ".kcp", DatastoreNotify: true, DatastoreMaxConnections: datastore.DefaultMaxConnections, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
 		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, TenantMaxInflight: max(4, 2*runtime.GOMAXPROCS(0)), TenantMaxStartingWatches: max(4, 2*runtime.GOMAXPROCS(0)), MemoryLimitRatio: 0.9, Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy,
-		SyncTargetHeartbeatTimeout: 20 * time.Second, PlacementEvictionDelay: 5 * time.Second, PlacementEvictionRate: 0.1, PodStreams: podstreams.DefaultLimits}
+		SyncTargetHeartbeatTimeout: 20 * time.Second, PlacementEvictionDelay: 5 * time.Second, PlacementEvictionRate: 0.1, PodStreams: podstreams.DefaultLimits,
+		GCDiscoveryPeriod: 30 * time.Second}
 }
 
 // maxObjectCountPeriod is the longest --object-count-period: upstream's
@@ -232,6 +237,8 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"How long a namespace stays assigned to a NotReady SyncTarget before its workloads move to another Ready target its Placement selects (failover takes about --synctarget-heartbeat-timeout plus this). It is the tolerationSeconds of the taint workload.kcp.io/not-ready for a Placement that does not tolerate it itself.")
 	fs.Float64Var(&o.PlacementEvictionRate, "placement-eviction-rate", o.PlacementEvictionRate,
 		"How many SyncTargets per second may start handing their namespaces to other targets because they are NotReady or carry a NoExecute taint (like kube-controller-manager's --node-eviction-rate): when several targets fail at once, one starts and the others wait their turn (status condition EvictionRateLimited), so that a flapping network does not move a whole location at once. All namespaces of a target move together. 0: no bound.")
+	fs.DurationVar(&o.GCDiscoveryPeriod, "garbage-collector-discovery-period", o.GCDiscoveryPeriod,
+		"How often the garbage collector rediscovers the resources it watches: a custom resource of a new CRD is collected from the next discovery on, and one no longer served by any workspace stops being watched two discoveries after its last CRD went.")
 	fs.IntVar(&o.PodStreams.PerWorkspace, "pod-streams-per-workspace", o.PodStreams.PerWorkspace,
 		"The most logs, exec, attach and port-forward streams one workspace may have open at once through kcp (more are refused with 429). 0: no cap.")
 	fs.IntVar(&o.PodStreams.PerTarget, "pod-streams-per-synctarget", o.PodStreams.PerTarget,
@@ -266,6 +273,7 @@ type CompletedOptions struct {
 	PlacementEvictionDelay     time.Duration
 	PlacementEvictionRate      float64
 	PodStreams                 podstreams.Limits
+	GCDiscoveryPeriod          time.Duration
 	WorkspaceLimits            tenancy.Limits
 	RootDir                    string
 	Datastore                  *datastore.Datastore
@@ -367,7 +375,7 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 		return nil, err
 	}
 	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, DatastoreMaxConnections: o.DatastoreMaxConnections, StoreDefaults: o.StoreDefaults, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, TenantMaxInflight: o.TenantMaxInflight, TenantMaxStartingWatches: o.TenantMaxStartingWatches, MemoryLimitRatio: o.MemoryLimitRatio, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
-		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout, PushMode: o.PushMode, PlacementEvictionDelay: o.PlacementEvictionDelay, PlacementEvictionRate: o.PlacementEvictionRate, PodStreams: o.PodStreams,
+		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout, PushMode: o.PushMode, PlacementEvictionDelay: o.PlacementEvictionDelay, PlacementEvictionRate: o.PlacementEvictionRate, PodStreams: o.PodStreams, GCDiscoveryPeriod: o.GCDiscoveryPeriod,
 		WorkspaceLimits: o.WorkspaceLimits}, nil
 }
 
@@ -391,6 +399,9 @@ func (c *CompletedOptions) Validate() []error {
 	}
 	if c.PlacementEvictionRate < 0 {
 		errs = append(errs, fmt.Errorf("--placement-eviction-rate must not be negative (0: no bound), got %v", c.PlacementEvictionRate))
+	}
+	if c.GCDiscoveryPeriod < time.Second {
+		errs = append(errs, fmt.Errorf("--garbage-collector-discovery-period must be at least 1s, got %s", c.GCDiscoveryPeriod))
 	}
 	if c.PlacementEvictionDelay < 0 {
 		errs = append(errs, fmt.Errorf("--placement-eviction-delay must not be negative, got %s", c.PlacementEvictionDelay))

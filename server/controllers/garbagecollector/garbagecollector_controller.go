@@ -59,6 +59,8 @@ type Controller struct {
 	queue     workqueue.TypedRateLimitingInterface[item]
 	discovery discovery.DiscoveryInterface
 	wildcard  metadata.Interface
+	// discoveryPeriod: how often discover runs (30 s when 0).
+	discoveryPeriod time.Duration
 
 	// rows reads what is stored of a resource (nil: list through the API).
 	rows  clusterinformer.RangeFunc
@@ -121,9 +123,17 @@ func NewController(loopback *rest.Config, servedVersion func(logicalcluster.Name
 // Run discovers resources (again every 30 s, to pick up new ones) and
 // processes the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	go wait.UntilWithContext(ctx, c.discover, 30*time.Second)
+	period := c.discoveryPeriod
+	if period <= 0 {
+		period = 30 * time.Second
+	}
+	go wait.UntilWithContext(ctx, c.discover, period)
 	worker.Run(ctx, name, c.queue, workers, nil, c.process)
 }
+
+// SetDiscoveryPeriod sets how often the collector rediscovers resources
+// (before Run; 30 s when not set).
+func (c *Controller) SetDiscoveryPeriod(d time.Duration) { c.discoveryPeriod = d }
 
 func (c *Controller) discover(ctx context.Context) {
 	lists, err := c.discovery.ServerPreferredResources()
