@@ -254,6 +254,9 @@ type target struct {
 	obj      *workload.SyncTarget
 	// matches: the Placement's locationSelector selects it (targetsOf).
 	matches bool
+	// stayed: the namespace should leave it (drain, NoExecute taint,
+	// NotReady) but stays, for want of another target (choose).
+	stayed bool
 }
 
 func (t target) ref() string { return string(t.location) + "/" + t.obj.Name }
@@ -465,6 +468,9 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 			chosen, leaving = leaving, nil
 		} else if len(evicted) > 0 {
 			chosen = evicted[:1]
+		}
+		for i := range chosen {
+			chosen[i].stayed = true
 		}
 	}
 	chosen = append(chosen, frozen...)

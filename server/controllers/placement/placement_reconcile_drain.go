@@ -68,21 +68,29 @@ func (d *drains) set(nsKey string, entries map[string]drainEntry) {
 	}
 }
 
-// recordDrain notes where a namespace stands on its draining targets:
-// chosen ones that drain keep it for want of another (stuck), leaving ones
-// wait for its replacement (moving, why).
+// recordDrain notes where a namespace stands on the targets it should
+// leave: chosen ones that drain, or whose NoExecute taint its Placement no
+// longer tolerates (NotReady ones included), keep it for want of another
+// (stuck, why); leaving ones wait for its replacement (moving, why).
 func (c *Controller) recordDrain(cluster logicalcluster.Name, ns string, p *workload.Placement, chosen, leaving []target, why string) {
 	entries := map[string]drainEntry{}
+	pl := "no Placement"
+	if p != nil {
+		pl = "Placement " + p.Name
+	}
 	for _, t := range chosen {
-		if t.obj.Spec.Drain {
-			pl := "no Placement"
-			if p != nil {
-				pl = "Placement " + p.Name
-			}
-			reason := pl + " selects no other usable SyncTarget (a drain never leaves a namespace nowhere)"
-			if p != nil && p.Spec.Suspends(t.obj.Name) {
+		var reason string
+		switch {
+		case p != nil && p.Spec.Suspends(t.obj.Name):
+			if t.obj.Spec.Drain {
 				reason = pl + " is suspended for this SyncTarget: nothing moves until it is resumed"
 			}
+		case t.obj.Spec.Drain:
+			reason = pl + " selects no other usable SyncTarget (a drain never leaves a namespace nowhere)"
+		case t.stayed:
+			reason = c.stuckOnTaint(cluster, p, pl, t)
+		}
+		if reason != "" {
 			entries[t.ref()] = drainEntry{stuck: true, reason: reason}
 		}
 	}
@@ -93,6 +101,24 @@ func (c *Controller) recordDrain(cluster logicalcluster.Name, ns string, p *work
 		entries[t.ref()] = drainEntry{reason: "moving: " + why}
 	}
 	c.drains.set(clusterinformer.Key(cluster, "", ns), entries)
+}
+
+// stuckOnTaint says why a namespace stays on a target it should have left
+// (choose kept it there, for want of another usable target): a NoExecute
+// taint its Placement does not tolerate (any more), NotReady included.
+func (c *Controller) stuckOnTaint(cluster logicalcluster.Name, p *workload.Placement, pl string, t target) string {
+	var tols []workload.Toleration
+	if p != nil {
+		tols = p.Spec.Tolerations
+	}
+	_, taint, ok := workload.EvictionAt(tols, taintsOf(t.obj), string(cluster), map[string]time.Duration{workload.TaintNotReady: c.evictionDelay})
+	if !ok {
+		return pl + " selects no other usable SyncTarget"
+	}
+	if taint.Key == workload.TaintNotReady {
+		return pl + " selects no other usable SyncTarget to fail over to (this one is NotReady)"
+	}
+	return fmt.Sprintf("%s does not tolerate the taint %s:%s, and selects no other usable SyncTarget", pl, taint.Key, taint.Effect)
 }
 
 // writeDrains writes the tallies of draining targets, and the
@@ -115,8 +141,18 @@ func (c *Controller) writeDrain(ctx context.Context, u *unstructured.Unstructure
 	if err != nil {
 		return nil
 	}
+	c.drains.mu.Lock()
+	entries := c.drains.byTarget[ref]
+	stuck := false
+	for _, e := range entries {
+		stuck = stuck || e.stuck
+	}
+	c.drains.mu.Unlock()
+	// The status shows while the target drains, or while namespaces stay
+	// that a NoExecute taint should have moved (stuck).
+	evacuating := obj.Spec.Drain || stuck
 	var assigned []string
-	if obj.Spec.Drain {
+	if evacuating {
 		// What the namespaces say is the truth of what is assigned; the
 		// tally says why each is still there.
 		label := workload.StateLabel(string(clusterinformer.ClusterOf(u)), u.GetName())
@@ -128,12 +164,15 @@ func (c *Controller) writeDrain(ctx context.Context, u *unstructured.Unstructure
 		sort.Strings(assigned)
 	}
 	c.drains.mu.Lock()
-	entries := c.drains.byTarget[ref]
+	entries = c.drains.byTarget[ref]
 	var want *workload.DrainStatus
-	if obj.Spec.Drain {
+	if evacuating {
 		want = &workload.DrainStatus{Namespaces: len(assigned)}
 		for _, k := range assigned {
 			e, ok := entries[k]
+			if !ok && !obj.Spec.Drain {
+				continue // not stuck: it stays by its Placement's choice
+			}
 			if !ok {
 				e = drainEntry{reason: "moving: not looked at since the drain began"}
 			}
@@ -146,6 +185,9 @@ func (c *Controller) writeDrain(ctx context.Context, u *unstructured.Unstructure
 				cl, _, name, _ := clusterinformer.SplitKey(k)
 				want.Blocked = append(want.Blocked, workload.DrainBlock{Workspace: string(cl), Namespace: name, Reason: e.reason})
 			}
+		}
+		if !obj.Spec.Drain {
+			want.Namespaces = want.Stuck + want.Moving
 		}
 		want.Message = drainMessage(want)
 	} else if len(entries) > 0 {
@@ -180,7 +222,7 @@ func drainMessage(d *workload.DrainStatus) string {
 		parts = append(parts, fmt.Sprintf("%d moving (each copy here stays until its replacement is Available)", d.Moving))
 	}
 	if d.Stuck > 0 {
-		parts = append(parts, fmt.Sprintf("%d cannot move: their Placement selects no other usable SyncTarget; add or uncordon one, or change the Placement", d.Stuck))
+		parts = append(parts, fmt.Sprintf("%d cannot move: their Placement selects no other usable SyncTarget; add or uncordon one, or change the Placement (or, for a taint, its tolerations)", d.Stuck))
 	}
 	return fmt.Sprintf("%d namespaces still here: %s", d.Namespaces, strings.Join(parts, "; "))
 }

@@ -186,6 +186,33 @@ spec:
 		t.Errorf("ml, not tolerating maintenance, is on %q, want pc1 only", a)
 	}
 
+	// A NoExecute taint that nothing can move away from (pc2 cordoned):
+	// the namespaces stay, and pc1's status says which and why.
+	if out, err := asOps("kcp", "workload", "cordon", "pc2"); err != nil {
+		t.Fatalf("cordon pc2: %v\n%s", err, out)
+	}
+	if out, err := asOps("kcp", "workload", "taint", "pc1", "evacuate=now:NoExecute"); err != nil {
+		t.Fatalf("tainting pc1 NoExecute: %v\n%s", err, out)
+	}
+	framework.Eventually(t, 60*time.Second, "pc1's status to name the namespaces that cannot leave", func() (bool, string) {
+		got := s.Kubectl(compute, "get", "synctarget", "pc1", "-o", `jsonpath={.status.drain.stuck} {.status.drain.message} {.status.drain.blocked[*].reason}`)
+		return strings.HasPrefix(got, "2 ") && strings.Contains(got, "cannot move") &&
+			strings.Contains(got, "Placement eu does not tolerate the taint evacuate:NoExecute, and selects no other usable SyncTarget"), got
+	})
+	for _, ws := range []string{shop, ml} {
+		if a := assigned(ws); a != compute+"/pc1" {
+			t.Errorf("%s left pc1 with nowhere to go: %q", ws, a)
+		}
+	}
+	if out, err := asOps("kcp", "workload", "taint", "pc1", "evacuate-"); err != nil {
+		t.Fatalf("untainting pc1: %v\n%s", err, out)
+	}
+	framework.Eventually(t, 60*time.Second, "pc1's status without stuck namespaces", func() (bool, string) {
+		got := s.Kubectl(compute, "get", "synctarget", "pc1", "-o", `jsonpath={.status.drain}`)
+		return got == "", got
+	})
+	s.KubectlPlugin(admin, "kcp", "workload", "uncordon", "pc2")
+
 	// Cordon shows as kcp's unschedulable taint, and uncordon removes it.
 	if out, err := asOps("kcp", "workload", "cordon", "pc1"); err != nil {
 		t.Fatalf("cordon: %v\n%s", err, out)
