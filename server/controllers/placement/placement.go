@@ -45,6 +45,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/schema/workload"
+	"github.com/kcpsql/kcp/server/placementexpr"
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
@@ -194,7 +195,10 @@ func readiness(obj interface{}) string {
 	}
 	cpu := t.Status.Allocatable[corev1.ResourceCPU]
 	taints, _ := json.Marshal(t.Spec.Taints)
-	return fmt.Sprintf("%v/%v/%v/%v/%d/%s", usable(t), t.Spec.Unschedulable, t.Spec.Drain, t.Labels, cpu.MilliValue(), taints)
+	// What a locationExpression can read (labels, reported capacity,
+	// version, nodes, condition statuses; not heartbeat times).
+	input, _ := json.Marshal(placementexpr.FromSyncTarget(t))
+	return fmt.Sprintf("%v/%v/%v/%v/%d/%s/%s", usable(t), t.Spec.Unschedulable, t.Spec.Drain, t.Labels, cpu.MilliValue(), taints, input)
 }
 
 // hasPlacements reports whether a cluster has Placements.
@@ -252,8 +256,12 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 type target struct {
 	location logicalcluster.Name
 	obj      *workload.SyncTarget
-	// matches: the Placement's locationSelector selects it (targetsOf).
+	// matches: the Placement's locationSelector selects it and its
+	// locationExpression holds (targetsOf).
 	matches bool
+	// exprErr: the locationExpression failed for this target (it then
+	// does not match).
+	exprErr error
 }
 
 func (t target) ref() string { return string(t.location) + "/" + t.obj.Name }
@@ -298,13 +306,29 @@ func (c *Controller) targetsOf(p *workload.Placement) []target {
 			sel = labels.Nothing()
 		}
 	}
+	var prg *placementexpr.Program
+	var compileErr error
+	if p.Spec.LocationExpression != "" {
+		prg, compileErr = placementexpr.Cached(p.Spec.LocationExpression)
+	}
 	objs, _ := c.targets.ByIndex(clusterinformer.ByCluster, string(loc))
 	var out []target
 	for _, o := range objs {
 		t, err := decodeTarget(o.(*unstructured.Unstructured))
-		if err == nil && t.DeletionTimestamp == nil {
-			out = append(out, target{location: loc, obj: t, matches: sel.Matches(labels.Set(t.Labels))})
+		if err != nil || t.DeletionTimestamp != nil {
+			continue
 		}
+		tg := target{location: loc, obj: t, matches: sel.Matches(labels.Set(t.Labels))}
+		if tg.matches && p.Spec.LocationExpression != "" {
+			// A stored expression that no longer compiles (admission
+			// refuses new ones) selects nothing, and says so.
+			ok, err := false, compileErr
+			if err == nil {
+				ok, err = prg.Eval(t)
+			}
+			tg.matches, tg.exprErr = ok, err
+		}
+		out = append(out, tg)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].obj.Name < out[j].obj.Name })
 	return out
