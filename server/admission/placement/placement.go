@@ -41,9 +41,9 @@ import (
 
 	"github.com/kcpsql/kcp/schema/apiresource"
 	"github.com/kcpsql/kcp/schema/workload"
-	"github.com/kcpsql/kcp/server/placementexpr"
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/placementexpr"
 	"github.com/kcpsql/kcp/server/requester"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )

@@ -45,10 +45,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/schema/workload"
-	"github.com/kcpsql/kcp/server/placementexpr"
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
+	"github.com/kcpsql/kcp/server/placementexpr"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
