@@ -280,6 +280,11 @@ type PlacementSpec struct {
 	LocationWorkspace string `json:"locationWorkspace"`
 	// LocationSelector selects SyncTargets by their labels; empty: all.
 	LocationSelector *metav1.LabelSelector `json:"locationSelector,omitempty"`
+	// LocationExpression is a CEL predicate over one SyncTarget as
+	// `target` (name, labels, allocatable, capacity, kubernetesVersion,
+	// nodes, readyNodes, conditions); a target is used only when both
+	// locationSelector and this hold (server/placementexpr).
+	LocationExpression string `json:"locationExpression,omitempty"`
 	// NamespaceSelector selects the namespaces of this workspace that run
 	// there; empty ({}): every namespace.
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`

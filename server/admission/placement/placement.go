@@ -43,6 +43,7 @@ import (
 	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/server/admission/namespacelifecycle"
 	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/placementexpr"
 	"github.com/kcpsql/kcp/server/requester"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -441,6 +442,11 @@ func (p *Plugin) validatePlacement(ctx context.Context, a admission.Attributes) 
 	for i, o := range pl.Spec.Overrides {
 		if err := workload.CheckOverridePatch(o.Patch.Raw); err != nil {
 			return admission.NewForbidden(a, fmt.Errorf("spec.overrides[%d].patch: %v", i, err))
+		}
+	}
+	if pl.Spec.LocationExpression != "" {
+		if _, err := placementexpr.Cached(pl.Spec.LocationExpression); err != nil {
+			return admission.NewForbidden(a, fmt.Errorf("spec.locationExpression %v", err))
 		}
 	}
 	if cluster, ok := logicalcluster.From(ctx); ok {

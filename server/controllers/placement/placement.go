@@ -35,8 +35,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -48,6 +46,7 @@ import (
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
+	"github.com/kcpsql/kcp/server/placementexpr"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -194,7 +193,10 @@ func readiness(obj interface{}) string {
 	}
 	cpu := t.Status.Allocatable[corev1.ResourceCPU]
 	taints, _ := json.Marshal(t.Spec.Taints)
-	return fmt.Sprintf("%v/%v/%v/%v/%d/%s", usable(t), t.Spec.Unschedulable, t.Spec.Drain, t.Labels, cpu.MilliValue(), taints)
+	// What a locationExpression can read (labels, reported capacity,
+	// version, nodes, condition statuses; not heartbeat times).
+	input, _ := json.Marshal(placementexpr.FromSyncTarget(t))
+	return fmt.Sprintf("%v/%v/%v/%v/%d/%s/%s", usable(t), t.Spec.Unschedulable, t.Spec.Drain, t.Labels, cpu.MilliValue(), taints, input)
 }
 
 // hasPlacements reports whether a cluster has Placements.
@@ -247,70 +249,6 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 		}
 		return c.namespace(ctx, cluster, objName)
 	})
-}
-
-type target struct {
-	location logicalcluster.Name
-	obj      *workload.SyncTarget
-	// matches: the Placement's locationSelector selects it (targetsOf).
-	matches bool
-	// stayed: the namespace should leave it (drain, NoExecute taint,
-	// NotReady) but stays, for want of another target (choose).
-	stayed bool
-}
-
-func (t target) ref() string { return string(t.location) + "/" + t.obj.Name }
-
-func decodeTarget(u *unstructured.Unstructured) (*workload.SyncTarget, error) {
-	var t workload.SyncTarget
-	err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &t)
-	return &t, err
-}
-
-// usable: Ready, not cordoned, and its syncer has caught up since it
-// started (a cluster back from the dead has deleted its stale copies before
-// it counts again).
-func usable(t *workload.SyncTarget) bool {
-	return meta.IsStatusConditionTrue(t.Status.Conditions, workload.ConditionReady) && !t.Spec.Unschedulable &&
-		!meta.IsStatusConditionFalse(t.Status.Conditions, workload.ConditionCaughtUp)
-}
-
-// matchingTargets returns the SyncTargets a Placement selects, by name.
-func (c *Controller) matchingTargets(p *workload.Placement) []target {
-	var out []target
-	for _, t := range c.targetsOf(p) {
-		if t.matches {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
-// targetsOf returns the SyncTargets of a Placement's location workspace,
-// by name, each saying whether the Placement's locationSelector selects
-// it (a suspended target keeps its namespaces even when it no longer
-// does).
-func (c *Controller) targetsOf(p *workload.Placement) []target {
-	loc, err := logicalcluster.Parse(p.Spec.LocationWorkspace)
-	if err != nil {
-		return nil
-	}
-	sel := labels.Everything()
-	if p.Spec.LocationSelector != nil {
-		if sel, err = metav1.LabelSelectorAsSelector(p.Spec.LocationSelector); err != nil {
-			sel = labels.Nothing()
-		}
-	}
-	objs, _ := c.targets.ByIndex(clusterinformer.ByCluster, string(loc))
-	var out []target
-	for _, o := range objs {
-		t, err := decodeTarget(o.(*unstructured.Unstructured))
-		if err == nil && t.DeletionTimestamp == nil {
-			out = append(out, target{location: loc, obj: t, matches: sel.Matches(labels.Set(t.Labels))})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].obj.Name < out[j].obj.Name })
-	return out
 }
 
 // selecting returns the cluster's Placements that select a namespace,

@@ -35,9 +35,12 @@ func (c *Controller) placementStatus(ctx context.Context, cluster logicalcluster
 	if err != nil {
 		return nil
 	}
-	var selected, untolerated []string
-	for _, t := range c.matchingTargets(p) {
-		if !usable(t.obj) {
+	var selected, untolerated, exprFailed []string
+	for _, t := range c.targetsOf(p) {
+		if t.exprErr != nil {
+			exprFailed = append(exprFailed, fmt.Sprintf("%s: %v", t.obj.Name, t.exprErr))
+		}
+		if !t.matches || !usable(t.obj) {
 			continue
 		}
 		if ok, _ := workload.Schedulable(p.Spec.Tolerations, taintsOf(t.obj), string(cluster)); ok {
@@ -58,7 +61,7 @@ func (c *Controller) placementStatus(ctx context.Context, cluster logicalcluster
 		Message: fmt.Sprintf("%d Ready SyncTarget(s) in %s match", len(selected), p.Spec.LocationWorkspace), ObservedGeneration: p.Generation}
 	if len(selected) == 0 {
 		cond.Status, cond.Reason = metav1.ConditionFalse, workload.ReasonNoReadyTarget
-		cond.Message = fmt.Sprintf("no Ready, schedulable SyncTarget in %s matches the locationSelector: new namespaces stay unassigned", p.Spec.LocationWorkspace)
+		cond.Message = fmt.Sprintf("no Ready, schedulable SyncTarget in %s matches the locationSelector%s: new namespaces stay unassigned", p.Spec.LocationWorkspace, andExpression(p))
 		if len(untolerated) > 0 {
 			cond.Message = fmt.Sprintf("no Ready SyncTarget in %s that matches the locationSelector has only taints this Placement tolerates (%s have others): new namespaces stay unassigned",
 				p.Spec.LocationWorkspace, strings.Join(untolerated, ", "))
@@ -66,6 +69,9 @@ func (c *Controller) placementStatus(ctx context.Context, cluster logicalcluster
 	}
 	if len(untolerated) > 0 {
 		cond.Message += fmt.Sprintf("; not tolerated: the taints of %s", strings.Join(untolerated, ", "))
+	}
+	if len(exprFailed) > 0 {
+		cond.Message += fmt.Sprintf("; not selected, the locationExpression failed for %s", exprMessages(exprFailed))
 	}
 	if msg := c.unhonoredTolerations(cluster, p); msg != "" {
 		cond.Message += "; " + msg
@@ -229,4 +235,21 @@ func (c *Controller) unhonoredTolerations(cluster logicalcluster.Name, p *worklo
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// exprMessages joins the locationExpression errors of the first few
+// targets (a status message stays short on a large location).
+func exprMessages(failed []string) string {
+	const listed = 5
+	if len(failed) <= listed {
+		return strings.Join(failed, "; ")
+	}
+	return fmt.Sprintf("%s; and %d more target(s)", strings.Join(failed[:listed], "; "), len(failed)-listed)
+}
+
+func andExpression(p *workload.Placement) string {
+	if p.Spec.LocationExpression == "" {
+		return ""
+	}
+	return " and locationExpression"
 }
