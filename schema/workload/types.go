@@ -10,6 +10,7 @@ import (
 	"embed"
 	"math/big"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -480,4 +481,31 @@ var WorkloadResources = []schema.GroupResource{
 // IsWorkloadResource reports whether gr is one of WorkloadResources.
 func IsWorkloadResource(gr schema.GroupResource) bool {
 	return slices.Contains(WorkloadResources, gr)
+}
+
+// AssignedTarget is one SyncTarget a namespace is assigned to.
+type AssignedTarget struct {
+	Location, Name, Key string
+}
+
+// AssignedTargets are the SyncTargets a namespace (its labels and
+// annotations) is assigned to and synced on: named in
+// AssignedTargetAnnotation and labelled StateSync, in the annotation's
+// order, each once.
+func AssignedTargets(labels, annotations map[string]string) []AssignedTarget {
+	var out []AssignedTarget
+	seen := map[string]bool{}
+	for _, ref := range strings.Split(annotations[AssignedTargetAnnotation], ",") {
+		location, name, ok := strings.Cut(strings.TrimSpace(ref), "/")
+		if !ok || name == "" {
+			continue
+		}
+		key := TargetKey(location, name)
+		if seen[key] || labels[StateLabelPrefix+key] != StateSync {
+			continue
+		}
+		seen[key] = true
+		out = append(out, AssignedTarget{Location: location, Name: name, Key: key})
+	}
+	return out
 }

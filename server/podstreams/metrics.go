@@ -81,18 +81,8 @@ func (s *Streams) metricsTargets(ctx context.Context, cluster logicalcluster.Nam
 // on, sorted by key.
 func assignedTargets(cluster logicalcluster.Name, namespace string, labels, annotations map[string]string) []target {
 	var out []target
-	seen := map[string]bool{}
-	for _, ref := range strings.Split(annotations[workload.AssignedTargetAnnotation], ",") {
-		location, name, ok := strings.Cut(strings.TrimSpace(ref), "/")
-		if !ok || name == "" {
-			continue
-		}
-		key := workload.TargetKey(location, name)
-		if seen[key] || labels[workload.StateLabelPrefix+key] != workload.StateSync {
-			continue
-		}
-		seen[key] = true
-		out = append(out, target{Key: key, Location: location, Name: name, Namespace: syncer.DownstreamNamespace(cluster, namespace)})
+	for _, a := range workload.AssignedTargets(labels, annotations) {
+		out = append(out, target{Key: a.Key, Location: a.Location, Name: a.Name, Namespace: syncer.DownstreamNamespace(cluster, namespace)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out

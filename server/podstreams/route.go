@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
-	"github.com/kcpsql/kcp/syncer"
 )
 
 // ProjectedFromLabel marks a Pod kcp shows in a workspace for one that a
@@ -55,16 +53,8 @@ func (s *Streams) route(ctx context.Context, cluster logicalcluster.Name, pod *a
 	}
 	// The assigned targets, by key.
 	assigned := map[string]target{}
-	for _, ref := range strings.Split(ns.Annotations[workload.AssignedTargetAnnotation], ",") {
-		location, name, ok := strings.Cut(strings.TrimSpace(ref), "/")
-		if !ok || name == "" {
-			continue
-		}
-		key := workload.TargetKey(location, name)
-		if ns.Labels[workload.StateLabelPrefix+key] != workload.StateSync {
-			continue
-		}
-		assigned[key] = target{Key: key, Location: location, Name: name, Namespace: syncer.DownstreamNamespace(cluster, pod.Namespace)}
+	for _, t := range assignedTargets(cluster, pod.Namespace, ns.Labels, ns.Annotations) {
+		assigned[t.Key] = t
 	}
 	if len(assigned) == 0 {
 		return target{}, notRunning(pod.Name, fmt.Sprintf("namespace %s is not placed on any SyncTarget", pod.Namespace))

@@ -116,18 +116,10 @@ func (d *Dialer) targets(ctx context.Context, cluster logicalcluster.Name, names
 	}
 	pol, _ := workload.ParsePolicy(ns.Annotations)
 	var out []target
-	for _, ref := range strings.Split(ns.Annotations[workload.AssignedTargetAnnotation], ",") {
-		location, name, ok := strings.Cut(strings.TrimSpace(ref), "/")
-		if !ok || name == "" {
-			continue
-		}
-		key := workload.TargetKey(location, name)
-		if ns.Labels[workload.StateLabelPrefix+key] != workload.StateSync {
-			continue
-		}
-		t := target{key: key, location: location, name: name, runsPods: pol.Runs(podsResource, key)}
+	for _, a := range workload.AssignedTargets(ns.Labels, ns.Annotations) {
+		t := target{key: a.Key, location: a.Location, name: a.Name, runsPods: pol.Runs(podsResource, a.Key)}
 		if pol != nil {
-			t.leaving = pol.Targets[key].Leaving
+			t.leaving = pol.Targets[a.Key].Leaving
 		}
 		out = append(out, t)
 	}

@@ -3,7 +3,6 @@ package multicluster
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"sort"
 	"strconv"
@@ -222,19 +221,12 @@ spec:
 			{"GET", "/apis/metrics.k8s.io/v1beta1/nodes", http.StatusForbidden},
 			{"GET", "/apis/metrics.k8s.io/v1beta1/namespaces/" + dns + "/pods/../../../nodes", http.StatusForbidden},
 		} {
-			req, _ := http.NewRequest(c.method, srv.URL+c.path, nil)
-			req.Header.Set("Authorization", "Bearer not-the-syncers")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != c.want {
-				t.Errorf("%s %s through the tunnel: %d %s, want %d", c.method, c.path, resp.StatusCode, body, c.want)
+			code, body := tunnelRequest(t, srv, c.method, c.path)
+			if code != c.want {
+				t.Errorf("%s %s through the tunnel: %d %s, want %d", c.method, c.path, code, body, c.want)
 			}
 			// watch=true is dropped: a list, not a stream.
-			if c.want == http.StatusOK && !strings.Contains(string(body), `"kind":"PodMetricsList"`) {
+			if c.want == http.StatusOK && !strings.Contains(body, `"kind":"PodMetricsList"`) {
 				t.Errorf("%s %s through the tunnel: %s", c.method, c.path, body)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -241,4 +242,20 @@ func tunnelServer(t *testing.T, pc *physical.Cluster, location, name string) *ht
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// tunnelRequest sends a request to a tunnel handler under test with a
+// caller's credential (which must never be passed on) and returns the
+// status code and body.
+func tunnelRequest(t *testing.T, srv *httptest.Server, method, path string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, srv.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer not-the-syncers")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }

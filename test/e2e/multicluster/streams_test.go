@@ -145,17 +145,9 @@ spec:
 			{"GET", "/api/v1/namespaces/" + dns + "/pods/web/log/../../../../secrets", http.StatusForbidden},
 			{"GET", "/apis/apps/v1/namespaces/" + dns + "/deployments", http.StatusForbidden},
 		} {
-			req, _ := http.NewRequest(c.method, srv.URL+c.path, nil)
-			// A caller's credentials are never passed on.
-			req.Header.Set("Authorization", "Bearer not-the-syncers")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != c.want {
-				t.Errorf("%s %s through the tunnel: %d %s, want %d", c.method, c.path, resp.StatusCode, body, c.want)
+			code, body := tunnelRequest(t, srv, c.method, c.path)
+			if code != c.want {
+				t.Errorf("%s %s through the tunnel: %d %s, want %d", c.method, c.path, code, body, c.want)
 			}
 		}
 	})
