@@ -35,6 +35,7 @@ import (
 	"github.com/kcpsql/kcp/server/controllers/sharestatus"
 	"github.com/kcpsql/kcp/server/controllers/synctarget"
 	"github.com/kcpsql/kcp/server/controllers/workspace"
+	"github.com/kcpsql/kcp/server/controllers/workspacerestore"
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/leaderelection"
 	"github.com/kcpsql/kcp/server/localwatch"
@@ -45,6 +46,7 @@ import (
 	"github.com/kcpsql/kcp/server/systemcrds"
 	"github.com/kcpsql/kcp/storage/datastore"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
+	"github.com/kcpsql/kcp/storage/restore"
 )
 
 // addControllers registers kcp's shared machinery as post-start hooks: it
@@ -60,7 +62,8 @@ const workspaceWorkers = 32
 
 func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, rbac *clusterrbac.Authorizer,
 	clusters *logicalclusters.Registry, crds *crdserving.Server, negotiatedAPIs *negotiated.Index, boundAPIs *boundapis.Index, apf *clusterapf.FlowControl, deleteClusterData func(context.Context, logicalcluster.Name) (int, error),
-	stored, rows, changed clusterinformer.RangeFunc, watched clusterinformer.WatchFunc, writes workspace.Storage, local *localwatch.Storages) {
+	stored, rows, changed clusterinformer.RangeFunc, watched clusterinformer.WatchFunc, writes workspace.Storage, local *localwatch.Storages,
+	history restore.Source, restores restore.Writer) {
 	shared := &clusterinformer.Shared{Local: local}
 	var campaign atomic.Pointer[leaderelection.Campaign]
 	s.AddPostStartHookOrDie("kcp-service-account-tokens", func(hc genericapiserver.PostStartHookContext) error {
@@ -173,6 +176,11 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 				go c.Run(ctx, 2)
 			} else {
 				klog.ErrorS(err, "one-target status controller")
+			}
+			if c, err := workspacerestore.NewController(hc.LoopbackClientConfig, history, restores, nil /* MERGE: clusters.Frozen */); err == nil {
+				go c.Run(ctx, 2)
+			} else {
+				klog.ErrorS(err, "workspace restore controller")
 			}
 		}
 		// The writers' informers list every object of their resources as

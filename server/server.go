@@ -58,6 +58,7 @@ import (
 	"github.com/kcpsql/kcp/storage/clusterstore"
 	"github.com/kcpsql/kcp/storage/embeddedkine"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
+	"github.com/kcpsql/kcp/storage/restore"
 )
 
 // CacheConsistencyCheckPeriod is how often each watch cache is compared
@@ -217,7 +218,8 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	deleteClusterData := func(ctx context.Context, c logicalcluster.Name) (int, error) {
 		return clusterdata.DeleteAll(ctx, db, o.Datastore.Dialect, kine, c)
 	}
-	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, negotiatedAPIs, boundAPIs, apf, deleteClusterData, kine.Range, kine.RangeRows, kine.RangeChanged, kine.Watch, kine, local)
+	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, negotiatedAPIs, boundAPIs, apf, deleteClusterData, kine.Range, kine.RangeRows, kine.RangeChanged, kine.Watch, kine, local,
+		restore.Source{DB: db, Dialect: o.Datastore.Dialect}, kine)
 	if err := chain.GenericAPIServer.AddReadyzChecks(kine.Health); err != nil {
 		return err
 	}

@@ -154,6 +154,32 @@ func (k *Kine) UpdateKey(ctx context.Context, key string, value []byte, revision
 	return rev, updated, err
 }
 
+// CreateRow, UpdateRow and DeleteRow write the stored row of a key as a
+// restore of the change history brings it back (storage/restore): through
+// kine's log, so watchers see each as an event, on the rows below the
+// served defaults (a restored row is what was stored, a tombstone
+// included), each checked against the key's current revision (false:
+// nothing written). The value must be a row kine stored before.
+func (k *Kine) CreateRow(ctx context.Context, key string, value []byte) (bool, error) {
+	_, err := k.rows.Create(ctx, key, value, 0)
+	if err == kineserver.ErrKeyExists {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// UpdateRow: see CreateRow.
+func (k *Kine) UpdateRow(ctx context.Context, key string, value []byte, revision int64) (bool, error) {
+	_, _, updated, err := k.rows.Update(ctx, key, value, revision, 0)
+	return updated, err
+}
+
+// DeleteRow: see CreateRow.
+func (k *Kine) DeleteRow(ctx context.Context, key string, revision int64) (bool, error) {
+	_, _, deleted, err := k.rows.Delete(ctx, key, revision)
+	return deleted, err
+}
+
 // Range calls fn with every live key below prefix, its value and its
 // revision, in key order, as of one revision of the datastore, which it
 // returns. It reads with kine's streaming list, as the API server's

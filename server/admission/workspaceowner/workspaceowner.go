@@ -1,5 +1,6 @@
 // Package workspaceowner is the admission plugin that records who created a
-// Workspace (tenancy.kcp.io/owner) and keeps that record from changing. The
+// Workspace or a WorkspaceRestore (tenancy.kcp.io/owner) and keeps that
+// record from changing. The
 // workspace controller makes the owner admin of the new logical cluster. It
 // also puts the workspace controller's finalizer on a new Workspace, so that
 // the controller need not write the Workspace once more to add it, and keeps
@@ -46,10 +47,17 @@ type plugin struct {
 
 var _ admission.MutationInterface = &plugin{}
 
+// owned are the resources whose creator is recorded.
+func owned(a admission.Attributes) bool {
+	gr := a.GetResource().GroupResource()
+	return a.GetSubresource() == "" && (gr == tenancy.WorkspacesResource.GroupResource() || gr == tenancy.WorkspaceRestoresResource.GroupResource())
+}
+
 func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
-	if a.GetResource().GroupResource() != tenancy.WorkspacesResource.GroupResource() || a.GetSubresource() != "" {
+	if !owned(a) {
 		return nil
 	}
+	isWorkspace := a.GetResource().GroupResource() == tenancy.WorkspacesResource.GroupResource()
 	obj, err := meta.Accessor(a.GetObject())
 	if err != nil {
 		return err
@@ -60,7 +68,7 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 		if value, err = ownerValue(a.GetUserInfo()); err != nil {
 			return err
 		}
-		if !slices.Contains(obj.GetFinalizers(), tenancy.WorkspaceFinalizer) {
+		if isWorkspace && !slices.Contains(obj.GetFinalizers(), tenancy.WorkspaceFinalizer) {
 			obj.SetFinalizers(append(obj.GetFinalizers(), tenancy.WorkspaceFinalizer))
 		}
 	case admission.Update:
@@ -69,7 +77,9 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 			return err
 		}
 		value = old.GetAnnotations()[tenancy.OwnerAnnotation]
-		keepSystemFinalizers(a.GetUserInfo(), old.GetFinalizers(), obj)
+		if isWorkspace {
+			keepSystemFinalizers(a.GetUserInfo(), old.GetFinalizers(), obj)
+		}
 	}
 	record.Set(obj, tenancy.OwnerAnnotation, value)
 	return nil
@@ -86,7 +96,7 @@ var _ admission.ValidationInterface = &plugin{}
 // wrote: a mutating webhook of the parent's tenant runs after this plugin
 // and could otherwise name someone else as the owner.
 func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
-	if a.GetResource().GroupResource() != tenancy.WorkspacesResource.GroupResource() || a.GetSubresource() != "" {
+	if !owned(a) {
 		return nil
 	}
 	obj, err := meta.Accessor(a.GetObject())
@@ -107,7 +117,7 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		return nil
 	}
 	if obj.GetAnnotations()[tenancy.OwnerAnnotation] != want {
-		return admission.NewForbidden(a, fmt.Errorf("the annotation %s is kcp's record of who created the workspace and cannot be set or changed", tenancy.OwnerAnnotation))
+		return admission.NewForbidden(a, fmt.Errorf("the annotation %s is kcp's record of who created the object and cannot be set or changed", tenancy.OwnerAnnotation))
 	}
 	return nil
 }

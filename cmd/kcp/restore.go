@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/kcpsql/kcp/schema/tenancy"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+type restoreOptions struct {
+	transferOptions
+	to       string
+	revision int64
+	dryRun   bool
+	name     string
+	wait     bool
+	timeout  time.Duration
+}
+
+func newRestoreCommand() *cobra.Command {
+	o := &restoreOptions{}
+	cmd := &cobra.Command{
+		Use:   "restore WORKSPACE (--to TIME | --revision N) [--dry-run]",
+		Short: "Bring a workspace back to its state at an earlier time, from the change history",
+		Long: `Restore brings one workspace back to how it was at a time or a revision:
+objects changed since are written back, objects created since are deleted,
+objects deleted since (namespaces, CRDs with their objects, secrets, RBAC,
+bound APIs' objects) come back. Other workspaces are not touched; child
+workspaces are left as they are. It needs the change history
+(kcp start --change-history) to cover the time since that point.
+
+The restore is a set of ordinary writes: resourceVersions move forward and
+watches see the changes as events, so controllers, placement and syncers
+react as to any change. The workspace is frozen (read-only for everyone but
+kcp) while it runs; a restore that stops half way keeps it frozen and goes on
+when kcp runs again.
+
+This command is a client of the API: it creates a WorkspaceRestore in the
+workspace's parent (you need to be allowed to create workspacerestores
+there) and follows its status. --dry-run lists what would change and writes
+nothing.`,
+		Example: `  kcp restore root:team-a --to 2026-11-28T10:41:00Z --dry-run
+  kcp restore root:team-a --to 2026-11-28T10:41:00Z
+  kcp restore root:team-a --to 15m        # as it was 15 minutes ago
+  kcp restore root:team-a --revision 48213`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd.Context(), cmd.OutOrStdout(), args[0])
+		},
+	}
+	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the server (default: $KUBECONFIG or ~/.kube/config)")
+	cmd.Flags().StringVar(&o.to, "to", "", "the point to restore to: a time (RFC 3339, like 2026-11-28T10:41:00Z) or a duration ago (like 15m, 2h)")
+	cmd.Flags().Int64Var(&o.revision, "revision", 0, "the point to restore to, as a revision (a resourceVersion of the datastore)")
+	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "only list what the restore would change")
+	cmd.Flags().StringVar(&o.name, "name", "", "name of the WorkspaceRestore to create (default: the workspace's name and a random suffix)")
+	cmd.Flags().BoolVar(&o.wait, "wait", true, "follow the restore until it ends (false: create it and return)")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", time.Hour, "how long to follow the restore")
+	return cmd
+}
+
+// restoreTarget turns --to into a time: RFC 3339, or a duration ago.
+func restoreTarget(to string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, to); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(strings.TrimPrefix(to, "-")); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("--to %q is neither a time (RFC 3339, like 2026-11-28T10:41:00Z) nor a duration ago (like 15m)", to)
+}
+
+func (o *restoreOptions) run(ctx context.Context, out io.Writer, workspace string) error {
+	path, err := logicalcluster.Parse(workspace)
+	if err != nil || path.IsWildcard() {
+		return fmt.Errorf("WORKSPACE %q: give a workspace path like root:team-a", workspace)
+	}
+	i := strings.LastIndexByte(string(path), ':')
+	if i < 0 {
+		return fmt.Errorf("%s has no parent: only a workspace below root can be restored", path)
+	}
+	parent, name := string(path)[:i], string(path)[i+1:]
+	if (o.to == "") == (o.revision == 0) {
+		return fmt.Errorf("give exactly one of --to and --revision")
+	}
+	spec := map[string]interface{}{"workspace": name}
+	if o.dryRun {
+		spec["dryRun"] = true
+	}
+	if o.to != "" {
+		t, err := restoreTarget(o.to, time.Now())
+		if err != nil {
+			return err
+		}
+		spec["to"] = t.UTC().Format(time.RFC3339)
+	} else {
+		spec["revision"] = o.revision
+	}
+	meta := map[string]interface{}{"name": o.name}
+	if o.name == "" {
+		prefix := name + "-"
+		if o.dryRun {
+			prefix += "dry-run-"
+		}
+		meta = map[string]interface{}{"generateName": prefix}
+	}
+	cfg, err := o.config(logicalcluster.Name(parent))
+	if err != nil {
+		return err
+	}
+	d, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	restores := d.Resource(tenancy.WorkspaceRestoresResource)
+	wr := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": tenancy.Group + "/" + tenancy.Version,
+		"kind":       "WorkspaceRestore",
+		"metadata":   meta,
+		"spec":       spec,
+	}}
+	created, err := restores.Create(ctx, wr, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating a WorkspaceRestore in %s: %w", parent, err)
+	}
+	o.name = created.GetName()
+	fmt.Fprintf(out, "WorkspaceRestore %s created in %s\n", o.name, parent)
+	if !o.wait {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	last := ""
+	rv := created.GetResourceVersion()
+	for {
+		got, err := restores.Get(ctx, o.name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("following WorkspaceRestore %s in %s: %w", o.name, parent, err)
+		}
+		phase, _, _ := unstructured.NestedString(got.Object, "status", "phase")
+		msg, _, _ := unstructured.NestedString(got.Object, "status", "message")
+		done, _, _ := unstructured.NestedInt64(got.Object, "status", "progress", "done")
+		total, _, _ := unstructured.NestedInt64(got.Object, "status", "progress", "total")
+		line := phase + ": " + msg
+		if phase == tenancy.RestoreRunning && total > 0 {
+			line = fmt.Sprintf("%s (%d/%d)", line, done, total)
+		}
+		if phase != "" && line != last {
+			fmt.Fprintf(out, "%s  %s\n", time.Now().Format("15:04:05"), line)
+			last = line
+		}
+		switch phase {
+		case tenancy.RestoreSucceeded:
+			printRestoreSummary(out, got)
+			return nil
+		case tenancy.RestoreFailed:
+			if t, ok, _ := unstructured.NestedString(got.Object, "status", "earliest", "time"); ok {
+				return fmt.Errorf("restore failed: %s (earliest point: %s)", msg, t)
+			}
+			return fmt.Errorf("restore failed: %s", msg)
+		}
+		w, err := restores.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + o.name, ResourceVersion: rv})
+		if err != nil {
+			return err
+		}
+		select {
+		case ev, ok := <-w.ResultChan():
+			if u, isU := ev.Object.(*unstructured.Unstructured); ok && isU {
+				rv = u.GetResourceVersion()
+			}
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+			w.Stop()
+			return fmt.Errorf("WorkspaceRestore %s in %s did not finish within %s (it goes on; see kubectl get workspacerestore %s)", o.name, parent, o.timeout, o.name)
+		}
+		w.Stop()
+	}
+}
+
+func printRestoreSummary(out io.Writer, wr *unstructured.Unstructured) {
+	resources, _, _ := unstructured.NestedSlice(wr.Object, "status", "resources")
+	if len(resources) == 0 {
+		fmt.Fprintln(out, "nothing to change")
+		return
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RESOURCE\tCREATE\tUPDATE\tDELETE")
+	for _, r := range resources {
+		m, _ := r.(map[string]interface{})
+		fmt.Fprintf(tw, "%v\t%v\t%v\t%v\n", m["resource"], m["create"], m["update"], m["delete"])
+	}
+	tw.Flush()
+	changes, _, _ := unstructured.NestedSlice(wr.Object, "status", "changes")
+	if dry, _, _ := unstructured.NestedBool(wr.Object, "spec", "dryRun"); dry && len(changes) > 0 {
+		fmt.Fprintln(out)
+		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ACTION\tRESOURCE\tNAMESPACE\tNAME")
+		for _, c := range changes {
+			m, _ := c.(map[string]interface{})
+			ns, _ := m["namespace"].(string)
+			fmt.Fprintf(tw, "%v\t%v\t%s\t%v\n", m["action"], m["resource"], ns, m["name"])
+		}
+		tw.Flush()
+		if total, _, _ := unstructured.NestedInt64(wr.Object, "status", "summary", "total"); total > int64(len(changes)) {
+			fmt.Fprintf(out, "(%d more not listed)\n", total-int64(len(changes)))
+		}
+	}
+}

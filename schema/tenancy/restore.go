@@ -1,0 +1,21 @@
+package tenancy
+
+import "k8s.io/apimachinery/pkg/runtime/schema"
+
+// WorkspaceRestoresResource: a WorkspaceRestore, created in a workspace's
+// parent, brings that workspace back to an earlier state from the change
+// history (crds/tenancy.kcp.io_workspacerestores.yaml, docs/operations.md).
+var WorkspaceRestoresResource = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "workspacerestores"}
+
+// Phases of a WorkspaceRestore.
+const (
+	RestorePending   = "Pending"
+	RestoreRunning   = "Running"
+	RestoreSucceeded = "Succeeded"
+	RestoreFailed    = "Failed"
+)
+
+// RestoreAnnotation, on a LogicalCluster, names the WorkspaceRestore (in
+// the parent) that is restoring it: the cluster is frozen (read-only for
+// everyone but kcp) while it is set. Only kcp writes it.
+const RestoreAnnotation = "tenancy.kcp.io/restore"

@@ -1,0 +1,345 @@
+package workspacerestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
+
+	"github.com/kcpsql/kcp/schema/tenancy"
+	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+	"github.com/kcpsql/kcp/storage/restore"
+)
+
+type reconciler struct {
+	source  restore.Source
+	writer  restore.Writer
+	frozen  Frozen
+	clients *clusterinformer.Clients
+	now     func() time.Time
+}
+
+// listed is how many changes a status lists one by one.
+const listed = 200
+
+// passes bounds how often a restore plans again after writes that found
+// their key changed (kcp's own controllers may still write while frozen).
+const passes = 5
+
+func (r *reconciler) reconcile(ctx context.Context, wr *unstructured.Unstructured) (time.Duration, error) {
+	phase, _, _ := unstructured.NestedString(wr.Object, "status", "phase")
+	parent := clusterinformer.ClusterOf(wr)
+	wsName, _, _ := unstructured.NestedString(wr.Object, "spec", "workspace")
+	child := logicalcluster.Name(string(parent) + ":" + wsName)
+	if phase == tenancy.RestoreSucceeded || phase == tenancy.RestoreFailed {
+		return 0, nil
+	}
+	dryRun, _, _ := unstructured.NestedBool(wr.Object, "spec", "dryRun")
+	rev, err := r.resolve(ctx, parent, wsName, child, wr)
+	if err != nil {
+		var refused *restore.Refused
+		if errors.As(err, &refused) {
+			return 0, r.fail(ctx, parent, wr, child, refused)
+		}
+		return 0, err
+	}
+	_ = unstructured.SetNestedField(wr.Object, rev, "status", "revision")
+	if dryRun {
+		plan, err := r.source.PlanTo(ctx, child, rev)
+		if err != nil {
+			if restore.IsRefused(err) {
+				return 0, r.fail(ctx, parent, wr, child, err)
+			}
+			return 0, err
+		}
+		describe(wr, plan)
+		setPhase(wr, tenancy.RestoreSucceeded, fmt.Sprintf("dry run: restoring %s to revision %d would write %d objects; nothing was written", child, rev, len(plan.Changes)))
+		_ = unstructured.SetNestedField(wr.Object, r.now().UTC().Format(time.RFC3339), "status", "completedAt")
+		return 0, r.updateStatus(ctx, parent, wr)
+	}
+
+	// One restore of a workspace at a time.
+	lc, err := r.logicalCluster(ctx, child)
+	if err != nil {
+		return 0, err
+	}
+	if holder := lc.GetAnnotations()[tenancy.RestoreAnnotation]; holder != "" && holder != wr.GetName() {
+		setPhase(wr, tenancy.RestorePending, fmt.Sprintf("waiting for WorkspaceRestore %s, which is restoring %s", holder, child))
+		return 2 * time.Second, r.updateStatus(ctx, parent, wr)
+	}
+	if phase != tenancy.RestoreRunning {
+		setPhase(wr, tenancy.RestoreRunning, fmt.Sprintf("freezing %s", child))
+		_ = unstructured.SetNestedField(wr.Object, r.now().UTC().Format(time.RFC3339), "status", "startedAt")
+		if err := r.updateStatus(ctx, parent, wr); err != nil {
+			return 0, err
+		}
+	}
+	if err := r.setHolder(ctx, child, wr.GetName()); err != nil {
+		return 0, err
+	}
+	if err := r.waitFrozen(ctx, child); err != nil {
+		return 0, err
+	}
+	klog.InfoS("Restoring a workspace", "workspace", child, "revision", rev, "restore", wr.GetName(), "requestedBy", wr.GetAnnotations()[tenancy.OwnerAnnotation])
+	written, remaining, err := r.run(ctx, parent, wr, child, rev)
+	if err != nil {
+		if restore.IsRefused(err) {
+			// Nothing more can be done; the freeze goes with the restore.
+			return 0, r.fail(ctx, parent, wr, child, err)
+		}
+		return 0, err // keeps the freeze; tried again with backoff
+	}
+	if err := r.setHolder(ctx, child, ""); err != nil {
+		return 0, err
+	}
+	_ = unstructured.SetNestedField(wr.Object, r.now().UTC().Format(time.RFC3339), "status", "completedAt")
+	if len(remaining) > 0 {
+		keys := make([]string, 0, len(remaining))
+		for _, ch := range remaining {
+			keys = append(keys, string(ch.Action)+" "+ch.Key)
+		}
+		setPhase(wr, tenancy.RestoreFailed, fmt.Sprintf("restored %s to revision %d except %d objects that kept changing: %v", child, rev, len(remaining), keys))
+	} else {
+		setPhase(wr, tenancy.RestoreSucceeded, fmt.Sprintf("restored %s to revision %d: %d writes", child, rev, written))
+	}
+	klog.InfoS("Restored a workspace", "workspace", child, "revision", rev, "restore", wr.GetName(), "writes", written, "notRestored", len(remaining))
+	return 0, r.updateStatus(ctx, parent, wr)
+}
+
+// resolve checks the Workspace and turns spec.to into a revision.
+func (r *reconciler) resolve(ctx context.Context, parent logicalcluster.Name, wsName string, child logicalcluster.Name, wr *unstructured.Unstructured) (int64, error) {
+	d, err := r.clients.Dynamic(parent)
+	if err != nil {
+		return 0, err
+	}
+	ws, err := d.Resource(tenancy.WorkspacesResource).Get(ctx, wsName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return 0, &restore.Refused{Reason: fmt.Sprintf("there is no Workspace %s in %s", wsName, parent)}
+	}
+	if err != nil {
+		return 0, err
+	}
+	if p, _, _ := unstructured.NestedString(ws.Object, "status", "phase"); p != tenancy.PhaseReady {
+		return 0, &restore.Refused{Reason: fmt.Sprintf("Workspace %s in %s is %s, not Ready", wsName, parent, p)}
+	}
+	if rev, ok, _ := unstructured.NestedInt64(wr.Object, "spec", "revision"); ok {
+		return rev, r.source.Check(ctx, child, rev)
+	}
+	to, _, _ := unstructured.NestedString(wr.Object, "spec", "to")
+	t, err := time.Parse(time.RFC3339, to)
+	if err != nil {
+		return 0, &restore.Refused{Reason: fmt.Sprintf("spec.to %q is not a time (RFC 3339): %v", to, err)}
+	}
+	if t.After(r.now()) {
+		return 0, &restore.Refused{Reason: fmt.Sprintf("spec.to %s is in the future", to)}
+	}
+	rev, ok, err := r.source.RevisionAt(ctx, t)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		earliest, why, err := r.source.Earliest(ctx, child)
+		if err != nil {
+			return 0, err
+		}
+		return 0, &restore.Refused{Reason: fmt.Sprintf("cannot restore %s to %s: %s", child, to, why), Earliest: earliest, EarliestTime: r.source.TimeOf(ctx, earliest)}
+	}
+	return rev, r.source.Check(ctx, child, rev)
+}
+
+// run plans and writes until nothing is left to write (or passes ran out).
+func (r *reconciler) run(ctx context.Context, parent logicalcluster.Name, wr *unstructured.Unstructured, child logicalcluster.Name, rev int64) (int, []restore.Change, error) {
+	written := 0
+	for pass := 0; pass < passes; pass++ {
+		plan, err := r.source.PlanTo(ctx, child, rev)
+		if err != nil {
+			return written, nil, err
+		}
+		if _, described, _ := unstructured.NestedFieldNoCopy(wr.Object, "status", "summary"); !described {
+			describe(wr, plan)
+		}
+		if len(plan.Changes) == 0 {
+			return written, nil, nil
+		}
+		setPhase(wr, tenancy.RestoreRunning, fmt.Sprintf("restoring %s to revision %d: %d writes (pass %d)", child, rev, len(plan.Changes), pass+1))
+		last := time.Time{}
+		progress := func(done, total int) {
+			_ = unstructured.SetNestedField(wr.Object, int64(done), "status", "progress", "done")
+			_ = unstructured.SetNestedField(wr.Object, int64(total), "status", "progress", "total")
+			if done == total || r.now().Sub(last) >= time.Second {
+				last = r.now()
+				if err := r.updateStatus(ctx, parent, wr); err != nil {
+					klog.V(2).InfoS("Restore progress not written", "restore", wr.GetName(), "err", err)
+				}
+			}
+		}
+		progress(0, len(plan.Changes))
+		n, moved, err := restore.Apply(ctx, r.writer, plan, progress)
+		written += n
+		if err != nil {
+			return written, nil, err
+		}
+		if len(moved) == 0 {
+			// Plan once more: the writes are done when a plan is empty.
+			continue
+		}
+	}
+	plan, err := r.source.PlanTo(ctx, child, rev)
+	if err != nil {
+		return written, nil, err
+	}
+	return written, plan.Changes, nil
+}
+
+func (r *reconciler) fail(ctx context.Context, parent logicalcluster.Name, wr *unstructured.Unstructured, child logicalcluster.Name, err error) error {
+	var refused *restore.Refused
+	if errors.As(err, &refused) && refused.Earliest > 0 {
+		_ = unstructured.SetNestedField(wr.Object, refused.Earliest, "status", "earliest", "revision")
+		if !refused.EarliestTime.IsZero() {
+			_ = unstructured.SetNestedField(wr.Object, refused.EarliestTime.UTC().Format(time.RFC3339), "status", "earliest", "time")
+		}
+	}
+	setPhase(wr, tenancy.RestoreFailed, err.Error())
+	_ = unstructured.SetNestedField(wr.Object, r.now().UTC().Format(time.RFC3339), "status", "completedAt")
+	if lc, lerr := r.logicalCluster(ctx, child); lerr == nil && lc.GetAnnotations()[tenancy.RestoreAnnotation] == wr.GetName() {
+		if err := r.setHolder(ctx, child, ""); err != nil {
+			return err
+		}
+	}
+	return r.updateStatus(ctx, parent, wr)
+}
+
+func (r *reconciler) logicalCluster(ctx context.Context, c logicalcluster.Name) (*unstructured.Unstructured, error) {
+	d, err := r.clients.Dynamic(c)
+	if err != nil {
+		return nil, err
+	}
+	return d.Resource(tenancy.LogicalClustersResource).Get(ctx, tenancy.LogicalClusterName, metav1.GetOptions{})
+}
+
+// setHolder sets (or, with "", removes) the restore annotation that
+// freezes the child.
+func (r *reconciler) setHolder(ctx context.Context, c logicalcluster.Name, holder string) error {
+	d, err := r.clients.Dynamic(c)
+	if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		lc, err := d.Resource(tenancy.LogicalClustersResource).Get(ctx, tenancy.LogicalClusterName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		a := lc.GetAnnotations()
+		if a[tenancy.RestoreAnnotation] == holder {
+			return nil
+		}
+		if a == nil {
+			a = map[string]string{}
+		}
+		if holder == "" {
+			delete(a, tenancy.RestoreAnnotation)
+		} else {
+			a[tenancy.RestoreAnnotation] = holder
+		}
+		lc.SetAnnotations(a)
+		_, err = d.Resource(tenancy.LogicalClustersResource).Update(ctx, lc, updateOptions)
+		if err == nil || !apierrors.IsConflict(err) || attempt == 5 {
+			return err
+		}
+	}
+}
+
+// waitFrozen waits until this server refuses the tenants' writes.
+func (r *reconciler) waitFrozen(ctx context.Context, c logicalcluster.Name) error {
+	if r.frozen == nil {
+		return nil
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, ok := r.frozen(c); ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not become frozen within 30 s", c)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (r *reconciler) updateStatus(ctx context.Context, parent logicalcluster.Name, wr *unstructured.Unstructured) error {
+	d, err := r.clients.Dynamic(parent)
+	if err != nil {
+		return err
+	}
+	updated, err := d.Resource(tenancy.WorkspaceRestoresResource).UpdateStatus(ctx, wr, updateOptions)
+	if err != nil {
+		return err
+	}
+	wr.SetResourceVersion(updated.GetResourceVersion())
+	return nil
+}
+
+func setPhase(wr *unstructured.Unstructured, phase, message string) {
+	_ = unstructured.SetNestedField(wr.Object, phase, "status", "phase")
+	_ = unstructured.SetNestedField(wr.Object, message, "status", "message")
+}
+
+// describe writes a plan's counts and first changes into the status.
+func describe(wr *unstructured.Unstructured, plan *restore.Plan) {
+	type counts struct{ create, update, delete int64 }
+	per := map[string]*counts{}
+	var total counts
+	var changes []interface{}
+	for _, ch := range plan.Changes {
+		k := restore.ParseKey(ch.Key)
+		gr := k.GroupResource()
+		c := per[gr]
+		if c == nil {
+			c = &counts{}
+			per[gr] = c
+		}
+		for _, cc := range []*counts{c, &total} {
+			switch ch.Action {
+			case restore.Create:
+				cc.create++
+			case restore.Update:
+				cc.update++
+			case restore.Delete:
+				cc.delete++
+			}
+		}
+		if len(changes) < listed {
+			item := map[string]interface{}{"action": string(ch.Action), "resource": gr, "name": k.Name}
+			if k.Namespace != "" {
+				item["namespace"] = k.Namespace
+			}
+			changes = append(changes, item)
+		}
+	}
+	names := make([]string, 0, len(per))
+	for gr := range per {
+		names = append(names, gr)
+	}
+	sort.Strings(names)
+	resources := make([]interface{}, 0, len(names))
+	for _, gr := range names {
+		c := per[gr]
+		resources = append(resources, map[string]interface{}{"resource": gr, "create": c.create, "update": c.update, "delete": c.delete})
+	}
+	_ = unstructured.SetNestedField(wr.Object, map[string]interface{}{
+		"total": int64(len(plan.Changes)), "create": total.create, "update": total.update, "delete": total.delete,
+	}, "status", "summary")
+	_ = unstructured.SetNestedSlice(wr.Object, resources, "status", "resources")
+	_ = unstructured.SetNestedSlice(wr.Object, changes, "status", "changes")
+}

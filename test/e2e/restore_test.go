@@ -1,0 +1,344 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/kcpsql/kcp/test/e2e/framework"
+)
+
+var (
+	restoreCRD = framework.NamespacedCRD("example.com", "widgets", "Widget",
+		"{type: object, properties: {spec: {type: object, properties: {size: {type: integer}}}}}")
+	widgets     = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	// compared are what a restore is checked on, field by field.
+	compared = []schema.GroupVersionResource{
+		{Version: "v1", Resource: "namespaces"},
+		{Version: "v1", Resource: "configmaps"},
+		{Version: "v1", Resource: "secrets"},
+		{Version: "v1", Resource: "serviceaccounts"},
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
+		crdResource,
+		widgets,
+	}
+	workspaceRestores = schema.GroupVersionResource{Group: "tenancy.kcp.io", Version: "v1alpha1", Resource: "workspacerestores"}
+)
+
+// restoreState is every compared object of a cluster by resource and
+// namespace/name, without what a restore may change: resourceVersion and
+// the time stamps of managedFields.
+func restoreState(t *testing.T, s *framework.Server, cluster string) map[string]map[string]interface{} {
+	t.Helper()
+	d := dynamic.NewForConfigOrDie(s.Config(cluster))
+	state := map[string]map[string]interface{}{}
+	for _, gvr := range compared {
+		list, err := d.Resource(gvr).List(context.Background(), metav1.ListOptions{})
+		if apierrors.IsNotFound(err) && gvr == widgets {
+			continue // the CRD is gone: no widgets
+		}
+		if err != nil {
+			t.Fatalf("listing %s in %s: %v", gvr.Resource, cluster, err)
+		}
+		for _, item := range list.Items {
+			state[gvr.Resource+" "+item.GetNamespace()+"/"+item.GetName()] = comparable(&item)
+		}
+	}
+	return state
+}
+
+func comparable(u *unstructured.Unstructured) map[string]interface{} {
+	obj := u.DeepCopy().Object
+	unstructured.RemoveNestedField(obj, "metadata", "resourceVersion")
+	if mf, ok, _ := unstructured.NestedSlice(obj, "metadata", "managedFields"); ok {
+		for _, f := range mf {
+			delete(f.(map[string]interface{}), "time")
+		}
+		_ = unstructured.SetNestedSlice(obj, mf, "metadata", "managedFields")
+	}
+	return obj
+}
+
+func diffStates(want, got map[string]map[string]interface{}) []string {
+	var diffs []string
+	for k, w := range want {
+		g, ok := got[k]
+		switch {
+		case !ok:
+			diffs = append(diffs, "missing "+k)
+		case !reflect.DeepEqual(w, g):
+			wj, _ := json.Marshal(w)
+			gj, _ := json.Marshal(g)
+			diffs = append(diffs, fmt.Sprintf("differs %s:\n  want %s\n  got  %s", k, wj, gj))
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			diffs = append(diffs, "extra "+k)
+		}
+	}
+	sort.Strings(diffs)
+	return diffs
+}
+
+func kcpRestore(t *testing.T, s *framework.Server, args ...string) (string, error) {
+	t.Helper()
+	kcp, _ := framework.Binaries(t)
+	out, err := exec.Command(kcp, append([]string{"restore", "--kubeconfig", s.Kubeconfig}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// TestRestoreWorkspace damages a workspace in several ways and restores it
+// to the moment before with `kcp restore`, on both dialects: every object
+// comes back field by field, a watch open throughout ends in the restored
+// state, another tenant writing meanwhile loses nothing, and what the
+// history cannot serve is refused with the earliest point it can.
+func TestRestoreWorkspace(t *testing.T) {
+	for _, d := range framework.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			s := framework.StartServer(t, framework.DatastoreFor(t, d), "--change-history")
+			s.CreateWorkspaces("root:team-a", "root:team-b")
+			ctx := context.Background()
+			a := "root:team-a"
+			if out, err := s.KubectlErr(a, restoreCRD, "apply", "-f", "-"); err != nil {
+				t.Fatalf("CRD: %v\n%s", err, out)
+			}
+			s.WaitEstablished(a, "crd/widgets.example.com")
+			s.Kubectl(a, "create", "namespace", "apps")
+			s.Kubectl(a, "create", "namespace", "doomed")
+			for i := 0; i < 20; i++ {
+				s.Kubectl(a, "-n", "apps", "create", "configmap", fmt.Sprintf("cm-%d", i), fmt.Sprintf("--from-literal=v=%d", i))
+			}
+			s.Kubectl(a, "-n", "doomed", "create", "configmap", "inside", "--from-literal=k=v")
+			s.Kubectl(a, "-n", "apps", "create", "secret", "generic", "db", "--from-literal=password=s3cret")
+			s.Kubectl(a, "-n", "apps", "create", "serviceaccount", "deployer")
+			s.Kubectl(a, "-n", "apps", "create", "role", "reader", "--verb=get,list", "--resource=configmaps")
+			s.Kubectl(a, "-n", "apps", "create", "rolebinding", "reader", "--role=reader", "--serviceaccount=apps:deployer")
+			if out, err := s.KubectlErr(a, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: apps}\nspec: {size: 3}\n", "apply", "-f", "-"); err != nil {
+				t.Fatalf("widget: %v\n%s", err, out)
+			}
+			before := restoreState(t, s, a)
+			time.Sleep(1100 * time.Millisecond)
+			point := time.Now().UTC()
+			time.Sleep(1100 * time.Millisecond)
+
+			// A watch of config maps, from a list, open through damage and restore.
+			da := dynamic.NewForConfigOrDie(s.Config(a))
+			list, err := da.Resource(compared[1]).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			watched := map[string]map[string]interface{}{}
+			for _, item := range list.Items {
+				watched["configmaps "+item.GetNamespace()+"/"+item.GetName()] = comparable(&item)
+			}
+			w, err := da.Resource(compared[1]).Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			var watchMu sync.Mutex
+			go func() {
+				for ev := range w.ResultChan() {
+					u, ok := ev.Object.(*unstructured.Unstructured)
+					if !ok {
+						continue
+					}
+					k := "configmaps " + u.GetNamespace() + "/" + u.GetName()
+					watchMu.Lock()
+					if ev.Type == watch.Deleted {
+						delete(watched, k)
+					} else {
+						watched[k] = comparable(u)
+					}
+					watchMu.Unlock()
+				}
+			}()
+
+			// The damage.
+			s.Kubectl(a, "delete", "namespace", "doomed", "--wait=true", "--timeout=60s")
+			for i := 0; i < 20; i++ {
+				s.Kubectl(a, "-n", "apps", "patch", "configmap", fmt.Sprintf("cm-%d", i), "--type=merge", "-p", `{"data":{"v":"overwritten"}}`)
+			}
+			s.Kubectl(a, "delete", "crd", "widgets.example.com", "--wait=true", "--timeout=60s")
+			s.Kubectl(a, "-n", "apps", "create", "configmap", "intruder", "--from-literal=x=y")
+			s.Kubectl(a, "-n", "apps", "delete", "secret", "db")
+			s.Kubectl(a, "-n", "apps", "patch", "role", "reader", "--type=json", "-p", `[{"op":"replace","path":"/rules/0/verbs","value":["*"]}]`)
+
+			// Dry run: lists, writes nothing.
+			out, err := kcpRestore(t, s, a, "--to", point.Format(time.RFC3339), "--dry-run")
+			if err != nil {
+				t.Fatalf("kcp restore --dry-run: %v\n%s", err, out)
+			}
+			framework.MustContain(t, "the dry run's listing", strings.Join(strings.Fields(out), " "), "configmaps", "customresourcedefinitions.apiextensions.k8s.io", "widgets.example.com",
+				"namespaces", "update configmaps apps cm-7", "delete configmaps apps intruder", "create secrets apps db", "create namespaces doomed")
+			if _, err := s.Client(a).CoreV1().ConfigMaps("apps").Get(ctx, "intruder", metav1.GetOptions{}); err != nil {
+				t.Fatalf("the dry run changed something: %v", err)
+			}
+
+			// Another tenant writes all through the restore.
+			stop := make(chan struct{})
+			var acked []string
+			var other sync.WaitGroup
+			other.Add(1)
+			go func() {
+				defer other.Done()
+				cb := s.Client("root:team-b").CoreV1().ConfigMaps("default")
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					name := fmt.Sprintf("b-%d", i)
+					if _, err := cb.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"n": name}}, metav1.CreateOptions{}); err == nil {
+						acked = append(acked, name)
+					}
+				}
+			}()
+
+			out, err = kcpRestore(t, s, a, "--to", point.Format(time.RFC3339))
+			close(stop)
+			other.Wait()
+			if err != nil {
+				t.Fatalf("kcp restore: %v\n%s\n%s", err, out, s.LogTail(40))
+			}
+			framework.MustContain(t, "kcp restore's output", out, "Succeeded", "restored root:team-a")
+			s.WaitEstablished(a, "crd/widgets.example.com")
+			framework.Eventually(t, 30*time.Second, "the workspace as it was", func() (bool, string) {
+				diffs := diffStates(before, restoreState(t, s, a))
+				return len(diffs) == 0, strings.Join(diffs, "\n")
+			})
+			framework.Eventually(t, 30*time.Second, "the watch brought to the restored state", func() (bool, string) {
+				want := map[string]map[string]interface{}{}
+				for k, v := range restoreState(t, s, a) {
+					if strings.HasPrefix(k, "configmaps ") {
+						want[k] = v
+					}
+				}
+				watchMu.Lock()
+				defer watchMu.Unlock()
+				diffs := diffStates(want, watched)
+				return len(diffs) == 0, strings.Join(diffs, "\n")
+			})
+			// The other tenant's acknowledged writes are all there.
+			bl, err := s.Client("root:team-b").CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			have := map[string]bool{}
+			for _, cm := range bl.Items {
+				have[cm.Name] = true
+			}
+			for _, name := range acked {
+				if !have[name] {
+					t.Errorf("team-b's acknowledged config map %s is gone after team-a's restore", name)
+				}
+			}
+			if len(acked) == 0 {
+				t.Errorf("team-b wrote nothing during the restore")
+			}
+
+			// Refused: before the workspace existed, and an earlier workspace of the same name.
+			out, err = kcpRestore(t, s, a, "--revision", "1")
+			if err == nil {
+				t.Fatalf("a restore to revision 1 succeeded:\n%s", out)
+			}
+			framework.MustContain(t, "the refusal", out, "was created at revision", "earliest point")
+			s.CreateWorkspaces("root:team-c")
+			s.Kubectl("root:team-c", "-n", "default", "create", "configmap", "first-life", "--from-literal=a=b")
+			time.Sleep(1100 * time.Millisecond)
+			firstLife := time.Now().UTC().Format(time.RFC3339)
+			time.Sleep(1100 * time.Millisecond)
+			s.Kubectl("root", "delete", "workspace", "team-c", "--wait=true", "--timeout=60s")
+			s.CreateWorkspaces("root:team-c")
+			out, err = kcpRestore(t, s, "root:team-c", "--to", firstLife)
+			if err == nil {
+				t.Fatalf("a restore into an earlier incarnation succeeded:\n%s", out)
+			}
+			framework.MustContain(t, "the refusal", out, "an earlier workspace of the same name is not restorable into it")
+			if _, err := s.Client("root:team-c").CoreV1().ConfigMaps("default").Get(ctx, "first-life", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("the first life's config map is in the new team-c: %v", err)
+			}
+		})
+	}
+}
+
+// TestRestoreSecurity: a tenant cannot restore its own workspace without
+// rights in the parent, nor reach another workspace through a restore.
+func TestRestoreSecurity(t *testing.T) {
+	s := framework.StartServer(t, "", "--change-history")
+	s.CreateWorkspaces("root:team-a", "root:team-b")
+	ctx := context.Background()
+	s.Kubectl("root:team-a", "create", "clusterrolebinding", "mallory-admin", "--clusterrole=cluster-admin", "--user=mallory")
+	s.GrantAccess("root", "mallory", "team-a")
+	cfg := framework.UserConfig(t, s, "mallory")
+	restoreOf := func(ws string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]interface{}{
+			"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceRestore",
+			"metadata": map[string]interface{}{"name": "r-" + ws},
+			"spec":     map[string]interface{}{"workspace": ws, "revision": int64(1)},
+		}}
+	}
+	as := func(cluster string) dynamic.ResourceInterface {
+		c := *cfg
+		c.Host = s.URL() + "/clusters/" + cluster
+		return dynamic.NewForConfigOrDie(&c).Resource(workspaceRestores)
+	}
+	// In the parent, where the tenant has no rights.
+	for _, ws := range []string{"team-a", "team-b"} {
+		if _, err := as("root").Create(ctx, restoreOf(ws), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("mallory created a WorkspaceRestore of %s in root: %v", ws, err)
+		}
+	}
+	// In its own workspace, a restore names a child of that workspace only.
+	created, err := as("root:team-a").Create(ctx, restoreOf("team-b"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating a WorkspaceRestore in team-a: %v", err)
+	}
+	framework.Eventually(t, 30*time.Second, "the restore of a workspace that is not a child refused", func() (bool, string) {
+		got, err := as("root:team-a").Get(ctx, created.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		phase, _, _ := unstructured.NestedString(got.Object, "status", "phase")
+		msg, _, _ := unstructured.NestedString(got.Object, "status", "message")
+		return phase == "Failed" && strings.Contains(msg, "no Workspace team-b in root:team-a"), phase + ": " + msg
+	})
+	// Bad input is refused with a clear message.
+	bad := restoreOf("team-a")
+	_ = unstructured.SetNestedField(bad.Object, "2026-11-28T10:41:00Z", "spec", "to")
+	if _, err := as("root:team-a").Create(ctx, bad, metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "exactly one of spec.to") {
+		t.Errorf("a restore with both to and revision: %v", err)
+	}
+	// The spec cannot change once created.
+	got, err := as("root:team-a").Get(ctx, created.GetName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedField(got.Object, "team-a", "spec", "workspace")
+	if _, err := as("root:team-a").Update(ctx, got, metav1.UpdateOptions{}); err == nil || !strings.Contains(err.Error(), "cannot change") {
+		t.Errorf("changing a WorkspaceRestore's spec: %v", err)
+	}
+	// Who asked is recorded, and cannot be forged.
+	if got.GetAnnotations()["tenancy.kcp.io/owner"] == "" || !strings.Contains(got.GetAnnotations()["tenancy.kcp.io/owner"], "mallory") {
+		t.Errorf("the restore's requester record = %q", got.GetAnnotations()["tenancy.kcp.io/owner"])
+	}
+}
