@@ -342,3 +342,122 @@ func TestRestoreSecurity(t *testing.T) {
 		t.Errorf("the restore's requester record = %q", got.GetAnnotations()["tenancy.kcp.io/owner"])
 	}
 }
+
+// TestRestoreKilledHalfWay kills kcp (SIGKILL) while a restore writes: the
+// workspace stays frozen (its LogicalCluster still names the restore, as
+// the datastore shows while kcp is down), and once kcp runs again the
+// restore goes on and ends with the workspace exactly as it was.
+func TestRestoreKilledHalfWay(t *testing.T) {
+	for _, d := range framework.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			s := framework.StartServer(t, framework.DatastoreFor(t, d), "--change-history")
+			s.CreateWorkspaces("root:big")
+			ctx := context.Background()
+			cfg := s.Config("root:big")
+			cfg.QPS, cfg.Burst = 500, 1000
+			cms := dynamic.NewForConfigOrDie(cfg).Resource(compared[1]).Namespace("default")
+			const n = 3000
+			parallel(t, n, func(i int) error {
+				_, err := cms.Create(ctx, &unstructured.Unstructured{Object: map[string]interface{}{
+					"apiVersion": "v1", "kind": "ConfigMap",
+					"metadata": map[string]interface{}{"name": fmt.Sprintf("cm-%d", i)},
+					"data":     map[string]interface{}{"v": fmt.Sprint(i)},
+				}}, metav1.CreateOptions{})
+				return err
+			})
+			before := restoreState(t, s, "root:big")
+			time.Sleep(1100 * time.Millisecond)
+			point := time.Now().UTC().Format(time.RFC3339)
+			time.Sleep(1100 * time.Millisecond)
+			parallel(t, n, func(i int) error {
+				_, err := cms.Patch(ctx, fmt.Sprintf("cm-%d", i), "application/merge-patch+json", []byte(`{"data":{"v":"overwritten"}}`), metav1.PatchOptions{})
+				return err
+			})
+			restores := dynamic.NewForConfigOrDie(s.Config("root")).Resource(workspaceRestores)
+			_, err := restores.Create(ctx, &unstructured.Unstructured{Object: map[string]interface{}{
+				"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceRestore",
+				"metadata": map[string]interface{}{"name": "undo"},
+				"spec":     map[string]interface{}{"workspace": "big", "to": point},
+			}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			framework.Eventually(t, 60*time.Second, "the restore writing", func() (bool, string) {
+				got, err := restores.Get(ctx, "undo", metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				done, _, _ := unstructured.NestedInt64(got.Object, "status", "progress", "done")
+				phase, _, _ := unstructured.NestedString(got.Object, "status", "phase")
+				if phase == "Succeeded" || phase == "Failed" {
+					t.Fatalf("the restore ended before it could be killed: %v", got.Object["status"])
+				}
+				return done > 0, fmt.Sprintf("%s, %d done", phase, done)
+			})
+			s.Kill()
+			db := openDatastore(t, s)
+			var lc []byte
+			if err := db.QueryRow(`SELECT value FROM kine WHERE name = '/registry/tenancy.kcp.io/logicalclusters/root:big/cluster' ORDER BY id DESC LIMIT 1`).Scan(&lc); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(lc), `"tenancy.kcp.io/restore":"undo"`) {
+				t.Errorf("after kill -9 the workspace is not marked as being restored: %s", lc)
+			}
+			db.Close()
+			s.Start()
+			framework.Eventually(t, 120*time.Second, "the restore resumed and done", func() (bool, string) {
+				got, err := restores.Get(ctx, "undo", metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				phase, _, _ := unstructured.NestedString(got.Object, "status", "phase")
+				msg, _, _ := unstructured.NestedString(got.Object, "status", "message")
+				if phase == "Failed" {
+					t.Fatalf("the resumed restore failed: %s", msg)
+				}
+				return phase == "Succeeded", phase + ": " + msg
+			})
+			if diffs := diffStates(before, restoreState(t, s, "root:big")); len(diffs) > 0 {
+				if len(diffs) > 10 {
+					diffs = append(diffs[:10], fmt.Sprintf("... %d in all", len(diffs)))
+				}
+				t.Errorf("after the resumed restore:\n%s", strings.Join(diffs, "\n"))
+			}
+			lco, err := dynamic.NewForConfigOrDie(s.Config("root:big")).Resource(schema.GroupVersionResource{Group: "tenancy.kcp.io", Version: "v1alpha1", Resource: "logicalclusters"}).Get(ctx, "cluster", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h := lco.GetAnnotations()["tenancy.kcp.io/restore"]; h != "" {
+				t.Errorf("the workspace is still marked as being restored by %s", h)
+			}
+		})
+	}
+}
+
+// parallel runs f(0..n-1) on 16 goroutines and fails on the first error.
+func parallel(t *testing.T, n int, f func(int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	next := make(chan int)
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+}
