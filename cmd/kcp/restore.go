@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
@@ -23,6 +24,7 @@ type restoreOptions struct {
 	revision int64
 	dryRun   bool
 	name     string
+	into     string
 	wait     bool
 	timeout  time.Duration
 }
@@ -52,6 +54,7 @@ nothing.`,
 		Example: `  kcp restore root:team-a --to 2026-11-28T10:41:00Z --dry-run
   kcp restore root:team-a --to 2026-11-28T10:41:00Z
   kcp restore root:team-a --to 15m        # as it was 15 minutes ago
+  kcp restore root:team-a --to 2026-11-28T10:41:00Z --into root:team-a-restored
   kcp restore root:team-a --revision 48213`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -62,6 +65,7 @@ nothing.`,
 	cmd.Flags().StringVar(&o.to, "to", "", "the point to restore to: a time (RFC 3339, like 2026-11-28T10:41:00Z) or a duration ago (like 15m, 2h)")
 	cmd.Flags().Int64Var(&o.revision, "revision", 0, "the point to restore to, as a revision (a resourceVersion of the datastore)")
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "only list what the restore would change")
+	cmd.Flags().StringVar(&o.into, "into", "", "restore side by side into this workspace of the same parent (created, with the same type, if missing); its objects are replaced")
 	cmd.Flags().StringVar(&o.name, "name", "", "name of the WorkspaceRestore to create (default: the workspace's name and a random suffix)")
 	cmd.Flags().BoolVar(&o.wait, "wait", true, "follow the restore until it ends (false: create it and return)")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", time.Hour, "how long to follow the restore")
@@ -93,6 +97,14 @@ func (o *restoreOptions) run(ctx context.Context, out io.Writer, workspace strin
 		return fmt.Errorf("give exactly one of --to and --revision")
 	}
 	spec := map[string]interface{}{"workspace": name}
+	if o.into != "" {
+		into, err := logicalcluster.Parse(o.into)
+		j := strings.LastIndexByte(string(into), ':')
+		if err != nil || j < 0 || string(into)[:j] != parent {
+			return fmt.Errorf("--into %q: give a workspace path of the same parent, like %s:%s-restored", o.into, parent, name)
+		}
+		spec["into"] = string(into)[j+1:]
+	}
 	if o.dryRun {
 		spec["dryRun"] = true
 	}
@@ -120,6 +132,11 @@ func (o *restoreOptions) run(ctx context.Context, out io.Writer, workspace strin
 	d, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return err
+	}
+	if into, ok := spec["into"].(string); ok && !o.dryRun {
+		if err := ensureWorkspace(ctx, out, d, parent, name, into); err != nil {
+			return err
+		}
 	}
 	restores := d.Resource(tenancy.WorkspaceRestoresResource)
 	wr := &unstructured.Unstructured{Object: map[string]interface{}{
@@ -213,5 +230,45 @@ func printRestoreSummary(out io.Writer, wr *unstructured.Unstructured) {
 		if total, _, _ := unstructured.NestedInt64(wr.Object, "status", "summary", "total"); total > int64(len(changes)) {
 			fmt.Fprintf(out, "(%d more not listed)\n", total-int64(len(changes)))
 		}
+	}
+}
+
+// ensureWorkspace creates Workspace into in parent (with the type of
+// Workspace like) unless it exists, and waits until it is Ready.
+func ensureWorkspace(ctx context.Context, out io.Writer, d dynamic.Interface, parent, like, into string) error {
+	workspaces := d.Resource(tenancy.WorkspacesResource)
+	if _, err := workspaces.Get(ctx, into, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		source, err := workspaces.Get(ctx, like, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading Workspace %s in %s: %w", like, parent, err)
+		}
+		spec := map[string]interface{}{}
+		if t, ok, _ := unstructured.NestedString(source.Object, "spec", "type"); ok && t != "" {
+			spec["type"] = t
+		}
+		ws := &unstructured.Unstructured{Object: map[string]interface{}{
+			"apiVersion": tenancy.Group + "/" + tenancy.Version, "kind": "Workspace",
+			"metadata": map[string]interface{}{"name": into}, "spec": spec,
+		}}
+		if _, err := workspaces.Create(ctx, ws, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating Workspace %s in %s: %w", into, parent, err)
+		}
+		fmt.Fprintf(out, "Workspace %s created in %s\n", into, parent)
+	} else if err != nil {
+		return fmt.Errorf("reading Workspace %s in %s: %w", into, parent, err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ws, err := workspaces.Get(ctx, into, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p, _, _ := unstructured.NestedString(ws.Object, "status", "phase"); p == tenancy.PhaseReady {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("Workspace %s in %s is not Ready after 2 minutes", into, parent)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

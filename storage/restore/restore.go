@@ -24,9 +24,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/kcpsql/kcp/storage/changehistory"
 	"github.com/kcpsql/kcp/storage/datastore"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
+	"github.com/kcpsql/kcp/storage/serveddefaults"
 )
 
 // Action is what a restore does to one key.
@@ -255,45 +258,8 @@ func (s Source) PlanTo(ctx context.Context, c logicalcluster.Name, rev int64) (*
 func (s Source) planOnce(ctx context.Context, c logicalcluster.Name, rev int64) (*Plan, bool, error) {
 	// History first, live rows second: a write between the two reads is
 	// in both or only in the live rows, which the checks below tell.
-	firsts := map[string]first{}
-	rows, err := s.DB.QueryContext(ctx, firstChangesSQL[s.Dialect], string(c), rev, string(c))
+	firsts, lives, err := s.read(ctx, c, rev)
 	if err != nil {
-		return nil, false, fmt.Errorf("reading the change history of %s: %w", c, err)
-	}
-	for rows.Next() {
-		var key, op string
-		var r int64
-		var prev sql.NullInt64
-		var old []byte
-		if err := rows.Scan(&key, &r, &op, &prev, &old); err != nil {
-			rows.Close()
-			return nil, false, err
-		}
-		if !prev.Valid {
-			prev.Int64 = -1 // written before the history kept old objects
-		}
-		firsts[key] = first{rev: r, prev: prev.Int64, op: op, old: old}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, false, err
-	}
-	lives := map[string]live{}
-	rows, err = s.DB.QueryContext(ctx, liveRowsSQL[s.Dialect], string(c))
-	if err != nil {
-		return nil, false, fmt.Errorf("reading the objects of %s: %w", c, err)
-	}
-	for rows.Next() {
-		var key string
-		var l live
-		if err := rows.Scan(&key, &l.rev, &l.value); err != nil {
-			rows.Close()
-			return nil, false, err
-		}
-		lives[key] = l
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return nil, false, err
 	}
 	plan := &Plan{Cluster: c, Revision: rev}
@@ -506,4 +472,209 @@ func ownerDepths(changes []Change) map[string]int {
 		walk(ch.Key, 0)
 	}
 	return depth
+}
+
+// StateAt is every stored row of c as it was at revision rev (keys of
+// c, values as stored), from the live rows and the history after rev.
+func (s Source) StateAt(ctx context.Context, c logicalcluster.Name, rev int64) (map[string][]byte, error) {
+	if err := s.Check(ctx, c, rev); err != nil {
+		return nil, err
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		firsts, lives, err := s.read(ctx, c, rev)
+		if err != nil {
+			return nil, err
+		}
+		state := map[string][]byte{}
+		again := false
+		for key, l := range lives {
+			if skipped(c, key) {
+				continue
+			}
+			if _, changed := firsts[key]; !changed {
+				if l.rev > rev {
+					if err := s.recordedSince(ctx, c, key, rev); err != nil {
+						return nil, err
+					}
+					again = true
+					break
+				}
+				state[key] = l.value
+			}
+		}
+		if again {
+			continue
+		}
+		for key, f := range firsts {
+			if skipped(c, key) {
+				continue
+			}
+			if f.prev < 0 || f.prev > rev {
+				return nil, &Refused{Reason: fmt.Sprintf("cannot restore %s to revision %d: the change history misses a change of %s; it was off or pruned after that revision", c, rev, key)}
+			}
+			if f.op != "create" {
+				if f.old == nil {
+					return nil, &Refused{Reason: fmt.Sprintf("cannot restore %s to revision %d: no earlier object of %s is recorded", c, rev, key)}
+				}
+				state[key] = f.old
+			}
+		}
+		return state, nil
+	}
+	return nil, fmt.Errorf("%s kept changing while its state was read", c)
+}
+
+// read is one read of the history after rev and one of the live rows.
+func (s Source) read(ctx context.Context, c logicalcluster.Name, rev int64) (map[string]first, map[string]live, error) {
+	firsts := map[string]first{}
+	rows, err := s.DB.QueryContext(ctx, firstChangesSQL[s.Dialect], string(c), rev, string(c))
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the change history of %s: %w", c, err)
+	}
+	for rows.Next() {
+		var key, op string
+		var r int64
+		var prev sql.NullInt64
+		var old []byte
+		if err := rows.Scan(&key, &r, &op, &prev, &old); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		if !prev.Valid {
+			prev.Int64 = -1
+		}
+		firsts[key] = first{rev: r, prev: prev.Int64, op: op, old: old}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	lives, err := s.Live(ctx, c)
+	return firsts, lives, err
+}
+
+// Live is every live row of c.
+func (s Source) Live(ctx context.Context, c logicalcluster.Name) (map[string]live, error) {
+	lives := map[string]live{}
+	rows, err := s.DB.QueryContext(ctx, liveRowsSQL[s.Dialect], string(c))
+	if err != nil {
+		return nil, fmt.Errorf("reading the objects of %s: %w", c, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key string
+		var l live
+		if err := rows.Scan(&key, &l.rev, &l.value); err != nil {
+			return nil, err
+		}
+		lives[key] = l
+	}
+	return lives, rows.Err()
+}
+
+// PlanInto computes the writes that make cluster into hold state, the rows
+// of cluster from (keys of from): keys and the objects' cluster annotation
+// are rewritten for into, and each object gets a UID of its own (derived
+// from its UID and into, so that planning again gives the same), its
+// owner references following. Objects of into that state does not have
+// are deleted; its LogicalCluster and child workspaces are left alone.
+func (s Source) PlanInto(ctx context.Context, state map[string][]byte, from, into logicalcluster.Name) (*Plan, error) {
+	lives, err := s.Live(ctx, into)
+	if err != nil {
+		return nil, err
+	}
+	want := map[string][]byte{}
+	for key, value := range state {
+		k, ok := moveKey(key, from, into)
+		if !ok || skipped(into, k) {
+			continue
+		}
+		v, err := moveObject(value, into)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		want[k] = v
+	}
+	plan := &Plan{Cluster: into}
+	for key, v := range want {
+		l, isLive := lives[key]
+		switch {
+		case !isLive:
+			plan.Changes = append(plan.Changes, Change{Key: key, Action: Create, Value: v})
+		case !bytes.Equal(l.value, v):
+			plan.Changes = append(plan.Changes, Change{Key: key, Action: Update, Value: v, Revision: l.rev})
+		}
+	}
+	for key, l := range lives {
+		if _, ok := want[key]; !ok && !skipped(into, key) {
+			plan.Changes = append(plan.Changes, Change{Key: key, Action: Delete, Revision: l.rev})
+		}
+	}
+	order(plan.Changes)
+	return plan, nil
+}
+
+// moveKey puts into in place of from as the key's cluster (5th field).
+func moveKey(key string, from, into logicalcluster.Name) (string, bool) {
+	f := strings.SplitN(key, "/", 6)
+	if len(f) < 6 || f[4] != string(from) {
+		return "", false
+	}
+	f[4] = string(into)
+	return strings.Join(f, "/"), true
+}
+
+// moveObject rewrites a stored object for cluster into: its cluster
+// annotation, its UID and the UIDs its owner references name.
+func moveObject(value []byte, into logicalcluster.Name) ([]byte, error) {
+	if serveddefaults.IsTombstone(value) {
+		// A deleted served default names the UID of its namespace.
+		var t map[string]map[string]string
+		if err := json.Unmarshal(value, &t); err != nil {
+			return nil, err
+		}
+		for _, fields := range t {
+			for k, uid := range fields {
+				fields[k] = MovedUID(into, uid)
+			}
+		}
+		return json.Marshal(t)
+	}
+	var obj map[string]interface{}
+	if err := json.Unmarshal(value, &obj); err != nil {
+		return nil, err
+	}
+	md, _ := obj["metadata"].(map[string]interface{})
+	if md == nil {
+		return value, nil
+	}
+	ann, _ := md["annotations"].(map[string]interface{})
+	if ann == nil {
+		ann = map[string]interface{}{}
+	}
+	ann[ClusterAnnotation] = string(into)
+	md["annotations"] = ann
+	if uid, ok := md["uid"].(string); ok && uid != "" {
+		md["uid"] = MovedUID(into, uid)
+	}
+	if refs, ok := md["ownerReferences"].([]interface{}); ok {
+		for _, r := range refs {
+			if ref, ok := r.(map[string]interface{}); ok {
+				if uid, ok := ref["uid"].(string); ok && uid != "" {
+					ref["uid"] = MovedUID(into, uid)
+				}
+			}
+		}
+	}
+	return json.Marshal(obj)
+}
+
+// ClusterAnnotation is the annotation the storage layer writes on every
+// object: its logical cluster.
+const ClusterAnnotation = "kcp.io/cluster"
+
+// MovedUID is the UID an object of UID uid gets in a copy into cluster
+// into: the same for the same pair, distinct from uid.
+func MovedUID(into logicalcluster.Name, uid string) string {
+	return uuid.NewSHA1(uuid.NameSpaceOID, []byte(string(into)+"/"+uid)).String()
 }

@@ -76,6 +76,28 @@ func comparable(u *unstructured.Unstructured) map[string]interface{} {
 	return obj
 }
 
+// withoutIdentity drops what a copy into another workspace changes: UIDs
+// (owner references' too) and the cluster annotation.
+func withoutIdentity(state map[string]map[string]interface{}) map[string]map[string]interface{} {
+	out := map[string]map[string]interface{}{}
+	for k, v := range state {
+		u := (&unstructured.Unstructured{Object: v}).DeepCopy()
+		unstructured.RemoveNestedField(u.Object, "metadata", "uid")
+		unstructured.RemoveNestedField(u.Object, "metadata", "annotations", "kcp.io/cluster")
+		if refs, ok, _ := unstructured.NestedSlice(u.Object, "metadata", "ownerReferences"); ok {
+			for _, r := range refs {
+				delete(r.(map[string]interface{}), "uid")
+			}
+			_ = unstructured.SetNestedSlice(u.Object, refs, "metadata", "ownerReferences")
+		}
+		if a := u.GetAnnotations(); len(a) == 0 {
+			unstructured.RemoveNestedField(u.Object, "metadata", "annotations")
+		}
+		out[k] = u.Object
+	}
+	return out
+}
+
 func diffStates(want, got map[string]map[string]interface{}) []string {
 	var diffs []string
 	for k, w := range want {
@@ -191,6 +213,29 @@ func TestRestoreWorkspace(t *testing.T) {
 				"namespaces", "update configmaps apps cm-7", "delete configmaps apps intruder", "create secrets apps db", "create namespaces doomed")
 			if _, err := s.Client(a).CoreV1().ConfigMaps("apps").Get(ctx, "intruder", metav1.GetOptions{}); err != nil {
 				t.Fatalf("the dry run changed something: %v", err)
+			}
+
+			// Side by side: the state at that point in another workspace;
+			// the damaged one stays as it is.
+			out, err = kcpRestore(t, s, a, "--to", point.Format(time.RFC3339), "--into", "root:team-a-restored")
+			if err != nil {
+				t.Fatalf("kcp restore --into: %v\n%s\n%s", err, out, s.LogTail(40))
+			}
+			framework.MustContain(t, "kcp restore --into's output", out, "Workspace team-a-restored created in root", "Succeeded", "into root:team-a-restored")
+			s.WaitEstablished("root:team-a-restored", "crd/widgets.example.com")
+			framework.Eventually(t, 30*time.Second, "the copy as the workspace was", func() (bool, string) {
+				diffs := diffStates(withoutIdentity(before), withoutIdentity(restoreState(t, s, "root:team-a-restored")))
+				return len(diffs) == 0, strings.Join(diffs, "\n")
+			})
+			if _, err := s.Client(a).CoreV1().ConfigMaps("apps").Get(ctx, "intruder", metav1.GetOptions{}); err != nil {
+				t.Fatalf("the restore into another workspace changed the source: %v", err)
+			}
+			copied, err := s.Client("root:team-a-restored").CoreV1().ConfigMaps("apps").Get(ctx, "cm-1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if orig := before["configmaps apps/cm-1"]; copied.UID == "" || string(copied.UID) == orig["metadata"].(map[string]interface{})["uid"] {
+				t.Errorf("the copy's config map has the source's UID %s", copied.UID)
 			}
 
 			// Another tenant writes all through the restore.

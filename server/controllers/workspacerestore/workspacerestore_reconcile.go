@@ -44,59 +44,72 @@ func (r *reconciler) reconcile(ctx context.Context, wr *unstructured.Unstructure
 	dryRun, _, _ := unstructured.NestedBool(wr.Object, "spec", "dryRun")
 	rev, err := r.resolve(ctx, parent, wsName, child, wr)
 	if err != nil {
-		var refused *restore.Refused
-		if errors.As(err, &refused) {
-			return 0, r.fail(ctx, parent, wr, child, refused)
-		}
-		return 0, err
+		return 0, r.failOrRetry(ctx, parent, wr, child, err)
 	}
 	_ = unstructured.SetNestedField(wr.Object, rev, "status", "revision")
-	if dryRun {
-		plan, err := r.source.PlanTo(ctx, child, rev)
-		if err != nil {
-			if restore.IsRefused(err) {
-				return 0, r.fail(ctx, parent, wr, child, err)
-			}
-			return 0, err
+	// What is written: the workspace itself, or (spec.into) another
+	// workspace of the parent that gets the state side by side.
+	target := child
+	plan := func(ctx context.Context) (*restore.Plan, error) { return r.source.PlanTo(ctx, child, rev) }
+	if into, _, _ := unstructured.NestedString(wr.Object, "spec", "into"); into != "" {
+		target = logicalcluster.Name(string(parent) + ":" + into)
+		if into == wsName {
+			return 0, r.fail(ctx, parent, wr, child, &restore.Refused{Reason: "spec.into names the workspace being restored; leave it out to restore in place"})
 		}
-		describe(wr, plan)
-		setPhase(wr, tenancy.RestoreSucceeded, fmt.Sprintf("dry run: restoring %s to revision %d would write %d objects; nothing was written", child, rev, len(plan.Changes)))
+		if err := r.readyWorkspace(ctx, parent, into); err != nil {
+			return 0, r.failOrRetry(ctx, parent, wr, target, err)
+		}
+		plan = func(ctx context.Context) (*restore.Plan, error) {
+			state, err := r.source.StateAt(ctx, child, rev)
+			if err != nil {
+				return nil, err
+			}
+			return r.source.PlanInto(ctx, state, child, target)
+		}
+	}
+	if dryRun {
+		p, err := plan(ctx)
+		if err != nil {
+			return 0, r.failOrRetry(ctx, parent, wr, target, err)
+		}
+		describe(wr, p)
+		setPhase(wr, tenancy.RestoreSucceeded, fmt.Sprintf("dry run: restoring %s to revision %d would write %d objects of %s; nothing was written", child, rev, len(p.Changes), target))
 		_ = unstructured.SetNestedField(wr.Object, r.now().UTC().Format(time.RFC3339), "status", "completedAt")
 		return 0, r.updateStatus(ctx, parent, wr)
 	}
 
 	// One restore of a workspace at a time.
-	lc, err := r.logicalCluster(ctx, child)
+	lc, err := r.logicalCluster(ctx, target)
 	if err != nil {
 		return 0, err
 	}
 	if holder := lc.GetAnnotations()[tenancy.RestoreAnnotation]; holder != "" && holder != wr.GetName() {
-		setPhase(wr, tenancy.RestorePending, fmt.Sprintf("waiting for WorkspaceRestore %s, which is restoring %s", holder, child))
+		setPhase(wr, tenancy.RestorePending, fmt.Sprintf("waiting for WorkspaceRestore %s, which is writing %s", holder, target))
 		return 2 * time.Second, r.updateStatus(ctx, parent, wr)
 	}
 	if phase != tenancy.RestoreRunning {
-		setPhase(wr, tenancy.RestoreRunning, fmt.Sprintf("freezing %s", child))
+		setPhase(wr, tenancy.RestoreRunning, fmt.Sprintf("freezing %s", target))
 		_ = unstructured.SetNestedField(wr.Object, r.now().UTC().Format(time.RFC3339), "status", "startedAt")
 		if err := r.updateStatus(ctx, parent, wr); err != nil {
 			return 0, err
 		}
 	}
-	if err := r.setHolder(ctx, child, wr.GetName()); err != nil {
+	if err := r.setHolder(ctx, target, wr.GetName()); err != nil {
 		return 0, err
 	}
-	if err := r.waitFrozen(ctx, child); err != nil {
+	if err := r.waitFrozen(ctx, target); err != nil {
 		return 0, err
 	}
-	klog.InfoS("Restoring a workspace", "workspace", child, "revision", rev, "restore", wr.GetName(), "requestedBy", wr.GetAnnotations()[tenancy.OwnerAnnotation])
-	written, remaining, err := r.run(ctx, parent, wr, child, rev)
+	klog.InfoS("Restoring a workspace", "workspace", child, "into", target, "revision", rev, "restore", wr.GetName(), "requestedBy", wr.GetAnnotations()[tenancy.OwnerAnnotation])
+	written, remaining, err := r.run(ctx, parent, wr, target, rev, plan)
 	if err != nil {
 		if restore.IsRefused(err) {
 			// Nothing more can be done; the freeze goes with the restore.
-			return 0, r.fail(ctx, parent, wr, child, err)
+			return 0, r.fail(ctx, parent, wr, target, err)
 		}
 		return 0, err // keeps the freeze; tried again with backoff
 	}
-	if err := r.setHolder(ctx, child, ""); err != nil {
+	if err := r.setHolder(ctx, target, ""); err != nil {
 		return 0, err
 	}
 	_ = unstructured.SetNestedField(wr.Object, r.now().UTC().Format(time.RFC3339), "status", "completedAt")
@@ -105,29 +118,20 @@ func (r *reconciler) reconcile(ctx context.Context, wr *unstructured.Unstructure
 		for _, ch := range remaining {
 			keys = append(keys, string(ch.Action)+" "+ch.Key)
 		}
-		setPhase(wr, tenancy.RestoreFailed, fmt.Sprintf("restored %s to revision %d except %d objects that kept changing: %v", child, rev, len(remaining), keys))
+		setPhase(wr, tenancy.RestoreFailed, fmt.Sprintf("restored %s to revision %d into %s except %d objects that kept changing: %v", child, rev, target, len(remaining), keys))
+	} else if target != child {
+		setPhase(wr, tenancy.RestoreSucceeded, fmt.Sprintf("restored %s as it was at revision %d into %s: %d writes", child, rev, target, written))
 	} else {
 		setPhase(wr, tenancy.RestoreSucceeded, fmt.Sprintf("restored %s to revision %d: %d writes", child, rev, written))
 	}
-	klog.InfoS("Restored a workspace", "workspace", child, "revision", rev, "restore", wr.GetName(), "writes", written, "notRestored", len(remaining))
+	klog.InfoS("Restored a workspace", "workspace", child, "into", target, "revision", rev, "restore", wr.GetName(), "writes", written, "notRestored", len(remaining))
 	return 0, r.updateStatus(ctx, parent, wr)
 }
 
 // resolve checks the Workspace and turns spec.to into a revision.
 func (r *reconciler) resolve(ctx context.Context, parent logicalcluster.Name, wsName string, child logicalcluster.Name, wr *unstructured.Unstructured) (int64, error) {
-	d, err := r.clients.Dynamic(parent)
-	if err != nil {
+	if err := r.readyWorkspace(ctx, parent, wsName); err != nil {
 		return 0, err
-	}
-	ws, err := d.Resource(tenancy.WorkspacesResource).Get(ctx, wsName, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return 0, &restore.Refused{Reason: fmt.Sprintf("there is no Workspace %s in %s", wsName, parent)}
-	}
-	if err != nil {
-		return 0, err
-	}
-	if p, _, _ := unstructured.NestedString(ws.Object, "status", "phase"); p != tenancy.PhaseReady {
-		return 0, &restore.Refused{Reason: fmt.Sprintf("Workspace %s in %s is %s, not Ready", wsName, parent, p)}
 	}
 	if rev, ok, _ := unstructured.NestedInt64(wr.Object, "spec", "revision"); ok {
 		return rev, r.source.Check(ctx, child, rev)
@@ -154,11 +158,38 @@ func (r *reconciler) resolve(ctx context.Context, parent logicalcluster.Name, ws
 	return rev, r.source.Check(ctx, child, rev)
 }
 
+// readyWorkspace refuses a Workspace of parent that is missing or not Ready.
+func (r *reconciler) readyWorkspace(ctx context.Context, parent logicalcluster.Name, name string) error {
+	d, err := r.clients.Dynamic(parent)
+	if err != nil {
+		return err
+	}
+	ws, err := d.Resource(tenancy.WorkspacesResource).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return &restore.Refused{Reason: fmt.Sprintf("there is no Workspace %s in %s", name, parent)}
+	}
+	if err != nil {
+		return err
+	}
+	if p, _, _ := unstructured.NestedString(ws.Object, "status", "phase"); p != tenancy.PhaseReady {
+		return &restore.Refused{Reason: fmt.Sprintf("Workspace %s in %s is %s, not Ready", name, parent, p)}
+	}
+	return nil
+}
+
+// failOrRetry ends the restore on a refusal; other errors are retried.
+func (r *reconciler) failOrRetry(ctx context.Context, parent logicalcluster.Name, wr *unstructured.Unstructured, target logicalcluster.Name, err error) error {
+	if restore.IsRefused(err) {
+		return r.fail(ctx, parent, wr, target, err)
+	}
+	return err
+}
+
 // run plans and writes until nothing is left to write (or passes ran out).
-func (r *reconciler) run(ctx context.Context, parent logicalcluster.Name, wr *unstructured.Unstructured, child logicalcluster.Name, rev int64) (int, []restore.Change, error) {
+func (r *reconciler) run(ctx context.Context, parent logicalcluster.Name, wr *unstructured.Unstructured, child logicalcluster.Name, rev int64, planner func(context.Context) (*restore.Plan, error)) (int, []restore.Change, error) {
 	written := 0
 	for pass := 0; pass < passes; pass++ {
-		plan, err := r.source.PlanTo(ctx, child, rev)
+		plan, err := planner(ctx)
 		if err != nil {
 			return written, nil, err
 		}
@@ -191,7 +222,7 @@ func (r *reconciler) run(ctx context.Context, parent logicalcluster.Name, wr *un
 			continue
 		}
 	}
-	plan, err := r.source.PlanTo(ctx, child, rev)
+	plan, err := planner(ctx)
 	if err != nil {
 		return written, nil, err
 	}
