@@ -120,6 +120,15 @@ func main() {
 		fmt.Print(renderStreams(r))
 		return
 	}
+	if *restoreOnly {
+		r, err := benchRestore(log)
+		if err != nil {
+			log("restore benchmark failed: %v", err)
+			os.Exit(1)
+		}
+		fmt.Print(renderRestore(r))
+		return
+	}
 	if *evictionsOnly {
 		r, err := benchEvictions(log)
 		if err != nil {
