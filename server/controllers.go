@@ -36,6 +36,7 @@ import (
 	"github.com/kcpsql/kcp/server/controllers/synctarget"
 	"github.com/kcpsql/kcp/server/controllers/workspace"
 	"github.com/kcpsql/kcp/server/controllers/workspacerestore"
+	"github.com/kcpsql/kcp/server/controllers/workspacesnapshot"
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/leaderelection"
 	"github.com/kcpsql/kcp/server/localwatch"
@@ -181,6 +182,11 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 				go c.Run(ctx, 2)
 			} else {
 				klog.ErrorS(err, "workspace restore controller")
+			}
+			if c, err := workspacesnapshot.NewController(hc.LoopbackClientConfig, history); err == nil {
+				go c.Run(ctx, 2)
+			} else {
+				klog.ErrorS(err, "workspace snapshot controller")
 			}
 		}
 		// The writers' informers list every object of their resources as

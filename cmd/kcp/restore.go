@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,24 +19,30 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
+	"github.com/kcpsql/kcp/storage/datastore"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
+	"github.com/kcpsql/kcp/storage/snapshots"
 )
 
 type restoreOptions struct {
 	transferOptions
-	to       string
-	revision int64
-	dryRun   bool
-	name     string
-	into     string
-	wait     bool
-	timeout  time.Duration
+	from      string
+	snapshot  string
+	rootDir   string
+	datastore string
+	to        string
+	revision  int64
+	dryRun    bool
+	name      string
+	into      string
+	wait      bool
+	timeout   time.Duration
 }
 
 func newRestoreCommand() *cobra.Command {
 	o := &restoreOptions{}
 	cmd := &cobra.Command{
-		Use:   "restore WORKSPACE (--to TIME | --revision N) [--dry-run]",
+		Use:   "restore (WORKSPACE (--to TIME | --revision N | --snapshot NAME[:ID]) | --from FILE --into WORKSPACE) [--dry-run]",
 		Short: "Bring a workspace back to its state at an earlier time, from the change history",
 		Long: `Restore brings one workspace back to how it was at a time or a revision:
 objects changed since are written back, objects created since are deleted,
@@ -50,21 +60,35 @@ when kcp runs again.
 This command is a client of the API: it creates a WorkspaceRestore in the
 workspace's parent (you need to be allowed to create workspacerestores
 there) and follows its status. --dry-run lists what would change and writes
-nothing.`,
+nothing.
+
+Snapshots: --snapshot restores from one kept by a WorkspaceSnapshot in the
+parent; --from loads a file written by 'kcp snapshot' (this needs the
+datastore, like 'kcp sql') and restores it into the workspace --into.`,
 		Example: `  kcp restore root:team-a --to 2026-11-28T10:41:00Z --dry-run
   kcp restore root:team-a --to 2026-11-28T10:41:00Z
   kcp restore root:team-a --to 15m        # as it was 15 minutes ago
   kcp restore root:team-a --to 2026-11-28T10:41:00Z --into root:team-a-restored
+  kcp restore root:team-a --snapshot nightly           # the newest snapshot of WorkspaceSnapshot nightly
+  kcp restore --from team-a.snap --into root:team-a-copy --datastore postgres://kcp@db:5432/kcp
   kcp restore root:team-a --revision 48213`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.run(cmd.Context(), cmd.OutOrStdout(), args[0])
+			workspace := ""
+			if len(args) == 1 {
+				workspace = args[0]
+			}
+			return o.run(cmd.Context(), cmd.OutOrStdout(), workspace)
 		},
 	}
 	cmd.Flags().StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the server (default: $KUBECONFIG or ~/.kube/config)")
 	cmd.Flags().StringVar(&o.to, "to", "", "the point to restore to: a time (RFC 3339, like 2026-11-28T10:41:00Z) or a duration ago (like 15m, 2h)")
 	cmd.Flags().Int64Var(&o.revision, "revision", 0, "the point to restore to, as a revision (a resourceVersion of the datastore)")
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "only list what the restore would change")
+	cmd.Flags().StringVar(&o.snapshot, "snapshot", "", "restore from a snapshot of the workspace's WorkspaceSnapshot of this name (the newest, or NAME:ID) instead of the change history")
+	cmd.Flags().StringVar(&o.from, "from", "", "restore from a snapshot file (kcp snapshot -o FILE) into the workspace --into; loads the file through the datastore (--root-dir, --datastore), so it runs where the datastore is reachable")
+	cmd.Flags().StringVar(&o.rootDir, "root-dir", ".kcp", "with --from: kcp's state directory; the default SQLite file is <root-dir>/kcp.db")
+	cmd.Flags().StringVar(&o.datastore, "datastore", "", "with --from: sqlite:///path/file.db or postgres://user@host:5432/dbname (default: <root-dir>/kcp.db)")
 	cmd.Flags().StringVar(&o.into, "into", "", "restore side by side into this workspace of the same parent (created, with the same type, if missing); its objects are replaced")
 	cmd.Flags().StringVar(&o.name, "name", "", "name of the WorkspaceRestore to create (default: the workspace's name and a random suffix)")
 	cmd.Flags().BoolVar(&o.wait, "wait", true, "follow the restore until it ends (false: create it and return)")
@@ -84,6 +108,15 @@ func restoreTarget(to string, now time.Time) (time.Time, error) {
 }
 
 func (o *restoreOptions) run(ctx context.Context, out io.Writer, workspace string) error {
+	if o.from != "" {
+		if workspace != "" || o.into == "" {
+			return fmt.Errorf("with --from, name the workspace to write with --into PATH (created if missing), and no WORKSPACE")
+		}
+		return o.runFrom(ctx, out)
+	}
+	if workspace == "" {
+		return fmt.Errorf("give the WORKSPACE to restore, like root:team-a")
+	}
 	path, err := logicalcluster.Parse(workspace)
 	if err != nil || path.IsWildcard() {
 		return fmt.Errorf("WORKSPACE %q: give a workspace path like root:team-a", workspace)
@@ -93,8 +126,14 @@ func (o *restoreOptions) run(ctx context.Context, out io.Writer, workspace strin
 		return fmt.Errorf("%s has no parent: only a workspace below root can be restored", path)
 	}
 	parent, name := string(path)[:i], string(path)[i+1:]
-	if (o.to == "") == (o.revision == 0) {
-		return fmt.Errorf("give exactly one of --to and --revision")
+	given := 0
+	for _, set := range []bool{o.to != "", o.revision != 0, o.snapshot != ""} {
+		if set {
+			given++
+		}
+	}
+	if given != 1 {
+		return fmt.Errorf("give exactly one of --to, --revision and --snapshot")
 	}
 	spec := map[string]interface{}{"workspace": name}
 	if o.into != "" {
@@ -108,15 +147,91 @@ func (o *restoreOptions) run(ctx context.Context, out io.Writer, workspace strin
 	if o.dryRun {
 		spec["dryRun"] = true
 	}
-	if o.to != "" {
+	switch {
+	case o.to != "":
 		t, err := restoreTarget(o.to, time.Now())
 		if err != nil {
 			return err
 		}
 		spec["to"] = t.UTC().Format(time.RFC3339)
-	} else {
+	case o.revision != 0:
 		spec["revision"] = o.revision
+	default:
+		snap := map[string]interface{}{"name": o.snapshot}
+		if n, id, ok := strings.Cut(o.snapshot, ":"); ok {
+			v, err := strconv.ParseInt(id, 10, 64)
+			if err != nil || v < 1 {
+				return fmt.Errorf("--snapshot %q: give NAME or NAME:ID (an id from the WorkspaceSnapshot's status)", o.snapshot)
+			}
+			snap = map[string]interface{}{"name": n, "id": v}
+		}
+		spec["snapshot"] = snap
 	}
+	return o.create(ctx, out, parent, name, spec)
+}
+
+// runFrom loads a snapshot file into the datastore, filed under the
+// target's parent, restores the target from it and deletes it again.
+func (o *restoreOptions) runFrom(ctx context.Context, out io.Writer) error {
+	into, err := logicalcluster.Parse(o.into)
+	j := strings.LastIndexByte(string(into), ':')
+	if err != nil || into.IsWildcard() || j < 0 {
+		return fmt.Errorf("--into %q: give a workspace path below root, like root:team-a-copy", o.into)
+	}
+	parent, name := string(into)[:j], string(into)[j+1:]
+	raw, err := os.ReadFile(o.from)
+	if err != nil {
+		return err
+	}
+	var file snapshots.File
+	if err := json.Unmarshal(raw, &file); err != nil {
+		return fmt.Errorf("%s: not a snapshot file: %v", o.from, err)
+	}
+	if err := file.Check(); err != nil {
+		return fmt.Errorf("%s: %v", o.from, err)
+	}
+	abs, err := filepath.Abs(o.rootDir)
+	if err != nil {
+		return err
+	}
+	ds, err := datastore.Parse(o.datastore, abs)
+	if err != nil {
+		return err
+	}
+	db, err := ds.Open()
+	if err != nil {
+		return fmt.Errorf("datastore %s: %v", ds, err)
+	}
+	defer db.Close()
+	snap, err := snapshots.Load(ctx, db, ds.Dialect, &file, parent, snapshots.FilePrefix+strconv.FormatInt(time.Now().UnixNano(), 36))
+	if err != nil {
+		return fmt.Errorf("loading %s into %s: %v", o.from, ds, err)
+	}
+	defer snapshots.Delete(context.Background(), db, ds.Dialect, snap.ID)
+	fmt.Fprintf(out, "loaded %s: %d objects of %s at revision %d of its datastore\n", o.from, snap.Objects, file.Cluster, file.Revision)
+	spec := map[string]interface{}{"workspace": name, "snapshot": map[string]interface{}{"name": snap.Name, "id": snap.ID}}
+	if o.dryRun {
+		spec["dryRun"] = true
+	}
+	cfg, err := o.config(logicalcluster.Name(parent))
+	if err != nil {
+		return err
+	}
+	d, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if !o.dryRun {
+		if err := ensureWorkspace(ctx, out, d, parent, "", name); err != nil {
+			return err
+		}
+	}
+	o.into = ""
+	return o.create(ctx, out, parent, name, spec)
+}
+
+// create creates the WorkspaceRestore in parent and follows it.
+func (o *restoreOptions) create(ctx context.Context, out io.Writer, parent, name string, spec map[string]interface{}) error {
 	meta := map[string]interface{}{"name": o.name}
 	if o.name == "" {
 		prefix := name + "-"
@@ -238,13 +353,15 @@ func printRestoreSummary(out io.Writer, wr *unstructured.Unstructured) {
 func ensureWorkspace(ctx context.Context, out io.Writer, d dynamic.Interface, parent, like, into string) error {
 	workspaces := d.Resource(tenancy.WorkspacesResource)
 	if _, err := workspaces.Get(ctx, into, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-		source, err := workspaces.Get(ctx, like, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("reading Workspace %s in %s: %w", like, parent, err)
-		}
 		spec := map[string]interface{}{}
-		if t, ok, _ := unstructured.NestedString(source.Object, "spec", "type"); ok && t != "" {
-			spec["type"] = t
+		if like != "" {
+			source, err := workspaces.Get(ctx, like, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("reading Workspace %s in %s: %w", like, parent, err)
+			}
+			if t, ok, _ := unstructured.NestedString(source.Object, "spec", "type"); ok && t != "" {
+				spec["type"] = t
+			}
 		}
 		ws := &unstructured.Unstructured{Object: map[string]interface{}{
 			"apiVersion": tenancy.Group + "/" + tenancy.Version, "kind": "Workspace",

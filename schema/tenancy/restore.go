@@ -19,3 +19,12 @@ const (
 // the parent) that is restoring it: the cluster is frozen (read-only for
 // everyone but kcp) while it is set. Only kcp writes it.
 const RestoreAnnotation = "tenancy.kcp.io/restore"
+
+// WorkspaceSnapshotsResource: a WorkspaceSnapshot, created in a
+// workspace's parent, keeps snapshots of that workspace in the datastore
+// (crds/tenancy.kcp.io_workspacesnapshots.yaml).
+var WorkspaceSnapshotsResource = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "workspacesnapshots"}
+
+// SnapshotsFinalizer holds a WorkspaceSnapshot until its stored snapshots
+// are deleted.
+const SnapshotsFinalizer = "tenancy.kcp.io/snapshots"

@@ -573,8 +573,8 @@ func (s Source) Live(ctx context.Context, c logicalcluster.Name) (map[string]liv
 }
 
 // PlanInto computes the writes that make cluster into hold state, the rows
-// of cluster from (keys of from): keys and the objects' cluster annotation
-// are rewritten for into, and each object gets a UID of its own (derived
+// of cluster from (keys of from). Into another cluster, keys and the
+// objects' cluster annotation are rewritten for into, and each object gets a UID of its own (derived
 // from its UID and into, so that planning again gives the same), its
 // owner references following. Objects of into that state does not have
 // are deleted; its LogicalCluster and child workspaces are left alone.
@@ -585,6 +585,13 @@ func (s Source) PlanInto(ctx context.Context, state map[string][]byte, from, int
 	}
 	want := map[string][]byte{}
 	for key, value := range state {
+		if from == into {
+			// In place (a snapshot of the cluster itself): rows as stored.
+			if ClusterOfKey(key) == string(into) && !skipped(into, key) {
+				want[key] = value
+			}
+			continue
+		}
 		k, ok := moveKey(key, from, into)
 		if !ok || skipped(into, k) {
 			continue
@@ -612,6 +619,15 @@ func (s Source) PlanInto(ctx context.Context, state map[string][]byte, from, int
 	}
 	order(plan.Changes)
 	return plan, nil
+}
+
+// ClusterOfKey is a key's cluster (its 5th '/'-field).
+func ClusterOfKey(key string) string {
+	f := strings.SplitN(key, "/", 6)
+	if len(f) < 6 {
+		return ""
+	}
+	return f[4]
 }
 
 // moveKey puts into in place of from as the key's cluster (5th field).

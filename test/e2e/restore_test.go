@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"reflect"
 	"sort"
@@ -120,6 +121,17 @@ func diffStates(want, got map[string]map[string]interface{}) []string {
 	return diffs
 }
 
+// waitCRD waits until a CRD a restore wrote is served, then Established.
+func waitCRD(t *testing.T, s *framework.Server, cluster, name string) {
+	t.Helper()
+	d := dynamic.NewForConfigOrDie(s.Config(cluster)).Resource(crdResource)
+	framework.Eventually(t, 30*time.Second, "CRD "+name+" in "+cluster, func() (bool, string) {
+		_, err := d.Get(context.Background(), name, metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+	s.WaitEstablished(cluster, "crd/"+name)
+}
+
 func kcpRestore(t *testing.T, s *framework.Server, args ...string) (string, error) {
 	t.Helper()
 	kcp, _ := framework.Binaries(t)
@@ -222,7 +234,7 @@ func TestRestoreWorkspace(t *testing.T) {
 				t.Fatalf("kcp restore --into: %v\n%s\n%s", err, out, s.LogTail(40))
 			}
 			framework.MustContain(t, "kcp restore --into's output", out, "Workspace team-a-restored created in root", "Succeeded", "into root:team-a-restored")
-			s.WaitEstablished("root:team-a-restored", "crd/widgets.example.com")
+			waitCRD(t, s, "root:team-a-restored", "widgets.example.com")
 			framework.Eventually(t, 30*time.Second, "the copy as the workspace was", func() (bool, string) {
 				diffs := diffStates(withoutIdentity(before), withoutIdentity(restoreState(t, s, "root:team-a-restored")))
 				return len(diffs) == 0, strings.Join(diffs, "\n")
@@ -266,7 +278,7 @@ func TestRestoreWorkspace(t *testing.T) {
 				t.Fatalf("kcp restore: %v\n%s\n%s", err, out, s.LogTail(40))
 			}
 			framework.MustContain(t, "kcp restore's output", out, "Succeeded", "restored root:team-a")
-			s.WaitEstablished(a, "crd/widgets.example.com")
+			waitCRD(t, s, a, "widgets.example.com")
 			framework.Eventually(t, 30*time.Second, "the workspace as it was", func() (bool, string) {
 				diffs := diffStates(before, restoreState(t, s, a))
 				return len(diffs) == 0, strings.Join(diffs, "\n")
@@ -504,5 +516,141 @@ func parallel(t *testing.T, n int, f func(int) error) {
 	close(errs)
 	if err := <-errs; err != nil {
 		t.Fatal(err)
+	}
+}
+
+var workspaceSnapshots = schema.GroupVersionResource{Group: "tenancy.kcp.io", Version: "v1alpha1", Resource: "workspacesnapshots"}
+
+// TestWorkspaceSnapshots: a WorkspaceSnapshot keeps snapshots in the
+// datastore (no change history needed) that `kcp restore --snapshot`
+// restores from; `kcp snapshot -o FILE` and `kcp restore --from FILE
+// --into` copy a workspace through a file; a restore reads only its own
+// parent's snapshots; deleting the WorkspaceSnapshot deletes them.
+func TestWorkspaceSnapshots(t *testing.T) {
+	for _, d := range framework.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			s := framework.StartServer(t, framework.DatastoreFor(t, d))
+			s.CreateWorkspaces("root:team-a", "root:team-b", "root:team-b:x")
+			ctx := context.Background()
+			a := "root:team-a"
+			if out, err := s.KubectlErr(a, restoreCRD, "apply", "-f", "-"); err != nil {
+				t.Fatalf("CRD: %v\n%s", err, out)
+			}
+			s.WaitEstablished(a, "crd/widgets.example.com")
+			s.Kubectl(a, "create", "namespace", "apps")
+			for i := 0; i < 5; i++ {
+				s.Kubectl(a, "-n", "apps", "create", "configmap", fmt.Sprintf("cm-%d", i), fmt.Sprintf("--from-literal=v=%d", i))
+			}
+			s.Kubectl(a, "-n", "apps", "create", "secret", "generic", "db", "--from-literal=password=s3cret")
+			if out, err := s.KubectlErr(a, "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: apps}\nspec: {size: 3}\n", "apply", "-f", "-"); err != nil {
+				t.Fatalf("widget: %v\n%s", err, out)
+			}
+			before := restoreState(t, s, a)
+			if out, err := s.KubectlErr("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: WorkspaceSnapshot\nmetadata: {name: nightly}\nspec: {workspace: team-a, every: 1h, keep: 2}\n", "apply", "-f", "-"); err != nil {
+				t.Fatalf("WorkspaceSnapshot: %v\n%s", err, out)
+			}
+			snaps := dynamic.NewForConfigOrDie(s.Config("root")).Resource(workspaceSnapshots)
+			framework.Eventually(t, 30*time.Second, "a snapshot taken", func() (bool, string) {
+				got, err := snaps.Get(ctx, "nightly", metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				list, _, _ := unstructured.NestedSlice(got.Object, "status", "snapshots")
+				if len(list) == 0 {
+					return false, fmt.Sprint(got.Object["status"])
+				}
+				objects := list[0].(map[string]interface{})["objects"]
+				return fmt.Sprint(objects) != "0", fmt.Sprint(list)
+			})
+			// Bad input: an interval under a minute.
+			if out, err := s.KubectlErr("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: WorkspaceSnapshot\nmetadata: {name: busy}\nspec: {workspace: team-a, every: 10s}\n", "apply", "-f", "-"); err == nil || !strings.Contains(out, "at least 1m") {
+				t.Errorf("a WorkspaceSnapshot every 10s: %v\n%s", err, out)
+			}
+
+			// The file, while kcp runs.
+			kcp, _ := framework.Binaries(t)
+			file := t.TempDir() + "/team-a.snap"
+			args := []string{"snapshot", a, "-o", file, "--root-dir", s.RootDir}
+			if s.Datastore != "" {
+				args = append(args, "--datastore", s.Datastore)
+			}
+			if out, err := exec.Command(kcp, args...).CombinedOutput(); err != nil || !strings.Contains(string(out), "objects of root:team-a at revision") {
+				t.Fatalf("kcp snapshot: %v\n%s", err, out)
+			}
+
+			// Damage, then restore from the kept snapshot.
+			s.Kubectl(a, "-n", "apps", "delete", "configmap", "cm-1")
+			s.Kubectl(a, "-n", "apps", "patch", "configmap", "cm-2", "--type=merge", "-p", `{"data":{"v":"overwritten"}}`)
+			s.Kubectl(a, "-n", "apps", "create", "configmap", "intruder", "--from-literal=x=y")
+			s.Kubectl(a, "delete", "crd", "widgets.example.com", "--wait=true", "--timeout=60s")
+			out, err := kcpRestore(t, s, a, "--snapshot", "nightly")
+			if err != nil {
+				t.Fatalf("kcp restore --snapshot: %v\n%s\n%s", err, out, s.LogTail(30))
+			}
+			waitCRD(t, s, a, "widgets.example.com")
+			framework.Eventually(t, 30*time.Second, "the workspace as in the snapshot", func() (bool, string) {
+				diffs := diffStates(before, restoreState(t, s, a))
+				return len(diffs) == 0, strings.Join(diffs, "\n")
+			})
+
+			// From the file into a new workspace.
+			from := []string{"--from", file, "--into", "root:team-a-copy", "--root-dir", s.RootDir}
+			if s.Datastore != "" {
+				from = append(from, "--datastore", s.Datastore)
+			}
+			out, err = kcpRestore(t, s, from...)
+			if err != nil {
+				t.Fatalf("kcp restore --from: %v\n%s\n%s", err, out, s.LogTail(30))
+			}
+			framework.MustContain(t, "kcp restore --from's output", out, "loaded", "Workspace team-a-copy created in root", "Succeeded")
+			waitCRD(t, s, "root:team-a-copy", "widgets.example.com")
+			framework.Eventually(t, 30*time.Second, "the copy as in the file", func() (bool, string) {
+				diffs := diffStates(withoutIdentity(before), withoutIdentity(restoreState(t, s, "root:team-a-copy")))
+				return len(diffs) == 0, strings.Join(diffs, "\n")
+			})
+			// Bad input: not a snapshot file. Nothing is loaded or written.
+			junk := t.TempDir() + "/junk.snap"
+			os.WriteFile(junk, []byte(`{"kind":"Something","rows":[]}`), 0o600)
+			bad := append([]string{"--from", junk}, from[2:]...)
+			if out, err := kcpRestore(t, s, bad...); err == nil || !strings.Contains(out, "not a kcp workspace snapshot") {
+				t.Errorf("kcp restore --from a junk file: %v\n%s", err, out)
+			}
+
+			// Another parent cannot restore from root's snapshots.
+			rb := dynamic.NewForConfigOrDie(s.Config("root:team-b")).Resource(workspaceRestores)
+			if _, err := rb.Create(ctx, &unstructured.Unstructured{Object: map[string]interface{}{
+				"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceRestore",
+				"metadata": map[string]interface{}{"name": "steal"},
+				"spec":     map[string]interface{}{"workspace": "x", "snapshot": map[string]interface{}{"name": "nightly"}},
+			}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			framework.Eventually(t, 30*time.Second, "another parent's snapshot refused", func() (bool, string) {
+				got, err := rb.Get(ctx, "steal", metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				phase, _, _ := unstructured.NestedString(got.Object, "status", "phase")
+				msg, _, _ := unstructured.NestedString(got.Object, "status", "message")
+				return phase == "Failed" && strings.Contains(msg, "no snapshot of WorkspaceSnapshot nightly in root:team-b"), phase + ": " + msg
+			})
+			if _, err := s.Client("root:team-b:x").CoreV1().Namespaces().Get(ctx, "apps", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("team-a's namespace appeared in root:team-b:x: %v", err)
+			}
+
+			// Deleting the WorkspaceSnapshot deletes what it kept.
+			if err := snaps.Delete(ctx, "nightly", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			db := openDatastore(t, s)
+			framework.Eventually(t, 30*time.Second, "the snapshots deleted", func() (bool, string) {
+				var n int
+				if err := db.QueryRow(`SELECT COUNT(*) FROM kcp_snapshot_rows`).Scan(&n); err != nil {
+					return false, err.Error()
+				}
+				_, err := snaps.Get(ctx, "nightly", metav1.GetOptions{})
+				return n == 0 && apierrors.IsNotFound(err), fmt.Sprintf("%d rows left, %v", n, err)
+			})
+		})
 	}
 }

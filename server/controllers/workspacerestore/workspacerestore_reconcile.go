@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +17,7 @@ import (
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 	"github.com/kcpsql/kcp/storage/restore"
+	"github.com/kcpsql/kcp/storage/snapshots"
 )
 
 type reconciler struct {
@@ -42,15 +44,26 @@ func (r *reconciler) reconcile(ctx context.Context, wr *unstructured.Unstructure
 		return 0, nil
 	}
 	dryRun, _, _ := unstructured.NestedBool(wr.Object, "spec", "dryRun")
-	rev, err := r.resolve(ctx, parent, wsName, child, wr)
-	if err != nil {
+	var rev int64
+	var err error
+	// From a snapshot (spec.snapshot) or from the change history.
+	var snap *snapshots.Snapshot
+	if snapName, ok, _ := unstructured.NestedString(wr.Object, "spec", "snapshot", "name"); ok {
+		id, _, _ := unstructured.NestedInt64(wr.Object, "spec", "snapshot", "id")
+		if err := r.readyWorkspace(ctx, parent, wsName); err != nil {
+			return 0, r.failOrRetry(ctx, parent, wr, child, err)
+		}
+		if snap, err = r.findSnapshot(ctx, parent, snapName, id); err != nil {
+			return 0, r.failOrRetry(ctx, parent, wr, child, err)
+		}
+		rev = snap.Revision
+	} else if rev, err = r.resolve(ctx, parent, wsName, child, wr); err != nil {
 		return 0, r.failOrRetry(ctx, parent, wr, child, err)
 	}
 	_ = unstructured.SetNestedField(wr.Object, rev, "status", "revision")
 	// What is written: the workspace itself, or (spec.into) another
 	// workspace of the parent that gets the state side by side.
 	target := child
-	plan := func(ctx context.Context) (*restore.Plan, error) { return r.source.PlanTo(ctx, child, rev) }
 	if into, _, _ := unstructured.NestedString(wr.Object, "spec", "into"); into != "" {
 		target = logicalcluster.Name(string(parent) + ":" + into)
 		if into == wsName {
@@ -59,6 +72,29 @@ func (r *reconciler) reconcile(ctx context.Context, wr *unstructured.Unstructure
 		if err := r.readyWorkspace(ctx, parent, into); err != nil {
 			return 0, r.failOrRetry(ctx, parent, wr, target, err)
 		}
+	}
+	var plan func(ctx context.Context) (*restore.Plan, error)
+	switch {
+	case snap != nil:
+		// A snapshot taken here of this very workspace must be of its
+		// current life; a file's revisions are another datastore's.
+		if snap.Cluster == target && !strings.HasPrefix(snap.Name, snapshots.FilePrefix) {
+			began, err := r.source.Began(ctx, target)
+			if err != nil {
+				return 0, err
+			}
+			if snap.Revision < began {
+				return 0, r.fail(ctx, parent, wr, target, &restore.Refused{Reason: fmt.Sprintf("snapshot %d of %s was taken at revision %d, before %s was created (revision %d): an earlier workspace of the same name is not restorable into it", snap.ID, snap.Cluster, snap.Revision, target, began)})
+			}
+		}
+		plan = func(ctx context.Context) (*restore.Plan, error) {
+			rows, err := snapshots.Rows(ctx, r.source.DB, r.source.Dialect, snap.ID)
+			if err != nil {
+				return nil, err
+			}
+			return r.source.PlanInto(ctx, rows, snap.Cluster, target)
+		}
+	case target != child:
 		plan = func(ctx context.Context) (*restore.Plan, error) {
 			state, err := r.source.StateAt(ctx, child, rev)
 			if err != nil {
@@ -66,6 +102,8 @@ func (r *reconciler) reconcile(ctx context.Context, wr *unstructured.Unstructure
 			}
 			return r.source.PlanInto(ctx, state, child, target)
 		}
+	default:
+		plan = func(ctx context.Context) (*restore.Plan, error) { return r.source.PlanTo(ctx, child, rev) }
 	}
 	if dryRun {
 		p, err := plan(ctx)
@@ -175,6 +213,24 @@ func (r *reconciler) readyWorkspace(ctx context.Context, parent logicalcluster.N
 		return &restore.Refused{Reason: fmt.Sprintf("Workspace %s in %s is %s, not Ready", name, parent, p)}
 	}
 	return nil
+}
+
+// findSnapshot is the stored snapshot name (id, or the newest) filed under
+// parent: a restore reads only its own parent's snapshots.
+func (r *reconciler) findSnapshot(ctx context.Context, parent logicalcluster.Name, name string, id int64) (*snapshots.Snapshot, error) {
+	list, err := snapshots.List(ctx, r.source.DB, r.source.Dialect, string(parent), name)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range list {
+		if id == 0 || s.ID == id {
+			return &s, nil
+		}
+	}
+	if id != 0 {
+		return nil, &restore.Refused{Reason: fmt.Sprintf("there is no snapshot %d of WorkspaceSnapshot %s in %s", id, name, parent)}
+	}
+	return nil, &restore.Refused{Reason: fmt.Sprintf("there is no snapshot of WorkspaceSnapshot %s in %s", name, parent)}
 }
 
 // failOrRetry ends the restore on a refusal; other errors are retried.

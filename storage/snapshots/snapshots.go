@@ -1,0 +1,288 @@
+// Package snapshots keeps snapshots of one logical cluster at one
+// revision in our own tables (kcp_snapshots, kcp_snapshot_rows): copies of
+// kine's rows as stored, taken in one SQL statement so that they are
+// consistent, and read back by restores (storage/restore), which write
+// through kine. It also reads and writes the portable snapshot file of
+// `kcp snapshot` and `kcp restore --from`.
+package snapshots
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kcpsql/kcp/storage/changehistory"
+	"github.com/kcpsql/kcp/storage/datastore"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// Snapshot is one stored snapshot.
+type Snapshot struct {
+	ID       int64
+	Parent   string
+	Name     string
+	Cluster  logicalcluster.Name
+	Revision int64
+	TakenAt  time.Time
+	Objects  int64
+	Bytes    int64
+}
+
+// FileKind and FileVersion mark a snapshot file.
+const (
+	FileKind    = "KcpWorkspaceSnapshot"
+	FileVersion = 1
+)
+
+// File is the portable snapshot: the rows of one cluster at one revision.
+type File struct {
+	Kind     string    `json:"kind"`
+	Version  int       `json:"version"`
+	Cluster  string    `json:"cluster"`
+	Revision int64     `json:"revision"`
+	TakenAt  time.Time `json:"takenAt"`
+	Rows     []Row     `json:"rows"`
+}
+
+// Row is one stored object: its key and its value as stored (JSON).
+type Row struct {
+	Key   string          `json:"key"`
+	Value json.RawMessage `json:"value"`
+}
+
+func q(d datastore.Dialect, s string) string {
+	if d != datastore.Postgres {
+		return s
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range s {
+		if r == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// stateAt selects the rows of a cluster live at a revision, without its
+// LogicalCluster and child Workspaces (a snapshot is of the workspace's
+// own objects). Arguments: cluster, revision, LogicalCluster key,
+// workspaces prefix pattern, revision.
+const stateAt = `SELECT k.name, k.value FROM kine AS k
+	WHERE k.cluster = ? AND k.deleted = 0 AND k.id <= ? AND k.name <> ? AND k.name NOT LIKE ?
+	AND k.id = (SELECT MAX(l.id) FROM kine AS l WHERE l.cluster = k.cluster AND l.name = k.name AND l.id <= ?)`
+
+func stateArgs(c logicalcluster.Name, rev int64) []any {
+	return []any{string(c), rev, "/registry/tenancy.kcp.io/logicalclusters/" + string(c) + "/cluster",
+		"/registry/tenancy.kcp.io/workspaces/" + string(c) + "/%", rev}
+}
+
+// Take stores a snapshot of cluster c at the datastore's newest revision,
+// filed under parent and name (who may restore from it).
+func Take(ctx context.Context, db *sql.DB, d datastore.Dialect, c logicalcluster.Name, parent, name string) (Snapshot, error) {
+	var rev int64
+	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM kine`).Scan(&rev); err != nil {
+		return Snapshot{}, err
+	}
+	var id int64
+	if err := db.QueryRowContext(ctx, q(d, `INSERT INTO kcp_snapshots (parent, name, cluster, revision) VALUES (?, ?, ?, ?) RETURNING id`),
+		parent, name, string(c), rev).Scan(&id); err != nil {
+		return Snapshot{}, err
+	}
+	// One statement: the rows of one revision, whatever is written meanwhile.
+	if _, err := db.ExecContext(ctx, q(d, `INSERT INTO kcp_snapshot_rows (snapshot_id, key, value) SELECT CAST(? AS BIGINT), s.name, s.value FROM (`+stateAt+`) AS s`),
+		append([]any{id}, stateArgs(c, rev)...)...); err != nil {
+		_ = Delete(ctx, db, d, id)
+		return Snapshot{}, err
+	}
+	if _, err := db.ExecContext(ctx, q(d, `UPDATE kcp_snapshots SET
+		objects = (SELECT COUNT(*) FROM kcp_snapshot_rows WHERE snapshot_id = ?),
+		bytes = (SELECT COALESCE(SUM(LENGTH(value)), 0) FROM kcp_snapshot_rows WHERE snapshot_id = ?)
+		WHERE id = ?`), id, id, id); err != nil {
+		return Snapshot{}, err
+	}
+	s, _, err := Get(ctx, db, d, id)
+	return s, err
+}
+
+const columns = `id, parent, name, cluster, revision, taken_at, objects, bytes`
+
+func scan(row interface{ Scan(...any) error }) (Snapshot, error) {
+	var s Snapshot
+	var cluster string
+	var at any
+	if err := row.Scan(&s.ID, &s.Parent, &s.Name, &cluster, &s.Revision, &at, &s.Objects, &s.Bytes); err != nil {
+		return s, err
+	}
+	s.Cluster = logicalcluster.Name(cluster)
+	switch v := at.(type) {
+	case time.Time:
+		s.TakenAt = v
+	case string:
+		s.TakenAt, _ = time.Parse("2006-01-02T15:04:05.000Z", v)
+	case []byte:
+		s.TakenAt, _ = time.Parse("2006-01-02T15:04:05.000Z", string(v))
+	}
+	return s, nil
+}
+
+// Get reads one snapshot by id.
+func Get(ctx context.Context, db *sql.DB, d datastore.Dialect, id int64) (Snapshot, bool, error) {
+	s, err := scan(db.QueryRowContext(ctx, q(d, `SELECT `+columns+` FROM kcp_snapshots WHERE id = ?`), id))
+	if err == sql.ErrNoRows {
+		return s, false, nil
+	}
+	return s, err == nil, err
+}
+
+// List is the snapshots filed under parent and name, newest first.
+func List(ctx context.Context, db *sql.DB, d datastore.Dialect, parent, name string) ([]Snapshot, error) {
+	rows, err := db.QueryContext(ctx, q(d, `SELECT `+columns+` FROM kcp_snapshots WHERE parent = ? AND name = ? ORDER BY id DESC`), parent, name)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Snapshot
+	for rows.Next() {
+		s, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// Rows is a snapshot's rows by key.
+func Rows(ctx context.Context, db *sql.DB, d datastore.Dialect, id int64) (map[string][]byte, error) {
+	rows, err := db.QueryContext(ctx, q(d, `SELECT key, value FROM kcp_snapshot_rows WHERE snapshot_id = ?`), id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string][]byte{}
+	for rows.Next() {
+		var k string
+		var v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		out[k] = v
+	}
+	return out, rows.Err()
+}
+
+// Delete removes a snapshot and its rows.
+func Delete(ctx context.Context, db *sql.DB, d datastore.Dialect, id int64) error {
+	if _, err := db.ExecContext(ctx, q(d, `DELETE FROM kcp_snapshot_rows WHERE snapshot_id = ?`), id); err != nil {
+		return err
+	}
+	_, err := db.ExecContext(ctx, q(d, `DELETE FROM kcp_snapshots WHERE id = ?`), id)
+	return err
+}
+
+// Read is a snapshot file of cluster c at the datastore's newest revision,
+// read in one statement (kcp snapshot; nothing is written).
+func Read(ctx context.Context, db *sql.DB, d datastore.Dialect, c logicalcluster.Name) (*File, error) {
+	f := &File{Kind: FileKind, Version: FileVersion, Cluster: string(c), TakenAt: time.Now().UTC()}
+	var exists int
+	if err := db.QueryRowContext(ctx, q(d, `SELECT COUNT(*) FROM kine WHERE name = ? AND deleted = 0`), "/registry/tenancy.kcp.io/logicalclusters/"+string(c)+"/cluster").Scan(&exists); err != nil {
+		return nil, err
+	}
+	if exists == 0 {
+		return nil, fmt.Errorf("there is no logical cluster %s in this datastore", c)
+	}
+	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM kine`).Scan(&f.Revision); err != nil {
+		return nil, err
+	}
+	rows, err := db.QueryContext(ctx, q(d, stateAt+` ORDER BY k.name`), stateArgs(c, f.Revision)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r Row
+		var v []byte
+		if err := rows.Scan(&r.Key, &v); err != nil {
+			return nil, err
+		}
+		if !json.Valid(v) {
+			return nil, fmt.Errorf("%s is not stored as JSON", r.Key)
+		}
+		r.Value = v
+		f.Rows = append(f.Rows, r)
+	}
+	return f, rows.Err()
+}
+
+// Check refuses a file that is not a snapshot this build reads.
+func (f *File) Check() error {
+	if f.Kind != FileKind || f.Version != FileVersion {
+		return fmt.Errorf("not a kcp workspace snapshot (kind %q version %d; want %s version %d)", f.Kind, f.Version, FileKind, FileVersion)
+	}
+	c, err := logicalcluster.Parse(f.Cluster)
+	if err != nil || c.IsWildcard() {
+		return fmt.Errorf("the snapshot's cluster %q is not a workspace path", f.Cluster)
+	}
+	prefix := "/registry/"
+	for _, r := range f.Rows {
+		fields := strings.Split(r.Key, "/")
+		if !strings.HasPrefix(r.Key, prefix) || len(fields) < 6 || fields[4] != f.Cluster {
+			return fmt.Errorf("row %q is not a key of %s", r.Key, f.Cluster)
+		}
+		if !json.Valid(r.Value) {
+			return fmt.Errorf("row %q is not JSON", r.Key)
+		}
+	}
+	return nil
+}
+
+// Load stores a snapshot file, filed under parent and name.
+func Load(ctx context.Context, db *sql.DB, d datastore.Dialect, f *File, parent, name string) (Snapshot, error) {
+	if err := f.Check(); err != nil {
+		return Snapshot{}, err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	defer tx.Rollback()
+	var id int64
+	if err := tx.QueryRowContext(ctx, q(d, `INSERT INTO kcp_snapshots (parent, name, cluster, revision, taken_at, objects, bytes) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`),
+		parent, name, f.Cluster, f.Revision, changehistory.Timestamp(d, f.TakenAt), len(f.Rows), bytesOf(f)).Scan(&id); err != nil {
+		return Snapshot{}, err
+	}
+	stmt, err := tx.PrepareContext(ctx, q(d, `INSERT INTO kcp_snapshot_rows (snapshot_id, key, value) VALUES (?, ?, ?)`))
+	if err != nil {
+		return Snapshot{}, err
+	}
+	defer stmt.Close()
+	for _, r := range f.Rows {
+		if _, err := stmt.ExecContext(ctx, id, r.Key, []byte(r.Value)); err != nil {
+			return Snapshot{}, fmt.Errorf("%s: %w", r.Key, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return Snapshot{}, err
+	}
+	s, _, err := Get(ctx, db, d, id)
+	return s, err
+}
+
+func bytesOf(f *File) int64 {
+	var n int64
+	for _, r := range f.Rows {
+		n += int64(len(r.Value))
+	}
+	return n
+}
+
+// FilePrefix starts the name of a snapshot loaded from a file: its
+// revision is the revision of the datastore it was taken from.
+const FilePrefix = "kcp-restore-from-file-"
