@@ -47,8 +47,8 @@ func TestTrimReady(t *testing.T) {
 	if !ok {
 		t.Fatalf("a ready workspace is cached as %T", got)
 	}
-	if r.limits != (tenancy.Limits{Objects: 5, Bytes: 9}) {
-		t.Errorf("limits %+v", r.limits)
+	if r.spec.limits != (tenancy.Limits{Objects: 5, Bytes: 9}) {
+		t.Errorf("limits %+v", r.spec.limits)
 	}
 	if key, err := clusterinformer.KeyFunc(r); err != nil || key != clusterinformer.Key("root:team", "", "w") {
 		t.Errorf("key %q, %v", key, err)
@@ -61,8 +61,8 @@ func TestTrimReady(t *testing.T) {
 func TestSweepQueuesDifferingLimits(t *testing.T) {
 	ix := cache.NewIndexer(clusterinformer.KeyFunc, cache.Indexers{})
 	for _, w := range []*readyWorkspace{
-		{Ref: clusterinformer.Ref{Cluster: "root", Name: "same"}, limits: tenancy.Limits{Objects: 5}},
-		{Ref: clusterinformer.Ref{Cluster: "root", Name: "changed"}, limits: tenancy.Limits{Objects: 7}},
+		{Ref: clusterinformer.Ref{Cluster: "root", Name: "same"}, spec: copied{limits: tenancy.Limits{Objects: 5}}},
+		{Ref: clusterinformer.Ref{Cluster: "root", Name: "changed"}, spec: copied{limits: tenancy.Limits{Objects: 7}}},
 	} {
 		if err := ix.Add(w); err != nil {
 			t.Fatal(err)
