@@ -37,14 +37,24 @@ func frozenOf(obj runtime.Object) (reason string, set bool) {
 // Workspace by the parent's RBAC, checked for the requester without
 // clusterauthz's owner rule, as for spec.limits: a tenant who owns the
 // workspace cannot unfreeze what its parent froze. A reason must say
-// something (the schema bounds its length).
+// something (the schema bounds its length). Deleting a frozen Workspace
+// needs the parent's "delete" alike: a tenant must not escape a freeze (an
+// investigation, say) by deleting what it froze.
 func (p *Plugin) validateFrozen(ctx context.Context, a admission.Attributes) error {
-	if a.GetResource().GroupResource() != tenancy.WorkspacesResource.GroupResource() || a.GetSubresource() != "" ||
-		(a.GetOperation() != admission.Create && a.GetOperation() != admission.Update) {
+	if a.GetResource().GroupResource() != tenancy.WorkspacesResource.GroupResource() || a.GetSubresource() != "" {
 		return nil
 	}
 	parent, ok := logicalcluster.From(ctx)
 	if !ok || parent.IsWildcard() {
+		return nil
+	}
+	if a.GetOperation() == admission.Delete {
+		if was, set := frozenOf(a.GetOldObject()); set {
+			return p.parentAllows(ctx, a, parent, a.GetName(), "delete", fmt.Sprintf("delete workspace %s, which is frozen (%s)", parent.Join(a.GetName()), was))
+		}
+		return nil
+	}
+	if a.GetOperation() != admission.Create && a.GetOperation() != admission.Update {
 		return nil
 	}
 	want, set := frozenOf(a.GetObject())
@@ -66,11 +76,22 @@ func (p *Plugin) validateFrozen(ctx context.Context, a admission.Attributes) err
 	if o, err := meta.Accessor(a.GetObject()); err == nil && o.GetName() != "" {
 		wsName = o.GetName() // generateName: named by now
 	}
+	what := "freeze"
+	if !set {
+		what = "unfreeze"
+	}
+	return p.parentAllows(ctx, a, parent, wsName, LimitsVerb, fmt.Sprintf("%s workspace %s", what, parent.Join(wsName)))
+}
+
+// parentAllows checks that the parent's RBAC (without the owner rule)
+// allows the requester verb on the Workspace wsName; what says what the
+// requester may not do otherwise.
+func (p *Plugin) parentAllows(ctx context.Context, a admission.Attributes, parent logicalcluster.Name, wsName, verb, what string) error {
 	if p.authz == nil {
 		return admission.NewForbidden(a, fmt.Errorf("workspace freezes cannot be checked yet (the server is starting); try again"))
 	}
 	attr := authorizer.AttributesRecord{
-		User: a.GetUserInfo(), Verb: LimitsVerb, APIGroup: tenancy.Group, APIVersion: tenancy.Version,
+		User: a.GetUserInfo(), Verb: verb, APIGroup: tenancy.Group, APIVersion: tenancy.Version,
 		Resource: "workspaces", Name: wsName, ResourceRequest: true,
 	}
 	d, _, err := p.authz.Authorize(clusterauthz.WithoutOwnerRule(logicalcluster.WithCluster(ctx, parent)), attr)
@@ -81,10 +102,6 @@ func (p *Plugin) validateFrozen(ctx context.Context, a admission.Attributes) err
 	if a.GetUserInfo() != nil {
 		name = a.GetUserInfo().GetName()
 	}
-	what := "freeze"
-	if !set {
-		what = "unfreeze"
-	}
-	return admission.NewForbidden(a, fmt.Errorf("%q may not %s workspace %s: spec.frozen is the parent's decision and needs the verb %q on "+
-		"workspaces.%s/%s granted by the RBAC of %s (creating or owning the workspace is not enough)", name, what, parent.Join(wsName), LimitsVerb, tenancy.Group, wsName, parent))
+	return admission.NewForbidden(a, fmt.Errorf("%q may not %s: a freeze is the parent's decision; this needs the verb %q on "+
+		"workspaces.%s/%s granted by the RBAC of %s (creating or owning the workspace is not enough)", name, what, verb, tenancy.Group, wsName, parent))
 }

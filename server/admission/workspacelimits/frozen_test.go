@@ -39,6 +39,9 @@ func TestFreezeNeedsTheParent(t *testing.T) {
 	ctx := logicalcluster.WithCluster(context.Background(), "root:org")
 	gvk := schema.GroupVersionKind{Group: tenancy.Group, Version: tenancy.Version, Kind: "Workspace"}
 	attrs := func(op admission.Operation, obj, old *unstructured.Unstructured, who string) admission.Attributes {
+		if obj == nil {
+			return admission.NewAttributesRecord(nil, old, gvk, "", "team", tenancy.WorkspacesResource, "", op, nil, false, &user.DefaultInfo{Name: who})
+		}
 		if old == nil {
 			return admission.NewAttributesRecord(obj, nil, gvk, "", "team", tenancy.WorkspacesResource, "", op, nil, false, &user.DefaultInfo{Name: who})
 		}
@@ -53,13 +56,15 @@ func TestFreezeNeedsTheParent(t *testing.T) {
 		contains string
 	}{
 		{"creator creates it frozen", attrs(admission.Create, frozenWorkspace("team", incident), nil, "creator"), true, `"creator" may not freeze workspace root:org:team`},
-		{"owner unfreezes", attrs(admission.Update, frozenWorkspace("team", nil), frozenWorkspace("team", incident), "creator"), true, `"creator" may not unfreeze workspace root:org:team: spec.frozen is the parent's decision`},
+		{"owner unfreezes", attrs(admission.Update, frozenWorkspace("team", nil), frozenWorkspace("team", incident), "creator"), true, `"creator" may not unfreeze workspace root:org:team: a freeze is the parent's decision`},
 		{"owner changes the reason", attrs(admission.Update, frozenWorkspace("team", other), frozenWorkspace("team", incident), "creator"), true, "verb \"update\""},
 		{"owner freezes", attrs(admission.Update, frozenWorkspace("team", incident), frozenWorkspace("team", nil), "creator"), true, "owning the workspace is not enough"},
 		{"owner updates something else of a frozen one", attrs(admission.Update, frozenWorkspace("team", incident), frozenWorkspace("team", incident), "creator"), false, ""},
 		{"parent's admin freezes", attrs(admission.Update, frozenWorkspace("team", incident), frozenWorkspace("team", nil), "parent-admin"), false, ""},
 		{"parent's admin unfreezes", attrs(admission.Update, frozenWorkspace("team", nil), frozenWorkspace("team", incident), "parent-admin"), false, ""},
 		{"parent's admin creates it frozen", attrs(admission.Create, frozenWorkspace("team", incident), nil, "parent-admin"), false, ""},
+		{"owner deletes it frozen", attrs(admission.Delete, nil, frozenWorkspace("team", incident), "creator"), true, `"creator" may not delete workspace root:org:team, which is frozen (incident 4711)`},
+		{"owner deletes it unfrozen", attrs(admission.Delete, nil, frozenWorkspace("team", nil), "creator"), false, ""},
 		{"a blank reason", attrs(admission.Update, frozenWorkspace("team", map[string]interface{}{"reason": "  "}), frozenWorkspace("team", nil), "parent-admin"), true, "must say why"},
 		{"no reason", attrs(admission.Update, frozenWorkspace("team", map[string]interface{}{}), frozenWorkspace("team", nil), "parent-admin"), true, "must say why"},
 		{"a long reason", attrs(admission.Update, frozenWorkspace("team", map[string]interface{}{"reason": strings.Repeat("é", 257)}), frozenWorkspace("team", nil), "parent-admin"), true, "257 characters long, at most 256"},
