@@ -306,9 +306,9 @@ func TestFreeze(t *testing.T) {
 			t.Errorf("ws freeze with a blank reason: %v\n%s", err, out)
 		}
 		for p, want := range map[string]string{
-			`{"spec":{"frozen":{"reason":""}}}`:                                   "should be at least 1 chars long",
-			`{"spec":{"frozen":{}}}`:                                              "spec.frozen.reason: Required value",
-			`{"spec":{"frozen":{"reason":"   "}}}`:                                "must say why the workspace is frozen",
+			`{"spec":{"frozen":{"reason":""}}}`:                                 "should be at least 1 chars long",
+			`{"spec":{"frozen":{}}}`:                                            "spec.frozen.reason: Required value",
+			`{"spec":{"frozen":{"reason":"   "}}}`:                              "must say why the workspace is frozen",
 			`{"spec":{"frozen":{"reason":"` + strings.Repeat("x", 257) + `"}}}`: "spec.frozen.reason: Too long",
 		} {
 			out, err := s.KubectlErr("root", "", "patch", "workspace", "team-a", "--type=merge", "-p", p)
