@@ -27,7 +27,13 @@
 //     keep renewing;
 //   - requests of a syncer through its view (syncerview.FromSyncer): all it
 //     may write is the physical world's truth (status, projections, the
-//     removal of its own finalizer, tokens for its pods).
+//     removal of its own finalizer, tokens for its pods);
+//   - updates of a SyncTarget's status: the heartbeat a syncer writes in
+//     its location workspace with its own token. Refused, a frozen location
+//     would look dead after --synctarget-heartbeat-timeout, and placement
+//     would move its workloads away: a freeze must not change the physical
+//     world. (Whoever the location's RBAC allows to write that status can
+//     while it is frozen.)
 //
 // The filter runs after authentication, impersonation and authorization:
 // only those allowed the request learn that the workspace is frozen, and
@@ -45,6 +51,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
+	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/syncerview"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
@@ -86,6 +93,12 @@ func Refused(info *request.RequestInfo, u user.Info, syncer bool) bool {
 		return true
 	}
 	if !Writes.Has(info.Verb) {
+		return false
+	}
+	if info.APIGroup == workload.Group && info.Resource == workload.SyncTargetsResource.Resource && info.Subresource == "status" &&
+		(info.Verb == "update" || info.Verb == "patch") {
+		// A syncer's heartbeat: a frozen location must not look dead
+		// (its targets NotReady, their workloads evicted).
 		return false
 	}
 	if info.Verb == "create" {
