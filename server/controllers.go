@@ -255,6 +255,7 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 		}
 		c.ReadStored(stored, watched)
 		c.LimitsSynced(clusters.Synced)
+		c.SyncFrozen(func(n logicalcluster.Name) string { return clusters.FreezeOf(n).Reason })
 		go c.Run(ctx, workspaceWorkers)
 	} else {
 		klog.ErrorS(err, "workspace controller")

@@ -36,6 +36,7 @@ import (
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/errorlimit"
 	"github.com/kcpsql/kcp/server/exportview"
+	"github.com/kcpsql/kcp/server/frozen"
 	"github.com/kcpsql/kcp/server/healthreasons"
 	"github.com/kcpsql/kcp/server/incarnations"
 	"github.com/kcpsql/kcp/server/inmemory"
@@ -174,7 +175,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	defer closeRevisions()
 	began := &incarnations.Tracker{CreateRevision: createRevision}
 	podstreams.Shared.SetLimits(o.PodStreams)
-	makeClusterAware(config, crds, boundAPIs, began)
+	makeClusterAware(config, crds, boundAPIs, began, clusters)
 	// A logical cluster serves requests from the moment its LogicalCluster
 	// is stored, so it is stored Ready (and with its URL): one status write
 	// less per workspace. Its Workspace stays Initializing until the
@@ -250,7 +251,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 // server's storage goes through clusterstore and the
 // outermost handler chain starts with requestlimits and routing
 // (authentication and authorization were made cluster-aware by newConfig).
-func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *boundapis.Index, began *incarnations.Tracker) {
+func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *boundapis.Index, began *incarnations.Tracker, clusters *logicalclusters.Registry) {
 	// Upstream's system-namespaces controller waits for the shared namespace
 	// informer, which is started only if it was requested before the
 	// informers start; request it now so root gets its default namespace.
@@ -279,11 +280,12 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *b
 	inner := c.Aggregator.GenericConfig.BuildHandlerChainFunc
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, gc *genericapiserver.Config) http.Handler {
 		// After authorization: reads at resource versions from before a
-		// cluster's current incarnation answer 410 (incarnations).
+		// cluster's current incarnation answer 410 (incarnations), and a
+		// frozen workspace refuses writes (frozen).
 		// healthreasons: /readyz?verbose says why a check fails to those
 		// who may read the check's own endpoint (system:masters).
 		h = healthreasons.WithReasons(h, gc.Authorization.Authorizer)
-		routed := routing.WithLogicalCluster(errorlimit.WithLimit(tenantslots.WithHolder(requester.WithHolder(inner(incarnations.WithIncarnations(crds.Wrap(h), began), gc)))))
+		routed := routing.WithLogicalCluster(errorlimit.WithLimit(tenantslots.WithHolder(requester.WithHolder(inner(frozen.WithFrozen(incarnations.WithIncarnations(crds.Wrap(h), began), clusters.FreezeOf), gc)))))
 		view, err := syncerview.New(routed, gc.Authentication.Authenticator, gc.Authorization.Authorizer, gc.LoopbackClientConfig, boundAPIs)
 		if err != nil {
 			klog.Fatalf("building the syncer view: %v", err)

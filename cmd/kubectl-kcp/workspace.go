@@ -45,7 +45,7 @@ func newWorkspaceCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "ws",
 		Aliases: []string{"workspace", "workspaces"},
-		Short:   "Create, enter, list and delete workspaces",
+		Short:   "Create, enter, list, freeze and delete workspaces",
 		Long: `Workspaces are logical clusters arranged in a tree (root, root:acme,
 root:acme:web). The current workspace is the path in the server URL of the
 kubeconfig's current cluster (https://host:6443/clusters/root:acme);
@@ -57,7 +57,9 @@ kubeconfig's current cluster (https://host:6443/clusters/root:acme);
   kubectl kcp ws use ..                # the parent
   kubectl kcp ws use -                 # back to the previous one
   kubectl kcp ws tree
-  kubectl kcp ws delete team-a`,
+  kubectl kcp ws delete team-a
+  kubectl kcp ws freeze team-a --reason "incident 4711"
+  kubectl kcp ws unfreeze team-a`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.current(cmd.OutOrStdout()) },
 	}
@@ -89,6 +91,7 @@ kubeconfig's current cluster (https://host:6443/clusters/root:acme);
 			RunE: func(cmd *cobra.Command, _ []string) error { return o.tree(cmd.OutOrStdout()) }},
 		deleteCmd,
 	)
+	cmd.AddCommand(newFreezeCommands(o)...)
 	return cmd
 }
 

@@ -23,7 +23,8 @@ type Stored struct {
 		OwnerReferences   []metav1.OwnerReference `json:"ownerReferences"`
 	} `json:"metadata"`
 	Spec struct {
-		Limits Limits `json:"limits"`
+		Limits Limits  `json:"limits"`
+		Frozen *Frozen `json:"frozen"`
 	} `json:"spec"`
 	Status struct {
 		Phase string `json:"phase"`
@@ -68,8 +69,11 @@ func DecodeStored(kind, key string, value []byte) (*Stored, error) {
 			})
 		case "spec":
 			return storedjson.Object(v, func(k, v []byte) error {
-				if string(k) == "limits" {
+				switch string(k) {
+				case "limits":
 					return memberValue("spec.limits", v, &s.Spec.Limits)
+				case "frozen":
+					return memberValue("spec.frozen", v, &s.Spec.Frozen)
 				}
 				return nil
 			})

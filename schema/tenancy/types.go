@@ -29,6 +29,17 @@ const (
 	// creation (JSON of ResolvedType). Written by admission, never trusted
 	// from clients; the workspace controller creates those bindings.
 	TypeAnnotation = "tenancy.kcp.io/type"
+	// RestoreAnnotation on a LogicalCluster freezes its logical cluster
+	// while a restore runs: its value is the name of the WorkspaceRestore,
+	// in the parent, that set it. kcp's restore controller sets and removes
+	// it (the LogicalCluster is kcp's alone: logicalclusterprotection).
+	RestoreAnnotation = "tenancy.kcp.io/restore"
+	// ConditionFrozen is the Workspace condition that is True, with the
+	// reason as its message, while its spec.frozen is set (and the
+	// workspace controller has copied it to the LogicalCluster).
+	ConditionFrozen = "Frozen"
+	// MaxFrozenReason is the longest spec.frozen.reason, in characters.
+	MaxFrozenReason = 256
 )
 
 // ResolvedType is what a Workspace's TypeAnnotation holds.
@@ -104,6 +115,20 @@ type WorkspaceSpec struct {
 	// cannot). Absent or zero: the server's defaults
 	// (--workspace-max-objects, --workspace-max-bytes).
 	Limits *Limits `json:"limits,omitempty"`
+	// Frozen makes the workspace read-only: every write into its logical
+	// cluster is refused with the reason, reads and watches go on, and
+	// kcp's own controllers still finish what they do (deletions). Set
+	// and removed by whoever may update the Workspace in its parent by
+	// the parent's RBAC (owning the workspace is not enough). Absent: not
+	// frozen.
+	Frozen *Frozen `json:"frozen,omitempty"`
+}
+
+// Frozen says why a workspace is read-only.
+type Frozen struct {
+	// Reason is shown in every refusal (1 to MaxFrozenReason characters,
+	// not blank).
+	Reason string `json:"reason"`
 }
 
 // Limits cap what a logical cluster stores: live objects and the bytes of
@@ -135,6 +160,8 @@ type LogicalClusterSpec struct {
 	Initializers []string `json:"initializers,omitempty"`
 	// Limits are the Workspace's spec.limits, copied by kcp.
 	Limits *Limits `json:"limits,omitempty"`
+	// Frozen is the Workspace's spec.frozen, copied by kcp.
+	Frozen *Frozen `json:"frozen,omitempty"`
 }
 
 // Owner points at a Workspace in the parent cluster.

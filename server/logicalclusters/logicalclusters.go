@@ -6,6 +6,7 @@ package logicalclusters
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync/atomic"
 	"unique"
 
@@ -88,7 +89,8 @@ func listStored(ctx context.Context, rangeFn clusterinformer.RangeFunc) (*unstru
 
 // storedObject is a stored LogicalCluster as the registry reads it, listed
 // or watched straight from the datastore: the fields trim reads (name,
-// UID, owner annotation, spec.limits and status.phase);
+// UID, owner and restore annotations, spec.limits, spec.frozen and
+// status.phase);
 // clusterinformer.ListStored and WatchStored add the resourceVersion (the
 // row's revision) and the cluster (from the key, as the API server sets
 // it).
@@ -102,11 +104,24 @@ func storedObject(key string, value []byte) (*unstructured.Unstructured, error) 
 	}}
 	u.SetName(lc.Metadata.Name)
 	u.SetUID(lc.Metadata.UID)
-	if owner, ok := lc.Metadata.Annotations[tenancy.OwnerAnnotation]; ok {
-		u.SetAnnotations(map[string]string{tenancy.OwnerAnnotation: owner})
+	annotations := map[string]string{}
+	for _, a := range []string{tenancy.OwnerAnnotation, tenancy.RestoreAnnotation} {
+		if v, ok := lc.Metadata.Annotations[a]; ok {
+			annotations[a] = v
+		}
 	}
+	if len(annotations) > 0 {
+		u.SetAnnotations(annotations)
+	}
+	spec := map[string]interface{}{}
 	if l := lc.Spec.Limits; l != (tenancy.Limits{}) {
-		u.Object["spec"] = map[string]interface{}{"limits": map[string]interface{}{"objects": l.Objects, "bytes": l.Bytes}}
+		spec["limits"] = map[string]interface{}{"objects": l.Objects, "bytes": l.Bytes}
+	}
+	if f := lc.Spec.Frozen; f != nil {
+		spec["frozen"] = map[string]interface{}{"reason": f.Reason}
+	}
+	if len(spec) > 0 {
+		u.Object["spec"] = spec
 	}
 	if lc.Status.Phase != "" {
 		u.Object["status"] = map[string]interface{}{"phase": lc.Status.Phase}
@@ -115,12 +130,14 @@ func storedObject(key string, value []byte) (*unstructured.Unstructured, error) 
 }
 
 // entry is what the registry keeps of a LogicalCluster: its identity, the
-// owner's username, spec.limits and whether it is terminating (about 120
-// bytes; the trimmed unstructured object it replaced was 1.7 KiB).
+// owner's username, spec.limits, what freezes it and whether it is
+// terminating (about 150 bytes; the trimmed unstructured object it
+// replaced was 1.7 KiB).
 type entry struct {
 	clusterinformer.Ref
 	owner       string
 	limits      tenancy.Limits
+	freeze      Freeze
 	terminating bool
 }
 
@@ -134,6 +151,7 @@ func trim(obj interface{}) (interface{}, error) {
 		Ref:         clusterinformer.RefOf(u),
 		owner:       ownerName(u.GetAnnotations()[tenancy.OwnerAnnotation]),
 		limits:      LimitsOf(u, "spec", "limits"),
+		freeze:      Freeze{Reason: FrozenOf(u, "spec", "frozen"), Restore: u.GetAnnotations()[tenancy.RestoreAnnotation]},
 		terminating: phase == tenancy.PhaseTerminating,
 	}, nil
 }
@@ -228,6 +246,57 @@ func LimitsOf(u *unstructured.Unstructured, fields ...string) tenancy.Limits {
 	objects, _, _ := unstructured.NestedInt64(u.Object, append(fields, "objects")...)
 	bytes, _, _ := unstructured.NestedInt64(u.Object, append(fields, "bytes")...)
 	return tenancy.Limits{Objects: objects, Bytes: bytes}
+}
+
+// Freeze is what makes a logical cluster read-only (server/frozen): its
+// Workspace's spec.frozen, copied to its LogicalCluster, or a restore in
+// progress (tenancy.RestoreAnnotation on its LogicalCluster).
+type Freeze struct {
+	// Reason is spec.frozen.reason ("" when not set).
+	Reason string
+	// Restore names the WorkspaceRestore, in the parent, that is
+	// restoring the cluster ("" when none).
+	Restore string
+}
+
+// Frozen reports whether either freezes the cluster.
+func (f Freeze) Frozen() bool { return f.Reason != "" || f.Restore != "" }
+
+// FreezeOf returns what freezes a cluster (nothing for root and for
+// clusters the registry does not know).
+func (r *Registry) FreezeOf(c logicalcluster.Name) Freeze {
+	if c == logicalcluster.Root || c == logicalcluster.SystemCRDs {
+		return Freeze{}
+	}
+	if e := r.get(c); e != nil {
+		return e.freeze
+	}
+	return Freeze{}
+}
+
+// Frozen reports whether a cluster is read-only, and why: its LogicalCluster
+// has spec.frozen (the reason is its reason) or the restore annotation
+// (the reason names the restore). A restore's reason comes first: it holds
+// the cluster frozen whatever spec.frozen says.
+func (r *Registry) Frozen(c logicalcluster.Name) (reason string, frozen bool) {
+	f := r.FreezeOf(c)
+	if f.Restore != "" {
+		return RestoreReason(c, f.Restore), true
+	}
+	return f.Reason, f.Reason != ""
+}
+
+// RestoreReason is the reason a cluster is frozen by a restore.
+func RestoreReason(c logicalcluster.Name, restore string) string {
+	parent, _ := c.Parent()
+	return fmt.Sprintf("being restored by WorkspaceRestore %s in %s", restore, parent)
+}
+
+// FrozenOf reads the reason of a Frozen object at fields of u ("" where
+// absent).
+func FrozenOf(u *unstructured.Unstructured, fields ...string) string {
+	reason, _, _ := unstructured.NestedString(u.Object, append(fields, "reason")...)
+	return reason
 }
 
 // StoredReady completes a new LogicalCluster (clusterstore.WithOnCreate)

@@ -60,6 +60,38 @@ func TestRegistryEntries(t *testing.T) {
 	}
 }
 
+// A cluster is frozen by its LogicalCluster's spec.frozen or by the restore
+// annotation, which comes first; root and unknown clusters never are.
+func TestRegistryFrozen(t *testing.T) {
+	ix := cache.NewIndexer(clusterinformer.KeyFunc, cache.Indexers{})
+	frozen := lc("root:f", tenancy.PhaseReady, "", 0)
+	frozen.Object["spec"] = map[string]interface{}{"frozen": map[string]interface{}{"reason": "incident 4711"}}
+	restored := lc("root:org:r", tenancy.PhaseReady, "", 0)
+	restored.Object["spec"] = map[string]interface{}{"frozen": map[string]interface{}{"reason": "incident 4711"}}
+	restored.SetAnnotations(map[string]string{logicalcluster.Annotation: "root:org:r", tenancy.RestoreAnnotation: "undo-1"})
+	for _, u := range []*unstructured.Unstructured{lc("root:a", tenancy.PhaseReady, "", 0), frozen, restored} {
+		e, _ := trim(u)
+		if err := ix.Add(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := New()
+	r.indexer.Store(&ix)
+	for c, want := range map[logicalcluster.Name]string{
+		"root": "", "root:a": "", "root:unknown": "",
+		"root:f":     "incident 4711",
+		"root:org:r": "being restored by WorkspaceRestore undo-1 in root:org",
+	} {
+		reason, ok := r.Frozen(c)
+		if reason != want || ok != (want != "") {
+			t.Errorf("Frozen(%s) = %q, %v; want %q", c, reason, ok, want)
+		}
+	}
+	if f := r.FreezeOf("root:org:r"); f.Reason != "incident 4711" || f.Restore != "undo-1" {
+		t.Errorf("FreezeOf(root:org:r) = %+v", f)
+	}
+}
+
 // A LogicalCluster read straight from the datastore (listStored) gives the
 // registry the same entry as the object the API server serves, stored
 // fields and all; the list carries the revision it was read at; a row
@@ -73,8 +105,8 @@ func TestListStored(t *testing.T) {
 			"spec":{"owner":{"cluster":"root","name":"a","uid":"w-a"},"limits":{"objects":100,"bytes":2048}},
 			"status":{"phase":"Ready","URL":"https://kcp/clusters/root:a"}}`,
 		"/registry/tenancy.kcp.io/logicalclusters/root:b/cluster": `{"apiVersion":"tenancy.kcp.io/v1alpha1","kind":"LogicalCluster",
-			"metadata":{"name":"cluster","uid":"u-b","annotations":{"kcp.io/cluster":"root:b"}},
-			"spec":{"owner":{"cluster":"root","name":"b","uid":"w-b"}},"status":{"phase":"Terminating"}}`,
+			"metadata":{"name":"cluster","uid":"u-b","annotations":{"kcp.io/cluster":"root:b","` + tenancy.RestoreAnnotation + `":"undo"}},
+			"spec":{"owner":{"cluster":"root","name":"b","uid":"w-b"},"frozen":{"reason":"incident"}},"status":{"phase":"Terminating"}}`,
 	}
 	order := []string{"/registry/tenancy.kcp.io/logicalclusters/root:a/cluster", "/registry/tenancy.kcp.io/logicalclusters/root:b/cluster"}
 	revs := map[string]int64{order[0]: 41, order[1]: 57}

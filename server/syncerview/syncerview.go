@@ -33,6 +33,7 @@ package syncerview
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -168,7 +169,7 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		viewidentity.Refuse(w, apierrors.NewForbidden(gr, info.Name, fmt.Errorf("the syncer view allows list and watch, a status merge patch, the syncer's own status annotation and the removal of its own finalizer, projections and tokens for its pods; not %s", info.Verb)), "")
 		return
 	}
-	ctx := viewidentity.WithTenant(req.Context(), location, string(location)+"/"+target)
+	ctx := context.WithValue(viewidentity.WithTenant(req.Context(), location, string(location)+"/"+target), syncerKey{}, true)
 	if cluster.IsWildcard() && f.exports != nil && gr.Group != "" {
 		if e, _ := f.exports.Export(location, apiresource.ExportName); e != nil {
 			for _, r := range e.Resources {
@@ -181,6 +182,17 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	// Continue as the view's identity, at the cluster path.
 	out := viewidentity.Continue(ctx, req, identity(location, target), "/"+rest, q)
 	f.next.ServeHTTP(w, out)
+}
+
+type syncerKey struct{}
+
+// FromSyncer reports whether the request of ctx is a syncer's that its
+// view checked and let through (a context value: no client can set it).
+// A frozen workspace still takes these writes (server/frozen): they are
+// the physical world's truth.
+func FromSyncer(ctx context.Context) bool {
+	v, _ := ctx.Value(syncerKey{}).(bool)
+	return v
 }
 
 // checkPatch allows a status-only merge patch of an assigned object, or a

@@ -96,10 +96,11 @@ func TestDeletionsDoNotLowerTheCount(t *testing.T) {
 	}
 }
 
-// rbac allows "update" on workspaces to the user "parent-admin" only, and
-// everything else but that to everyone (entering root:org included).
+// rbac allows "update" and "delete" on workspaces to the user
+// "parent-admin" only, and everything else but that to everyone (entering
+// root:org included).
 var rbac = authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-	if a.GetVerb() == "update" && a.GetResource() == "workspaces" && a.GetUser().GetName() != "parent-admin" {
+	if (a.GetVerb() == "update" || a.GetVerb() == "delete") && a.GetResource() == "workspaces" && a.GetUser().GetName() != "parent-admin" {
 		return authorizer.DecisionNoOpinion, "", nil
 	}
 	return authorizer.DecisionAllow, "", nil

@@ -9,7 +9,8 @@
 // Setting or changing a Workspace's spec.limits needs the verb "update" on
 // that workspace granted by the parent's RBAC: the creator's own right to
 // edit the Workspace it created (clusterauthz's owner rule) is not enough,
-// since the limits are the parent's decision, not the tenant's.
+// since the limits are the parent's decision, not the tenant's. Freezing
+// or unfreezing a Workspace (spec.frozen, frozen.go) needs the same.
 //
 // A create that would go over a cap is refused with 403 and a message that
 // names the cap. The count of a workspace comes from SQL (one indexed query
@@ -130,11 +131,14 @@ func (p *Plugin) ValidateInitialization() error {
 
 var _ admission.ValidationInterface = &Plugin{}
 
-// Validate refuses a change of a Workspace's limits by anyone the parent's
-// RBAC does not allow to update the Workspace, and a create that would take
-// its workspace over a cap.
+// Validate refuses a change of a Workspace's limits or freeze by anyone
+// the parent's RBAC does not allow to update the Workspace, and a create
+// that would take its workspace over a cap.
 func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	if err := p.validateLimits(ctx, a); err != nil {
+		return err
+	}
+	if err := p.validateFrozen(ctx, a); err != nil {
 		return err
 	}
 	p.mu.Lock()

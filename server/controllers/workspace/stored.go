@@ -33,8 +33,8 @@ func watchStored(ctx context.Context, watchFn clusterinformer.WatchFunc, o metav
 
 // storedObject is a stored Workspace as the controller reads it. A Ready
 // Workspace (the great majority) becomes an object with what the caches
-// read of it: name, UID, finalizers, owner references, spec.limits and
-// status.phase (clusterinformer.ListStored and WatchStored add the
+// read of it: name, UID, finalizers, owner references, spec.limits,
+// spec.frozen and status.phase (clusterinformer.ListStored and WatchStored add the
 // resourceVersion, the row's revision, and the cluster, from the key, as
 // the API server sets it). Any other Workspace is decoded whole, as the
 // API server serves it (the Workspace CRD has no defaults to apply on
@@ -57,8 +57,15 @@ func storedObject(key string, value []byte) (*unstructured.Unstructured, error) 
 	u.SetUID(ws.Metadata.UID)
 	u.SetFinalizers(ws.Metadata.Finalizers)
 	u.SetOwnerReferences(ws.Metadata.OwnerReferences)
+	spec := map[string]interface{}{}
 	if l := ws.Spec.Limits; l != (tenancy.Limits{}) {
-		u.Object["spec"] = map[string]interface{}{"limits": map[string]interface{}{"objects": l.Objects, "bytes": l.Bytes}}
+		spec["limits"] = map[string]interface{}{"objects": l.Objects, "bytes": l.Bytes}
+	}
+	if f := ws.Spec.Frozen; f != nil {
+		spec["frozen"] = map[string]interface{}{"reason": f.Reason}
+	}
+	if len(spec) > 0 {
+		u.Object["spec"] = spec
 	}
 	u.Object["status"] = map[string]interface{}{"phase": ws.Status.Phase}
 	return u, nil

@@ -27,7 +27,7 @@ func TestListStored(t *testing.T) {
 			"metadata":{"name":"ready","uid":"u-r","generation":1,"creationTimestamp":"2026-11-26T10:00:00Z",
 			"annotations":{"kcp.io/cluster":"root","` + tenancy.OwnerAnnotation + `":"{\"username\":\"alice\"}"},
 			"finalizers":["` + tenancy.WorkspaceFinalizer + `"],` + owner + `,` + managed + `},
-			"spec":{"limits":{"objects":100,"bytes":2048}},"status":{"phase":"Ready","URL":"https://kcp/clusters/root:ready"}}`,
+			"spec":{"limits":{"objects":100,"bytes":2048},"frozen":{"reason":"incident 4711"}},"status":{"phase":"Ready","URL":"https://kcp/clusters/root:ready"}}`,
 		// Still initializing: the controller works on it.
 		"/registry/tenancy.kcp.io/workspaces/root/new": `{"apiVersion":"tenancy.kcp.io/v1alpha1","kind":"Workspace",
 			"metadata":{"name":"new","uid":"u-n","creationTimestamp":"2026-11-26T10:00:00Z","annotations":{"kcp.io/cluster":"root"},` + managed + `},

@@ -19,7 +19,8 @@ import (
 func TestTrimReady(t *testing.T) {
 	ws := func(phase string, finalizer, deleting bool) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{Object: map[string]interface{}{
-			"spec":   map[string]interface{}{"limits": map[string]interface{}{"objects": int64(5), "bytes": int64(9)}},
+			"spec": map[string]interface{}{"limits": map[string]interface{}{"objects": int64(5), "bytes": int64(9)},
+				"frozen": map[string]interface{}{"reason": "incident"}},
 			"status": map[string]interface{}{"phase": phase},
 		}}
 		u.SetName("w")
@@ -47,8 +48,8 @@ func TestTrimReady(t *testing.T) {
 	if !ok {
 		t.Fatalf("a ready workspace is cached as %T", got)
 	}
-	if r.limits != (tenancy.Limits{Objects: 5, Bytes: 9}) {
-		t.Errorf("limits %+v", r.limits)
+	if r.spec != (copied{limits: tenancy.Limits{Objects: 5, Bytes: 9}, frozen: "incident"}) {
+		t.Errorf("copied %+v", r.spec)
 	}
 	if key, err := clusterinformer.KeyFunc(r); err != nil || key != clusterinformer.Key("root:team", "", "w") {
 		t.Errorf("key %q, %v", key, err)
@@ -61,8 +62,8 @@ func TestTrimReady(t *testing.T) {
 func TestSweepQueuesDifferingLimits(t *testing.T) {
 	ix := cache.NewIndexer(clusterinformer.KeyFunc, cache.Indexers{})
 	for _, w := range []*readyWorkspace{
-		{Ref: clusterinformer.Ref{Cluster: "root", Name: "same"}, limits: tenancy.Limits{Objects: 5}},
-		{Ref: clusterinformer.Ref{Cluster: "root", Name: "changed"}, limits: tenancy.Limits{Objects: 7}},
+		{Ref: clusterinformer.Ref{Cluster: "root", Name: "same"}, spec: copied{limits: tenancy.Limits{Objects: 5}}},
+		{Ref: clusterinformer.Ref{Cluster: "root", Name: "changed"}, spec: copied{limits: tenancy.Limits{Objects: 7}}},
 	} {
 		if err := ix.Add(w); err != nil {
 			t.Fatal(err)
@@ -82,5 +83,33 @@ func TestSweepQueuesDifferingLimits(t *testing.T) {
 	}
 	if key, _ := c.queue.Get(); key != clusterinformer.Key("root", "", "changed") {
 		t.Errorf("queued %q", key)
+	}
+}
+
+// The sweep also queues the Ready Workspaces whose freeze differs from
+// their LogicalCluster's: frozen, unfrozen, or with another reason.
+func TestSweepQueuesDifferingFreeze(t *testing.T) {
+	ix := cache.NewIndexer(clusterinformer.KeyFunc, cache.Indexers{})
+	for _, w := range []*readyWorkspace{
+		{Ref: clusterinformer.Ref{Cluster: "root", Name: "same"}, spec: copied{frozen: "incident"}},
+		{Ref: clusterinformer.Ref{Cluster: "root", Name: "reason"}, spec: copied{frozen: "another"}},
+		{Ref: clusterinformer.Ref{Cluster: "root", Name: "unfrozen"}},
+		{Ref: clusterinformer.Ref{Cluster: "root", Name: "plain"}},
+	} {
+		if err := ix.Add(w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	has := map[logicalcluster.Name]string{"root:same": "incident", "root:reason": "incident", "root:unfrozen": "incident"}
+	c := &Controller{queue: worker.NewQueue[string]("test"), indexer: ix,
+		r: &reconciler{limits: func(logicalcluster.Name) tenancy.Limits { return tenancy.Limits{} }, frozen: func(n logicalcluster.Name) string { return has[n] }}}
+	c.sweep(context.Background())
+	got := map[string]bool{}
+	for c.queue.Len() > 0 {
+		key, _ := c.queue.Get()
+		got[key] = true
+	}
+	if len(got) != 2 || !got[clusterinformer.Key("root", "", "reason")] || !got[clusterinformer.Key("root", "", "unfrozen")] {
+		t.Errorf("queued %v", got)
 	}
 }

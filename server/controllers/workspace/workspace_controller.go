@@ -19,7 +19,6 @@ import (
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
-	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -95,7 +94,8 @@ func NewController(loopback *rest.Config, serverURL string, storage Storage, del
 	}
 	own := clusterinformer.Consumer{Trim: trimReady, Handler: cache.ResourceEventHandlerDetailedFuncs{
 		// A Workspace that is Ready when the controller starts needs a
-		// look only if its limits differ from its LogicalCluster's, which
+		// look only if its limits or freeze differ from its
+		// LogicalCluster's, which
 		// the sweep after the first list checks (sweep): at 100,000
 		// workspaces, queueing each one cost start-up work and left the
 		// queue's maps that large for good.
@@ -138,6 +138,12 @@ func NewController(loopback *rest.Config, serverURL string, storage Storage, del
 // not compare them.
 func (c *Controller) LimitsSynced(synced func() bool) { c.limitsSynced = synced }
 
+// SyncFrozen makes the controller copy every Workspace's spec.frozen to
+// its LogicalCluster and report it in a Frozen condition; frozen returns
+// the reason the LogicalCluster has now ("" none: the registry's
+// FreezeOf(c).Reason). Known for every cluster when LimitsSynced says so.
+func (c *Controller) SyncFrozen(frozen func(logicalcluster.Name) string) { c.r.frozen = frozen }
+
 // OwnerBindingServed says that the storage layer serves every workspace's
 // owner binding from its LogicalCluster (storage/serveddefaults), so the
 // controller does not write it.
@@ -170,7 +176,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 			if err != nil {
 				return 0, nil
 			}
-			return 0, c.r.syncLimits(ctx, child, ready.limits)
+			return 0, c.r.syncSpec(ctx, ready.Cluster, ready.Name, child, ready.spec)
 		}
 		return c.r.reconcile(ctx, cluster, obj.(*unstructured.Unstructured).DeepCopy())
 	})
@@ -178,13 +184,14 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 
 // readyWorkspace is what the cache keeps of a Workspace that is Ready, has
 // the controller's finalizer and is not being deleted: all the controller
-// still does for it is copy spec.limits to its LogicalCluster. A Workspace
+// still does for it is copy spec.limits and spec.frozen to its
+// LogicalCluster (and report spec.frozen in its status). A Workspace
 // in any other state is kept whole (there are few, and not for long). With
 // 100,000 workspaces this is about 2 KiB less per workspace than the
 // unstructured object (docs/performance.md).
 type readyWorkspace struct {
 	clusterinformer.Ref
-	limits tenancy.Limits
+	spec copied
 }
 
 // child is the Workspace's logical cluster.
@@ -200,11 +207,11 @@ func trimReady(obj interface{}) (interface{}, error) {
 	if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase != tenancy.PhaseReady {
 		return obj, nil
 	}
-	return &readyWorkspace{Ref: clusterinformer.RefOf(u), limits: logicalclusters.LimitsOf(u, "spec", "limits")}, nil
+	return &readyWorkspace{Ref: clusterinformer.RefOf(u), spec: copiedOf(u)}, nil
 }
 
-// sweep queues every Ready Workspace whose limits differ from its
-// LogicalCluster's and every logical cluster without a Workspace in the
+// sweep queues every Ready Workspace whose limits or freeze differ from
+// its LogicalCluster's and every logical cluster without a Workspace in the
 // informer (deleteOrphan checks again against the API before it deletes).
 func (c *Controller) sweep(context.Context) {
 	if c.r.limits != nil && (c.limitsSynced == nil || c.limitsSynced()) {
@@ -214,7 +221,7 @@ func (c *Controller) sweep(context.Context) {
 				continue
 			}
 			child, err := ws.child()
-			if err == nil && c.r.limits(child) != ws.limits {
+			if err == nil && c.r.differs(child, ws.spec) {
 				c.queue.Add(clusterinformer.Key(ws.Cluster, "", ws.Name))
 			}
 		}

@@ -29,6 +29,9 @@ type reconciler struct {
 	// limits are the caps the child's LogicalCluster has now (nil: not
 	// kept in sync, as in unit tests).
 	limits func(logicalcluster.Name) tenancy.Limits
+	// frozen is the spec.frozen reason the child's LogicalCluster has now
+	// (nil: not kept in sync).
+	frozen func(logicalcluster.Name) string
 	// ownerBindingServed: the storage layer serves the owner's binding.
 	ownerBindingServed bool
 	// storage takes the writes of a new workspace's own objects

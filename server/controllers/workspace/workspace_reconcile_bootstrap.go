@@ -41,7 +41,7 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 	}
 	phase, _, _ := unstructured.NestedString(ws.Object, "status", "phase")
 	if phase == tenancy.PhaseReady {
-		return 0, r.syncLimits(ctx, child, logicalclusters.LimitsOf(ws, "spec", "limits"))
+		return 0, r.syncSpec(ctx, parent, ws.GetName(), child, copiedOf(ws))
 	}
 	url := r.serverURL + "/clusters/" + string(child)
 	if r.stored.has(child, ws.GetUID()) {
@@ -60,9 +60,7 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 			"owner": map[string]interface{}{"cluster": string(parent), "name": ws.GetName(), "uid": string(ws.GetUID())},
 		},
 	}}
-	if l := logicalclusters.LimitsOf(ws, "spec", "limits"); l != (tenancy.Limits{}) {
-		_ = unstructured.SetNestedField(lc.Object, map[string]interface{}{"objects": l.Objects, "bytes": l.Bytes}, "spec", "limits")
-	}
+	copiedOf(ws).set(lc)
 	created, err := r.storeLogicalCluster(ctx, child, lc)
 	if err != nil {
 		return 0, err
@@ -204,31 +202,6 @@ func (r *reconciler) bindDefaults(ctx context.Context, childClients func() (*cli
 // no nodes). Tools and charts expect kube-system and kube-public.
 var DefaultNamespaces = []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic}
 
-// syncLimits copies a ready Workspace's spec.limits to its LogicalCluster
-// when they differ from what the LogicalCluster has (as the shared watch of
-// LogicalClusters sees it: no read unless something changed).
-func (r *reconciler) syncLimits(ctx context.Context, child logicalcluster.Name, want tenancy.Limits) error {
-	if r.limits == nil || r.limits(child) == want {
-		return nil
-	}
-	cc, err := r.clients(child)
-	if err != nil {
-		return err
-	}
-	lcs := cc.dynamic.Resource(tenancy.LogicalClustersResource)
-	lc, err := lcs.Get(ctx, tenancy.LogicalClusterName, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	if want == (tenancy.Limits{}) {
-		unstructured.RemoveNestedField(lc.Object, "spec", "limits")
-	} else if err := unstructured.SetNestedField(lc.Object, map[string]interface{}{"objects": want.Objects, "bytes": want.Bytes}, "spec", "limits"); err != nil {
-		return err
-	}
-	_, err = lcs.Update(ctx, lc, metav1.UpdateOptions{})
-	return err
-}
-
 // ownerAnnotation carries the recorded owner over to the LogicalCluster,
 // where the authorizer finds it.
 func ownerAnnotation(ws *unstructured.Unstructured) map[string]interface{} {
@@ -283,7 +256,11 @@ func (r *reconciler) setStatus(ctx context.Context, parent logicalcluster.Name, 
 	if cond["reason"] == "" {
 		cond["reason"] = "Invalid"
 	}
-	status["conditions"] = []interface{}{cond}
+	conds := []interface{}{cond}
+	if reason := logicalclusters.FrozenOf(ws, "spec", "frozen"); reason != "" {
+		conds = append(conds, frozenCondition(reason))
+	}
+	status["conditions"] = conds
 	ws.Object["status"] = status
 	return r.storeStatus(ctx, parent, ws)
 }
