@@ -178,7 +178,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			} else {
 				klog.ErrorS(err, "one-target status controller")
 			}
-			if c, err := workspacerestore.NewController(hc.LoopbackClientConfig, history, restores, nil /* MERGE: clusters.Frozen */); err == nil {
+			if c, err := workspacerestore.NewController(hc.LoopbackClientConfig, history, restores, clusters.Frozen); err == nil {
 				go c.Run(ctx, 2)
 			} else {
 				klog.ErrorS(err, "workspace restore controller")

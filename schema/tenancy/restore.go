@@ -15,11 +15,6 @@ const (
 	RestoreFailed    = "Failed"
 )
 
-// RestoreAnnotation, on a LogicalCluster, names the WorkspaceRestore (in
-// the parent) that is restoring it: the cluster is frozen (read-only for
-// everyone but kcp) while it is set. Only kcp writes it.
-const RestoreAnnotation = "tenancy.kcp.io/restore"
-
 // WorkspaceSnapshotsResource: a WorkspaceSnapshot, created in a
 // workspace's parent, keeps snapshots of that workspace in the datastore
 // (crds/tenancy.kcp.io_workspacesnapshots.yaml).

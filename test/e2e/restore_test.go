@@ -451,6 +451,13 @@ func TestRestoreKilledHalfWay(t *testing.T) {
 				}
 				return done > 0, fmt.Sprintf("%s, %d done", phase, done)
 			})
+			// Frozen while it writes: the tenant's writes are refused.
+			_, werr := cms.Create(ctx, &unstructured.Unstructured{Object: map[string]interface{}{
+				"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]interface{}{"name": "during"},
+			}}, metav1.CreateOptions{})
+			if !apierrors.IsForbidden(werr) || !strings.Contains(werr.Error(), "being restored by WorkspaceRestore undo") {
+				t.Errorf("a write while the restore runs: %v", werr)
+			}
 			s.Kill()
 			db := openDatastore(t, s)
 			var lc []byte
