@@ -129,7 +129,10 @@ func waitCRD(t *testing.T, s *framework.Server, cluster, name string) {
 		_, err := d.Get(context.Background(), name, metav1.GetOptions{})
 		return err == nil, fmt.Sprint(err)
 	})
-	s.WaitEstablished(cluster, "crd/"+name)
+	if out, err := s.KubectlErr(cluster, "", "wait", "--for=condition=Established", "--timeout=60s", "crd/"+name); err != nil {
+		_, gerr := d.Get(context.Background(), name, metav1.GetOptions{})
+		t.Fatalf("waiting for CRD %s in %s to be Established: %v\n%s\n(get now: %v)\n%s", name, cluster, err, out, gerr, s.LogTail(60))
+	}
 }
 
 func kcpRestore(t *testing.T, s *framework.Server, args ...string) (string, error) {

@@ -43,9 +43,28 @@ func (r *reconciler) reconcile(ctx context.Context, wr *unstructured.Unstructure
 	if phase == tenancy.RestoreSucceeded || phase == tenancy.RestoreFailed {
 		return 0, nil
 	}
+	// The informer may not have seen this restore's end yet: a restore is
+	// never run twice (a snapshot it read may be gone since).
+	d, err := r.clients.Dynamic(parent)
+	if err != nil {
+		return 0, err
+	}
+	live, err := d.Resource(tenancy.WorkspaceRestoresResource).Get(ctx, wr.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if p, _, _ := unstructured.NestedString(live.Object, "status", "phase"); p == tenancy.RestoreSucceeded || p == tenancy.RestoreFailed {
+		return 0, nil
+	}
+	wr, phase = live, ""
+	if p, _, _ := unstructured.NestedString(live.Object, "status", "phase"); p != "" {
+		phase = p
+	}
 	dryRun, _, _ := unstructured.NestedBool(wr.Object, "spec", "dryRun")
 	var rev int64
-	var err error
 	// From a snapshot (spec.snapshot) or from the change history.
 	var snap *snapshots.Snapshot
 	if snapName, ok, _ := unstructured.NestedString(wr.Object, "spec", "snapshot", "name"); ok {
@@ -88,6 +107,13 @@ func (r *reconciler) reconcile(ctx context.Context, wr *unstructured.Unstructure
 			}
 		}
 		plan = func(ctx context.Context) (*restore.Plan, error) {
+			// A snapshot deleted meanwhile has no rows: never plan from that.
+			if _, ok, err := snapshots.Get(ctx, r.source.DB, r.source.Dialect, snap.ID); err != nil || !ok {
+				if err == nil {
+					err = &restore.Refused{Reason: fmt.Sprintf("snapshot %d of %s was deleted during the restore", snap.ID, snap.Name)}
+				}
+				return nil, err
+			}
 			rows, err := snapshots.Rows(ctx, r.source.DB, r.source.Dialect, snap.ID)
 			if err != nil {
 				return nil, err
