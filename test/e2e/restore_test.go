@@ -664,3 +664,37 @@ func TestWorkspaceSnapshots(t *testing.T) {
 		})
 	}
 }
+
+// TestRestoreRefusedPastHistory: without the change history, and past its
+// retention, a restore is refused with a message that says why and, when
+// there is one, the earliest point it can restore to; nothing is written.
+func TestRestoreRefusedPastHistory(t *testing.T) {
+	t.Run("history off", func(t *testing.T) {
+		s := framework.StartServer(t, "")
+		s.CreateWorkspaces("root:team-a")
+		out, err := kcpRestore(t, s, "root:team-a", "--to", "1m")
+		if err == nil {
+			t.Fatalf("a restore without the change history succeeded:\n%s", out)
+		}
+		framework.MustContain(t, "the refusal", out, "Failed", "the change history is off (kcp start --change-history records it)")
+	})
+	t.Run("past the retention", func(t *testing.T) {
+		s := framework.StartServer(t, "", "--change-history", "--change-history-retention=5s")
+		s.CreateWorkspaces("root:team-a")
+		s.Kubectl("root:team-a", "-n", "default", "create", "configmap", "kept", "--from-literal=v=1")
+		time.Sleep(1100 * time.Millisecond)
+		point := time.Now().UTC().Format(time.RFC3339)
+		time.Sleep(1100 * time.Millisecond)
+		s.Kubectl("root:team-a", "-n", "default", "patch", "configmap", "kept", "--type=merge", "-p", `{"data":{"v":"2"}}`)
+		time.Sleep(8 * time.Second) // the rows of the point and of the patch are pruned
+		s.Kubectl("root:team-a", "-n", "default", "create", "configmap", "later", "--from-literal=v=1")
+		out, err := kcpRestore(t, s, "root:team-a", "--to", point)
+		if err == nil {
+			t.Fatalf("a restore past the retention succeeded:\n%s", out)
+		}
+		framework.MustContain(t, "the refusal", out, "Failed", "the change history reaches back to revision", "earliest point")
+		if got := s.Kubectl("root:team-a", "-n", "default", "get", "configmap", "kept", "-o", "jsonpath={.data.v}"); got != "2" {
+			t.Errorf("the refused restore changed kept: v=%q", got)
+		}
+	})
+}
