@@ -9,10 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 
 	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/server/clusterinformer"
@@ -23,37 +20,23 @@ const name = "kcp-synctarget-heartbeat"
 
 // Controller is the informer and queue plumbing; the work is in reconcile.
 type Controller struct {
-	queue    workqueue.TypedRateLimitingInterface[string]
-	indexer  cache.Indexer
-	informer cache.Controller
-	r        *reconciler
+	w *worker.Wildcard
+	r *reconciler
 }
 
 // NewController watches SyncTargets of all logical clusters with one watch.
 // timeout applies to targets that do not set spec.heartbeatTimeout.
 func NewController(loopback *rest.Config, timeout time.Duration) (*Controller, error) {
-	wildcard, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
+	w, err := worker.NewWildcard(loopback, name, workload.SyncTargetsResource)
 	if err != nil {
 		return nil, err
 	}
-	clients, err := clusterinformer.NewClients(loopback)
-	if err != nil {
-		return nil, err
-	}
-	c := &Controller{queue: worker.NewQueue[string](name)}
-	targets := wildcard.Resource(workload.SyncTargetsResource)
-	enqueue := func(obj interface{}) {
-		if key, err := clusterinformer.KeyFunc(obj); err == nil {
-			c.queue.Add(key)
-		}
-	}
-	c.indexer, c.informer = clusterinformer.New(clusterinformer.ListWatch(targets.List, targets.Watch), &unstructured.Unstructured{}, nil,
-		cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, obj interface{}) { enqueue(obj) }})
+	c := &Controller{w: w}
 	c.r = &reconciler{
 		now:     time.Now,
 		timeout: timeout,
 		updateStatus: func(ctx context.Context, obj *unstructured.Unstructured) error {
-			d, err := clients.Dynamic(clusterinformer.ClusterOf(obj))
+			d, err := w.Clients.Dynamic(clusterinformer.ClusterOf(obj))
 			if err != nil {
 				return err
 			}
@@ -65,12 +48,4 @@ func NewController(loopback *rest.Config, timeout time.Duration) (*Controller, e
 }
 
 // Run processes the queue until ctx ends.
-func (c *Controller) Run(ctx context.Context, workers int) {
-	worker.Run(ctx, name, c.queue, workers, []cache.Controller{c.informer}, func(ctx context.Context, key string) (time.Duration, error) {
-		obj, exists, err := c.indexer.GetByKey(key)
-		if err != nil || !exists {
-			return 0, nil
-		}
-		return c.r.reconcile(ctx, obj.(*unstructured.Unstructured).DeepCopy())
-	})
-}
+func (c *Controller) Run(ctx context.Context, workers int) { c.w.Run(ctx, workers, c.r.reconcile) }

@@ -10,14 +10,9 @@ import (
 	"context"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
-	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
 	"github.com/kcpsql/kcp/storage/restore"
 )
@@ -26,43 +21,19 @@ const name = "kcp-workspace-snapshot"
 
 // Controller is the informer and queue plumbing; the work is in reconcile.
 type Controller struct {
-	queue    workqueue.TypedRateLimitingInterface[string]
-	indexer  cache.Indexer
-	informer cache.Controller
-	r        *reconciler
+	w *worker.Wildcard
+	r *reconciler
 }
 
 // NewController watches WorkspaceSnapshots of all logical clusters with
 // one watch.
 func NewController(loopback *rest.Config, source restore.Source) (*Controller, error) {
-	wildcard, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
+	w, err := worker.NewWildcard(loopback, name, tenancy.WorkspaceSnapshotsResource)
 	if err != nil {
 		return nil, err
 	}
-	clients, err := clusterinformer.NewClients(loopback)
-	if err != nil {
-		return nil, err
-	}
-	c := &Controller{queue: worker.NewQueue[string](name)}
-	list := wildcard.Resource(tenancy.WorkspaceSnapshotsResource)
-	enqueue := func(obj interface{}) {
-		if key, err := clusterinformer.KeyFunc(obj); err == nil {
-			c.queue.Add(key)
-		}
-	}
-	c.indexer, c.informer = clusterinformer.New(clusterinformer.ListWatch(list.List, list.Watch), &unstructured.Unstructured{}, nil,
-		cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, obj interface{}) { enqueue(obj) }})
-	c.r = &reconciler{db: source.DB, dialect: source.Dialect, clients: clients, now: time.Now}
-	return c, nil
+	return &Controller{w: w, r: &reconciler{db: source.DB, dialect: source.Dialect, clients: w.Clients, now: time.Now}}, nil
 }
 
 // Run processes the queue until ctx ends.
-func (c *Controller) Run(ctx context.Context, workers int) {
-	worker.Run(ctx, name, c.queue, workers, []cache.Controller{c.informer}, func(ctx context.Context, key string) (time.Duration, error) {
-		obj, exists, err := c.indexer.GetByKey(key)
-		if err != nil || !exists {
-			return 0, nil
-		}
-		return c.r.reconcile(ctx, obj.(*unstructured.Unstructured).DeepCopy())
-	})
-}
+func (c *Controller) Run(ctx context.Context, workers int) { c.w.Run(ctx, workers, c.r.reconcile) }
