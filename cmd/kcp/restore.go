@@ -69,6 +69,7 @@ datastore, like 'kcp sql') and restores it into the workspace --into.`,
   kcp restore root:team-a --to 2026-11-28T10:41:00Z
   kcp restore root:team-a --to 15m        # as it was 15 minutes ago
   kcp restore root:team-a --to 2026-11-28T10:41:00Z --into root:team-a-restored
+  kcp restore root:org --to 2026-11-28T10:41:00Z --recursive   # and every workspace below it
   kcp restore root:team-a --snapshot nightly           # the newest snapshot of WorkspaceSnapshot nightly
   kcp restore --from team-a.snap --into root:team-a-copy --datastore postgres://kcp@db:5432/kcp
   kcp restore root:team-a --revision 48213`,
@@ -85,6 +86,7 @@ datastore, like 'kcp sql') and restores it into the workspace --into.`,
 	cmd.Flags().StringVar(&o.to, "to", "", "the point to restore to: a time (RFC 3339, like 2026-11-28T10:41:00Z) or a duration ago (like 15m, 2h)")
 	cmd.Flags().Int64Var(&o.revision, "revision", 0, "the point to restore to, as a revision (a resourceVersion of the datastore)")
 	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "only list what the restore would change")
+	cmd.Flags().BoolVar(&o.recursive, "recursive", false, "restore the workspaces below it too, each to the same point (in place, from the change history); workspaces created after that point are left as they are")
 	cmd.Flags().StringVar(&o.snapshot, "snapshot", "", "restore from a snapshot of the workspace's WorkspaceSnapshot of this name (the newest, or NAME:ID) instead of the change history")
 	cmd.Flags().StringVar(&o.from, "from", "", "restore from a snapshot file (kcp snapshot -o FILE) into the workspace --into; loads the file through the datastore (--root-dir, --datastore), so it runs where the datastore is reachable")
 	cmd.Flags().StringVar(&o.rootDir, "root-dir", ".kcp", "with --from: kcp's state directory; the default SQLite file is <root-dir>/kcp.db")
@@ -135,6 +137,9 @@ func (o *restoreOptions) run(ctx context.Context, out io.Writer, workspace strin
 	if given != 1 {
 		return fmt.Errorf("give exactly one of --to, --revision and --snapshot")
 	}
+	if o.recursive && (o.into != "" || o.snapshot != "") {
+		return fmt.Errorf("--recursive restores in place from the change history: it cannot be combined with --into or --snapshot")
+	}
 	spec := map[string]interface{}{"workspace": name}
 	if o.into != "" {
 		into, err := logicalcluster.Parse(o.into)
@@ -146,6 +151,9 @@ func (o *restoreOptions) run(ctx context.Context, out io.Writer, workspace strin
 	}
 	if o.dryRun {
 		spec["dryRun"] = true
+	}
+	if o.recursive {
+		spec["recursive"] = true
 	}
 	switch {
 	case o.to != "":
@@ -334,12 +342,21 @@ func printRestoreSummary(out io.Writer, wr *unstructured.Unstructured) {
 	changes, _, _ := unstructured.NestedSlice(wr.Object, "status", "changes")
 	if dry, _, _ := unstructured.NestedBool(wr.Object, "spec", "dryRun"); dry && len(changes) > 0 {
 		fmt.Fprintln(out)
+		recursive, _, _ := unstructured.NestedBool(wr.Object, "spec", "recursive")
 		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ACTION\tRESOURCE\tNAMESPACE\tNAME")
+		header := "ACTION\tRESOURCE\tNAMESPACE\tNAME"
+		if recursive {
+			header += "\tWORKSPACE"
+		}
+		fmt.Fprintln(tw, header)
 		for _, c := range changes {
 			m, _ := c.(map[string]interface{})
 			ns, _ := m["namespace"].(string)
-			fmt.Fprintf(tw, "%v\t%v\t%s\t%v\n", m["action"], m["resource"], ns, m["name"])
+			line := fmt.Sprintf("%v\t%v\t%s\t%v", m["action"], m["resource"], ns, m["name"])
+			if recursive {
+				line += fmt.Sprintf("\t%v", m["workspace"])
+			}
+			fmt.Fprintln(tw, line)
 		}
 		tw.Flush()
 		if total, _, _ := unstructured.NestedInt64(wr.Object, "status", "summary", "total"); total > int64(len(changes)) {

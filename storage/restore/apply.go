@@ -212,3 +212,17 @@ func ownerDepths(changes []Change) map[string]int {
 	}
 	return depth
 }
+
+// Combine is one plan of the writes of several (of different clusters),
+// in write order.
+func Combine(plans ...*Plan) *Plan {
+	out := &Plan{}
+	for _, p := range plans {
+		if out.Cluster == "" {
+			out.Cluster, out.Revision = p.Cluster, p.Revision
+		}
+		out.Changes = append(out.Changes, p.Changes...)
+	}
+	order(out.Changes)
+	return out
+}

@@ -148,6 +148,30 @@ func (s Source) Began(ctx context.Context, c logicalcluster.Name) (int64, error)
 	return created, err
 }
 
+// Below is every existing logical cluster below c (its child workspaces'
+// clusters, theirs, and so on), parents first.
+func (s Source) Below(ctx context.Context, c logicalcluster.Name) ([]logicalcluster.Name, error) {
+	q := `SELECT k.name FROM kine AS k WHERE k.name LIKE ? AND k.deleted = 0
+		AND k.id = (SELECT MAX(l.id) FROM kine AS l WHERE l.name = k.name) ORDER BY k.name`
+	if s.Dialect == datastore.Postgres {
+		q = strings.Replace(q, "?", "$1", 1)
+	}
+	rows, err := s.DB.QueryContext(ctx, q, "/registry/tenancy.kcp.io/logicalclusters/"+string(c)+":%/cluster")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []logicalcluster.Name
+	for rows.Next() {
+		var key string
+		if err := rows.Scan(&key); err != nil {
+			return nil, err
+		}
+		out = append(out, logicalcluster.Name(ClusterOfKey(key)))
+	}
+	return out, rows.Err()
+}
+
 // RevisionAt is the newest revision written at or before t.
 func (s Source) RevisionAt(ctx context.Context, t time.Time) (int64, bool, error) {
 	var rev sql.NullInt64

@@ -698,3 +698,44 @@ func TestRestoreRefusedPastHistory(t *testing.T) {
 		}
 	})
 }
+
+// TestRestoreRecursive: --recursive restores a workspace and the
+// workspaces below it to one point; a workspace created after that point
+// is left as it is (restores never create or delete workspaces).
+func TestRestoreRecursive(t *testing.T) {
+	s := framework.StartServer(t, "", "--change-history")
+	s.CreateWorkspaces("root:org", "root:org:team", "root:org:team:app")
+	for _, c := range []string{"root:org", "root:org:team", "root:org:team:app"} {
+		s.Kubectl(c, "-n", "default", "create", "configmap", "settings", "--from-literal=v=good")
+	}
+	time.Sleep(1100 * time.Millisecond)
+	point := time.Now().UTC().Format(time.RFC3339)
+	time.Sleep(1100 * time.Millisecond)
+	for _, c := range []string{"root:org", "root:org:team", "root:org:team:app"} {
+		s.Kubectl(c, "-n", "default", "patch", "configmap", "settings", "--type=merge", "-p", `{"data":{"v":"bad"}}`)
+	}
+	s.CreateWorkspaces("root:org:late")
+	s.Kubectl("root:org:late", "-n", "default", "create", "configmap", "settings", "--from-literal=v=late")
+	out, err := kcpRestore(t, s, "root:org", "--to", point, "--recursive", "--dry-run")
+	if err != nil {
+		t.Fatalf("kcp restore --recursive --dry-run: %v\n%s", err, out)
+	}
+	framework.MustContain(t, "the dry run", strings.Join(strings.Fields(out), " "), "update configmaps default settings root:org:team:app", "and 2 workspaces below it", "root:org:late")
+	out, err = kcpRestore(t, s, "root:org", "--to", point, "--recursive")
+	if err != nil {
+		t.Fatalf("kcp restore --recursive: %v\n%s\n%s", err, out, s.LogTail(30))
+	}
+	framework.MustContain(t, "kcp restore's output", out, "Succeeded", "and 2 workspaces below it")
+	for c, want := range map[string]string{"root:org": "good", "root:org:team": "good", "root:org:team:app": "good", "root:org:late": "late"} {
+		if got := s.Kubectl(c, "-n", "default", "get", "configmap", "settings", "-o", "jsonpath={.data.v}"); got != want {
+			t.Errorf("%s: settings v=%q, want %q", c, got, want)
+		}
+	}
+	// Bad input: recursive with into.
+	if out, err := kcpRestore(t, s, "root:org", "--to", point, "--recursive", "--into", "root:org2"); err == nil || !strings.Contains(out, "cannot be combined with --into") {
+		t.Errorf("--recursive --into: %v\n%s", err, out)
+	}
+	if _, err := s.KubectlErr("root", "", "get", "workspace", "org2"); err == nil {
+		t.Errorf("a refused restore created a workspace")
+	}
+}

@@ -131,25 +131,71 @@ func (r *reconciler) reconcile(ctx context.Context, wr *unstructured.Unstructure
 	default:
 		plan = func(ctx context.Context) (*restore.Plan, error) { return r.source.PlanTo(ctx, child, rev) }
 	}
+	// spec.recursive: the workspaces below it too, each to the same point.
+	targets := []logicalcluster.Name{target}
+	var leftAlone []logicalcluster.Name
+	if recursive, _, _ := unstructured.NestedBool(wr.Object, "spec", "recursive"); recursive {
+		if snap != nil || target != child {
+			return 0, r.fail(ctx, parent, wr, child, &restore.Refused{Reason: "spec.recursive restores a workspace and the workspaces below it in place from the change history; it cannot be combined with spec.into or spec.snapshot"})
+		}
+		below, err := r.source.Below(ctx, child)
+		if err != nil {
+			return 0, err
+		}
+		for _, b := range below {
+			began, err := r.source.Began(ctx, b)
+			if err != nil {
+				return 0, err
+			}
+			if began > rev {
+				leftAlone = append(leftAlone, b) // created after the point
+				continue
+			}
+			if err := r.source.Check(ctx, b, rev); err != nil {
+				return 0, r.failOrRetry(ctx, parent, wr, child, err)
+			}
+			targets = append(targets, b)
+		}
+		plan = func(ctx context.Context) (*restore.Plan, error) {
+			var plans []*restore.Plan
+			for _, t := range targets {
+				p, err := r.source.PlanTo(ctx, t, rev)
+				if err != nil {
+					return nil, err
+				}
+				plans = append(plans, p)
+			}
+			return restore.Combine(plans...), nil
+		}
+	}
+	tree := ""
+	if len(targets) > 1 {
+		tree = fmt.Sprintf(" and %d workspaces below it", len(targets)-1)
+	}
+	if len(leftAlone) > 0 {
+		tree += fmt.Sprintf(" (left as they are, created after that point: %v)", leftAlone)
+	}
 	if dryRun {
 		p, err := plan(ctx)
 		if err != nil {
 			return 0, r.failOrRetry(ctx, parent, wr, target, err)
 		}
 		describe(wr, p)
-		setPhase(wr, tenancy.RestoreSucceeded, fmt.Sprintf("dry run: restoring %s to revision %d would write %d objects of %s; nothing was written", child, rev, len(p.Changes), target))
+		setPhase(wr, tenancy.RestoreSucceeded, fmt.Sprintf("dry run: restoring %s%s to revision %d would write %d objects of %s; nothing was written", child, tree, rev, len(p.Changes), target))
 		_ = unstructured.SetNestedField(wr.Object, r.now().UTC().Format(time.RFC3339), "status", "completedAt")
 		return 0, r.updateStatus(ctx, parent, wr)
 	}
 
 	// One restore of a workspace at a time.
-	lc, err := r.logicalCluster(ctx, target)
-	if err != nil {
-		return 0, err
-	}
-	if holder := lc.GetAnnotations()[tenancy.RestoreAnnotation]; holder != "" && holder != wr.GetName() {
-		setPhase(wr, tenancy.RestorePending, fmt.Sprintf("waiting for WorkspaceRestore %s, which is writing %s", holder, target))
-		return 2 * time.Second, r.updateStatus(ctx, parent, wr)
+	for _, t := range targets {
+		lc, err := r.logicalCluster(ctx, t)
+		if err != nil {
+			return 0, err
+		}
+		if holder := lc.GetAnnotations()[tenancy.RestoreAnnotation]; holder != "" && holder != wr.GetName() {
+			setPhase(wr, tenancy.RestorePending, fmt.Sprintf("waiting for WorkspaceRestore %s, which is writing %s", holder, t))
+			return 2 * time.Second, r.updateStatus(ctx, parent, wr)
+		}
 	}
 	if phase != tenancy.RestoreRunning {
 		setPhase(wr, tenancy.RestoreRunning, fmt.Sprintf("freezing %s", target))
@@ -158,23 +204,34 @@ func (r *reconciler) reconcile(ctx context.Context, wr *unstructured.Unstructure
 			return 0, err
 		}
 	}
-	if err := r.setHolder(ctx, target, wr.GetName()); err != nil {
-		return 0, err
+	for _, t := range targets {
+		if err := r.setHolder(ctx, t, wr.GetName()); err != nil {
+			return 0, err
+		}
 	}
-	if err := r.waitFrozen(ctx, target); err != nil {
-		return 0, err
+	for _, t := range targets {
+		if err := r.waitFrozen(ctx, t); err != nil {
+			return 0, err
+		}
 	}
 	klog.InfoS("Restoring a workspace", "workspace", child, "into", target, "revision", rev, "restore", wr.GetName(), "requestedBy", wr.GetAnnotations()[tenancy.OwnerAnnotation])
 	written, remaining, err := r.run(ctx, parent, wr, target, rev, plan)
 	if err != nil {
 		if restore.IsRefused(err) {
 			// Nothing more can be done; the freeze goes with the restore.
+			for _, t := range targets[1:] {
+				if err := r.release(ctx, wr, t); err != nil {
+					return 0, err
+				}
+			}
 			return 0, r.fail(ctx, parent, wr, target, err)
 		}
 		return 0, err // keeps the freeze; tried again with backoff
 	}
-	if err := r.setHolder(ctx, target, ""); err != nil {
-		return 0, err
+	for _, t := range targets {
+		if err := r.setHolder(ctx, t, ""); err != nil {
+			return 0, err
+		}
 	}
 	_ = unstructured.SetNestedField(wr.Object, r.now().UTC().Format(time.RFC3339), "status", "completedAt")
 	if len(remaining) > 0 {
@@ -186,7 +243,7 @@ func (r *reconciler) reconcile(ctx context.Context, wr *unstructured.Unstructure
 	} else if target != child {
 		setPhase(wr, tenancy.RestoreSucceeded, fmt.Sprintf("restored %s as it was at revision %d into %s: %d writes", child, rev, target, written))
 	} else {
-		setPhase(wr, tenancy.RestoreSucceeded, fmt.Sprintf("restored %s to revision %d: %d writes", child, rev, written))
+		setPhase(wr, tenancy.RestoreSucceeded, fmt.Sprintf("restored %s%s to revision %d: %d writes", child, tree, rev, written))
 	}
 	klog.InfoS("Restored a workspace", "workspace", child, "into", target, "revision", rev, "restore", wr.GetName(), "writes", written, "notRestored", len(remaining))
 	return 0, r.updateStatus(ctx, parent, wr)
@@ -321,12 +378,18 @@ func (r *reconciler) fail(ctx context.Context, parent logicalcluster.Name, wr *u
 	}
 	setPhase(wr, tenancy.RestoreFailed, err.Error())
 	_ = unstructured.SetNestedField(wr.Object, r.now().UTC().Format(time.RFC3339), "status", "completedAt")
-	if lc, lerr := r.logicalCluster(ctx, child); lerr == nil && lc.GetAnnotations()[tenancy.RestoreAnnotation] == wr.GetName() {
-		if err := r.setHolder(ctx, child, ""); err != nil {
-			return err
-		}
+	if err := r.release(ctx, wr, child); err != nil {
+		return err
 	}
 	return r.updateStatus(ctx, parent, wr)
+}
+
+// release unfreezes c if this restore froze it.
+func (r *reconciler) release(ctx context.Context, wr *unstructured.Unstructured, c logicalcluster.Name) error {
+	if lc, err := r.logicalCluster(ctx, c); err == nil && lc.GetAnnotations()[tenancy.RestoreAnnotation] == wr.GetName() {
+		return r.setHolder(ctx, c, "")
+	}
+	return nil
 }
 
 func (r *reconciler) logicalCluster(ctx context.Context, c logicalcluster.Name) (*unstructured.Unstructured, error) {
@@ -433,7 +496,7 @@ func describe(wr *unstructured.Unstructured, plan *restore.Plan) {
 			}
 		}
 		if len(changes) < listed {
-			item := map[string]interface{}{"action": string(ch.Action), "resource": gr, "name": k.Name}
+			item := map[string]interface{}{"action": string(ch.Action), "resource": gr, "name": k.Name, "workspace": restore.ClusterOfKey(ch.Key)}
 			if k.Namespace != "" {
 				item["namespace"] = k.Namespace
 			}
