@@ -37,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -46,6 +47,7 @@ import (
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
+	"github.com/kcpsql/kcp/server/localwatch"
 	"github.com/kcpsql/kcp/server/placementexpr"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -55,13 +57,18 @@ const (
 	fieldManager = "kcp-placement"
 	byLocation   = "location"
 	// resync looks at assigned namespaces again now and then, a backstop
-	// for objects created while their namespace was being assigned that
-	// the look afterChange missed (each look lists the namespace's synced
-	// resources: with many namespaces, often is expensive).
+	// for objects of negotiated resources created while their namespace
+	// was being assigned that the look afterChange missed (each look lists
+	// the namespace's negotiated resources: with many namespaces, often is
+	// expensive).
 	resync = 10 * time.Minute
 	// afterChange is when a namespace whose assignment changed is looked
-	// at again.
+	// at again, if it has objects of negotiated resources (listed, not
+	// watched), or while it drains or rebalances.
 	afterChange = 2 * time.Second
+	// statusDelay is how long a Placement's status waits for more changes
+	// of its namespaces (enqueuePlacements).
+	statusDelay = time.Second
 )
 
 // Controller assigns namespaces and keeps Placement status.
@@ -87,6 +94,9 @@ type Controller struct {
 	// limiter bounds how fast targets start evicting
 	// (placement_reconcile_taints.go).
 	limiter *evictionLimiter
+	// objects are the caches of the built-in synced resources
+	// (placement_objects.go).
+	objects []objects
 }
 
 // Negotiated tells which negotiated resources (not built in) a cluster is
@@ -102,8 +112,12 @@ type Negotiated interface {
 
 // NewController watches Placements, namespaces and SyncTargets of all
 // logical clusters.
-func NewController(loopback *rest.Config, evictionDelay time.Duration, evictionRate float64, negotiated Negotiated, namespaces *clusterinformer.Namespaces) (*Controller, error) {
+func NewController(loopback *rest.Config, evictionDelay time.Duration, evictionRate float64, negotiated Negotiated, namespaces *clusterinformer.Namespaces, local *localwatch.Storages) (*Controller, error) {
 	wildcard, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
+	if err != nil {
+		return nil, err
+	}
+	wildcardMeta, err := metadata.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +143,14 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, evictionR
 	pl := wildcard.Resource(workload.PlacementsResource)
 	var pinf, tinf cache.Controller
 	c.placements, pinf = clusterinformer.New(clusterinformer.ListWatch(pl.List, pl.Watch), &unstructured.Unstructured{}, placementIndexers,
-		cache.ResourceEventHandlerFuncs{AddFunc: onPlacement, UpdateFunc: func(_, o interface{}) { onPlacement(o) }, DeleteFunc: onPlacement})
+		cache.ResourceEventHandlerFuncs{AddFunc: onPlacement, UpdateFunc: func(old, o interface{}) {
+			// Its own status writes change nothing the namespaces read.
+			if a, b := old.(*unstructured.Unstructured), o.(*unstructured.Unstructured); a.GetGeneration() == b.GetGeneration() && a.GetGeneration() != 0 &&
+				a.GetDeletionTimestamp().Equal(b.GetDeletionTimestamp()) && slices.Equal(a.GetFinalizers(), b.GetFinalizers()) {
+				return
+			}
+			onPlacement(o)
+		}, DeleteFunc: onPlacement})
 
 	onNamespace := func(obj interface{}) {
 		m, err := meta.Accessor(unwrap(obj))
@@ -175,6 +196,9 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, evictionR
 			}
 		}, DeleteFunc: onTarget})
 	c.informers = []cache.Controller{pinf, namespaces.Synced(), tinf}
+	var objectInformers []cache.Controller
+	c.objects, objectInformers = newObjectInformers(wildcardMeta, local, c.onObject)
+	c.informers = append(c.informers, objectInformers...)
 	return c, nil
 }
 
@@ -225,10 +249,7 @@ func (c *Controller) enqueueCluster(cluster logicalcluster.Name) {
 	for _, ns := range nss {
 		c.queue.Add("ns:" + clusterinformer.Key(cluster, "", ns.(*corev1.Namespace).Name))
 	}
-	pls, _ := c.placements.ByIndex(clusterinformer.ByCluster, string(cluster))
-	for _, p := range pls {
-		c.queue.Add("pl:" + clusterinformer.Key(cluster, "", p.(*unstructured.Unstructured).GetName()))
-	}
+	c.enqueuePlacements(cluster)
 }
 
 // Run processes the queue until ctx ends.
@@ -619,7 +640,8 @@ func (c *Controller) namespace(ctx context.Context, cluster logicalcluster.Name,
 	// Objects first, the namespace last: should labelling fail half-way,
 	// the namespace still differs from what is wanted, and the retry
 	// finishes the job.
-	if err := c.labelObjects(ctx, cluster, ns); err != nil {
+	listed, err := c.labelObjects(ctx, cluster, ns)
+	if err != nil {
 		return 0, err
 	}
 	if changed {
@@ -630,12 +652,13 @@ func (c *Controller) namespace(ctx context.Context, cluster logicalcluster.Name,
 		if _, err = core.Namespaces().Update(ctx, ns, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
 			return 0, err
 		}
-		// Objects created between the list above and the moment admission
-		// sees the new labels got none: look again shortly.
-		if recheck > 0 && recheck < afterChange {
-			return recheck, nil
+		// Objects of negotiated resources created between the list above
+		// and the moment admission sees the new labels got none: look
+		// again shortly. (Those of built-in resources queue the namespace
+		// when the cache hears of them: onObject.)
+		if listed && (recheck == 0 || recheck > afterChange) {
+			recheck = afterChange
 		}
-		return afterChange, nil
 	}
 	if recheck > 0 {
 		return recheck, nil
@@ -646,25 +669,39 @@ func (c *Controller) namespace(ctx context.Context, cluster logicalcluster.Name,
 	return 0, nil
 }
 
+// enqueuePlacements looks again at the status of a cluster's Placements
+// in a moment (statusDelay): the namespaces they count change in bursts
+// (a new Placement assigns all of them, a failover moves all of them), and
+// one status write after the burst replaces one for each namespace.
 func (c *Controller) enqueuePlacements(cluster logicalcluster.Name) {
 	pls, _ := c.placements.ByIndex(clusterinformer.ByCluster, string(cluster))
 	for _, p := range pls {
-		c.queue.Add("pl:" + clusterinformer.Key(cluster, "", p.(*unstructured.Unstructured).GetName()))
+		c.queue.AddAfter("pl:"+clusterinformer.Key(cluster, "", p.(*unstructured.Unstructured).GetName()), statusDelay)
 	}
 }
 
 // labelObjects gives every object of a synced resource in the namespace
 // exactly the namespace's assignment labels, and the finalizers of those
 // targets; labels and finalizers of targets no longer assigned go (their
-// syncers remove the downstream copies that left their view).
-func (c *Controller) labelObjects(ctx context.Context, cluster logicalcluster.Name, ns *corev1.Namespace) error {
+// syncers remove the downstream copies that left their view). Objects of
+// the built-in synced resources are read from the controller's caches
+// (placement_objects.go); those of negotiated resources are listed. It
+// reports whether it listed any (their objects created meanwhile are
+// found by a look again shortly, not by a watch).
+func (c *Controller) labelObjects(ctx context.Context, cluster logicalcluster.Name, ns *corev1.Namespace) (bool, error) {
+	if err := c.labelCached(ctx, cluster, ns); err != nil {
+		return false, err
+	}
+	if c.negotiated == nil {
+		return false, nil
+	}
+	resources := c.negotiated.Resources(cluster)
+	if len(resources) == 0 {
+		return false, nil
+	}
 	d, err := c.clients.Dynamic(cluster)
 	if err != nil {
-		return err
-	}
-	resources := workload.SyncedResources
-	if c.negotiated != nil {
-		resources = append(append([]schema.GroupVersionResource{}, resources...), c.negotiated.Resources(cluster)...)
+		return false, err
 	}
 	for _, gvr := range resources {
 		list, err := d.Resource(gvr).Namespace(ns.Name).List(ctx, metav1.ListOptions{})
@@ -672,7 +709,7 @@ func (c *Controller) labelObjects(ctx context.Context, cluster logicalcluster.Na
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("listing %s in %s|%s: %v", gvr.Resource, cluster, ns.Name, err)
+			return true, fmt.Errorf("listing %s in %s|%s: %v", gvr.Resource, cluster, ns.Name, err)
 		}
 		for i := range list.Items {
 			o := &list.Items[i]
@@ -682,11 +719,11 @@ func (c *Controller) labelObjects(ctx context.Context, cluster logicalcluster.Na
 				continue
 			}
 			if _, err := d.Resource(gvr).Namespace(ns.Name).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil && !apierrors.IsNotFound(err) {
-				return err
+				return true, err
 			}
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // reconcileAssignment makes an object's assignment labels and finalizers
