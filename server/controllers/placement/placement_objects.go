@@ -204,6 +204,27 @@ func (c *Controller) labelCached(ctx context.Context, cluster logicalcluster.Nam
 // is idempotent: a patch from a cache a change behind writes what is
 // wanted all the same.
 func (c *Controller) patchAssignment(ctx context.Context, cluster logicalcluster.Name, gvr schema.GroupVersionResource, m *metav1.PartialObjectMetadata, ns *corev1.Namespace) error {
+	raw, err := assignmentPatch(m, ns)
+	if err != nil {
+		return err
+	}
+	d, err := c.clients.Dynamic(cluster)
+	if err != nil {
+		return err
+	}
+	_, err = d.Resource(gvr).Namespace(m.Namespace).Patch(ctx, m.Name, types.StrategicMergePatchType, raw, metav1.PatchOptions{FieldManager: fieldManager})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("assigning %s %s|%s/%s: %w", gvr.Resource, cluster, m.Namespace, m.Name, err)
+	}
+	return nil
+}
+
+// assignmentPatch is the strategic merge patch that gives an object
+// (cached: m) its namespace's assignment.
+func assignmentPatch(m *metav1.PartialObjectMetadata, ns *corev1.Namespace) ([]byte, error) {
 	u := assignmentOf(m)
 	reconcileAssignment(u, ns)
 	labels := map[string]interface{}{}
@@ -245,22 +266,7 @@ func (c *Controller) patchAssignment(ctx context.Context, cluster logicalcluster
 	if len(remove) > 0 {
 		md["$deleteFromPrimitiveList/finalizers"] = remove
 	}
-	raw, err := json.Marshal(map[string]interface{}{"metadata": md})
-	if err != nil {
-		return err
-	}
-	d, err := c.clients.Dynamic(cluster)
-	if err != nil {
-		return err
-	}
-	_, err = d.Resource(gvr).Namespace(m.Namespace).Patch(ctx, m.Name, types.StrategicMergePatchType, raw, metav1.PatchOptions{FieldManager: fieldManager})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("assigning %s %s|%s/%s: %w", gvr.Resource, cluster, m.Namespace, m.Name, err)
-	}
-	return nil
+	return json.Marshal(map[string]interface{}{"metadata": md})
 }
 
 // assignmentOf is what reconcileAssignment reads of a cached object, as
