@@ -30,19 +30,20 @@ import (
 // what kcp's CPU does over a quiet period afterwards.
 
 var (
-	placeRateOnly      = flag.Bool("placement-rate", false, "only measure the placement controller's decision rate: SyncTargets without physical clusters (heartbeats written by the benchmark), namespaces with a Placement each selecting three of four targets; time until all are assigned, time until all have left a target that stops beating, kcp's CPU over a quiet period")
+	placeRateOnly      = flag.Bool("placement-rate", false, "only measure the placement controller's decision rate (about 5 minutes per 10,000 namespaces and build): SyncTargets without physical clusters (heartbeats written by the benchmark), namespaces with a Placement each selecting three of four targets; time until all are assigned, time until all have left a target that stops beating, kcp's CPU over a quiet period")
 	placeRateNS        = flag.String("placement-rate-namespaces", "1000,10000", "namespace counts for -placement-rate (a fresh server each)")
 	placeRateShapes    = flag.String("placement-rate-shapes", "workspaces,namespaces", "shapes for -placement-rate: workspaces (one namespace, default, in each of N workspaces with a Placement each) and namespaces (N namespaces, -placement-rate-per-workspace in each of N/that workspaces)")
 	placeRatePerWS     = flag.Int("placement-rate-per-workspace", 100, "namespaces per workspace in the namespaces shape of -placement-rate")
 	placeRateBefore    = flag.String("placement-rate-before", "", "a kcp binary of an earlier build to measure first, side by side")
 	placeRateBeforeMax = flag.Int("placement-rate-before-max", 1000, "largest namespace count measured with -placement-rate-before (the earlier build may take long at more)")
 	placeRateQuiet     = flag.Duration("placement-rate-quiet", time.Minute, "quiet period of -placement-rate whose kcp CPU is measured (0 skips)")
+	placeRateObjects   = flag.Int("placement-rate-objects", 1, "ConfigMaps in each namespace of -placement-rate (each is labelled when its namespace is assigned or moves)")
 	placeRateLimit     = flag.Duration("placement-rate-timeout", 15*time.Minute, "give up waiting for assignments after this long (the rate so far is reported)")
 )
 
 type placeRateResult struct {
-	bin, shape            string
-	namespaces, workspace int
+	bin, shape                     string
+	namespaces, workspace, objects int
 	// assigned: Placements created -> every namespace on three targets.
 	assigned     time.Duration
 	assignedDone int
@@ -188,7 +189,7 @@ func (t *nsTracker) waitFor(want int, timeout time.Duration, ok func(string) boo
 }
 
 func placeRateOnce(bin, shape string, n int, log func(string, ...any)) (placeRateResult, error) {
-	r := placeRateResult{bin: binName(bin), shape: shape, namespaces: n}
+	r := placeRateResult{bin: binName(bin), shape: shape, namespaces: n, objects: *placeRateObjects}
 	perWS := 1
 	if shape == "namespaces" {
 		perWS = min(*placeRatePerWS, n)
@@ -269,8 +270,8 @@ func placeRateOnce(bin, shape string, n int, log func(string, ...any)) (placeRat
 			}
 		}()
 	}
-	// Namespaces (default is one) and a ConfigMap in each, so that
-	// assigning labels an object too.
+	// Namespaces (default is one) and -placement-rate-objects ConfigMaps
+	// in each, which assigning labels too.
 	if err := parallel(wsCount, func(i int) error {
 		c, err := s.client(fmt.Sprintf("root:pr-%d", i))
 		if err != nil {
@@ -285,8 +286,10 @@ func placeRateOnce(bin, shape string, n int, log func(string, ...any)) (placeRat
 					return err
 				}
 			}
-			if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app"}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
-				return err
+			for o := range *placeRateObjects {
+				if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("app-%d", o)}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
@@ -326,7 +329,7 @@ func placeRateOnce(bin, shape string, n int, log func(string, ...any)) (placeRat
 		time.Sleep(200 * time.Millisecond)
 	}
 	onThree := func(a string) bool { return a != "" && strings.Count(a, ",") == 2 }
-	log("%d namespaces in %d workspaces, a ConfigMap each; creating the Placements", n, wsCount)
+	log("%d namespaces in %d workspaces, %d ConfigMap(s) each; creating the Placements", n, wsCount, *placeRateObjects)
 	profiling := cpuProfile(root, fmt.Sprintf("placerate-%s-%s-%d-assign.pprof", profileTag(bin), shape, n), "assigning", log)
 	cpu0, t0 := cpuSeconds(pid), time.Now()
 	if err := parallel(wsCount, func(i int) error {
@@ -415,7 +418,7 @@ func profileTag(bin string) string {
 
 func renderPlaceRate(rs []placeRateResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "| build | shape | namespaces (workspaces) | Placements created -> all on three targets | decisions/s | kcp CPU | target NotReady -> all off it (moved) | decisions/s | kcp CPU | quiet %s: kcp CPU |\n|---|---|---|---|---|---|---|---|---|---|\n", *placeRateQuiet)
+	fmt.Fprintf(&b, "| build | shape | namespaces (workspaces), objects each | Placements created -> all on three targets | decisions/s | kcp CPU | target NotReady -> all off it (moved) | decisions/s | kcp CPU | quiet %s: kcp CPU |\n|---|---|---|---|---|---|---|---|---|---|\n", *placeRateQuiet)
 	for _, r := range rs {
 		done := ""
 		if r.assignedDone < r.namespaces {
@@ -425,7 +428,7 @@ func renderPlaceRate(rs []placeRateResult) string {
 		if r.movedDone < r.namespaces {
 			moved += fmt.Sprintf(" (%d done)", r.movedDone)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d (%d) | %s%s | %.0f | %.1f s | %s | %.0f | %.1f s | %.2f s |\n", r.bin, r.shape, r.namespaces, r.workspace,
+		fmt.Fprintf(&b, "| %s | %s | %d (%d), %d | %s%s | %.0f | %.1f s | %s | %.0f | %.1f s | %.2f s |\n", r.bin, r.shape, r.namespaces, r.workspace, r.objects,
 			r.assigned.Round(10*time.Millisecond), done, float64(r.assignedDone)/max(r.assigned.Seconds(), 0.001), r.cpuAssign,
 			moved, float64(r.onDead)/max(r.moved.Seconds(), 0.001), r.cpuMove, r.quietCPU)
 	}
