@@ -249,7 +249,10 @@ func (c *Controller) enqueueCluster(cluster logicalcluster.Name) {
 	for _, ns := range nss {
 		c.queue.Add("ns:" + clusterinformer.Key(cluster, "", ns.(*corev1.Namespace).Name))
 	}
-	c.enqueuePlacements(cluster)
+	pls, _ := c.placements.ByIndex(clusterinformer.ByCluster, string(cluster))
+	for _, p := range pls {
+		c.queue.Add("pl:" + clusterinformer.Key(cluster, "", p.(*unstructured.Unstructured).GetName()))
+	}
 }
 
 // Run processes the queue until ctx ends.
@@ -321,6 +324,7 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 	// longer matching), since unassigning would delete what runs there.
 	var current, candidates, frozen []target
 	avoid := map[string]bool{}
+	defaults := map[string]time.Duration{workload.TaintNotReady: c.evictionDelay}
 	for _, t := range c.targetsOf(p) {
 		if isCurrent(t) && p.Spec.Suspends(t.obj.Name) {
 			frozen = append(frozen, t)
@@ -333,6 +337,13 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 			current = append(current, t)
 		} else if usable(t.obj) {
 			if ok, preferNot := workload.Schedulable(tols, taintsOf(t.obj), string(cluster)); ok {
+				// A NoExecute taint whose toleration has ended (counted
+				// from its timeAdded) would send the namespace away at
+				// once: no candidate (else one that just left comes
+				// back, to leave again, over and over).
+				if at, _, evicts := workload.EvictionAt(tols, taintsOf(t.obj), string(cluster), defaults); evicts && !at.After(now) {
+					continue
+				}
 				candidates = append(candidates, t)
 				avoid[t.ref()] = preferNot
 			}
@@ -364,7 +375,6 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 			recheck = d
 		}
 	}
-	defaults := map[string]time.Duration{workload.TaintNotReady: c.evictionDelay}
 	nsKey := clusterinformer.Key(cluster, "", ns.Name)
 	for _, t := range current {
 		if spread != "" && used[t.obj.Labels[spread]] {
@@ -670,9 +680,11 @@ func (c *Controller) namespace(ctx context.Context, cluster logicalcluster.Name,
 }
 
 // enqueuePlacements looks again at the status of a cluster's Placements
-// in a moment (statusDelay): the namespaces they count change in bursts
-// (a new Placement assigns all of them, a failover moves all of them), and
-// one status write after the burst replaces one for each namespace.
+// after a change of its namespaces, in a moment (statusDelay): the
+// namespaces they count change in bursts (a new Placement assigns all of
+// them, a failover moves all of them), and one status write after the
+// burst replaces one for each namespace. (A change of a Placement or of
+// its targets updates its status at once: enqueueCluster.)
 func (c *Controller) enqueuePlacements(cluster logicalcluster.Name) {
 	pls, _ := c.placements.ByIndex(clusterinformer.ByCluster, string(cluster))
 	for _, p := range pls {
