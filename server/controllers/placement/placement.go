@@ -135,22 +135,25 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, evictionR
 	for k, v := range clusterinformer.ClusterIndexers {
 		placementIndexers[k] = v
 	}
-	onPlacement := func(obj interface{}) {
+	// A changed or deleted Placement's status is written at once (what a
+	// user who edits it looks at next); a new one's after its namespaces
+	// had a moment to be assigned (one write with their count).
+	onPlacement := func(obj interface{}, statusNow bool) {
 		if m, err := meta.Accessor(unwrap(obj)); err == nil {
-			c.enqueueCluster(clusterinformer.ClusterOf(m))
+			c.enqueueCluster(clusterinformer.ClusterOf(m), statusNow)
 		}
 	}
 	pl := wildcard.Resource(workload.PlacementsResource)
 	var pinf, tinf cache.Controller
 	c.placements, pinf = clusterinformer.New(clusterinformer.ListWatch(pl.List, pl.Watch), &unstructured.Unstructured{}, placementIndexers,
-		cache.ResourceEventHandlerFuncs{AddFunc: onPlacement, UpdateFunc: func(old, o interface{}) {
+		cache.ResourceEventHandlerFuncs{AddFunc: func(o interface{}) { onPlacement(o, false) }, UpdateFunc: func(old, o interface{}) {
 			// Its own status writes change nothing the namespaces read.
 			if a, b := old.(*unstructured.Unstructured), o.(*unstructured.Unstructured); a.GetGeneration() == b.GetGeneration() && a.GetGeneration() != 0 &&
 				a.GetDeletionTimestamp().Equal(b.GetDeletionTimestamp()) && slices.Equal(a.GetFinalizers(), b.GetFinalizers()) {
 				return
 			}
-			onPlacement(o)
-		}, DeleteFunc: onPlacement})
+			onPlacement(o, true)
+		}, DeleteFunc: func(o interface{}) { onPlacement(o, true) }})
 
 	onNamespace := func(obj interface{}) {
 		m, err := meta.Accessor(unwrap(obj))
@@ -182,9 +185,12 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, evictionR
 		if err != nil {
 			return
 		}
+		// A location's targets concern every workspace that places there:
+		// their namespaces at once, their Placements' status after the
+		// namespaces had a moment to move (one write, not two).
 		users, _ := c.placements.ByIndex(byLocation, string(clusterinformer.ClusterOf(m)))
 		for _, u := range users {
-			c.enqueueCluster(clusterinformer.ClusterOf(u.(*unstructured.Unstructured)))
+			c.enqueueCluster(clusterinformer.ClusterOf(u.(*unstructured.Unstructured)), false)
 		}
 	}
 	st := wildcard.Resource(workload.SyncTargetsResource)
@@ -243,11 +249,17 @@ func carriesAssignment(m metav1.Object) bool {
 	return targets || pol
 }
 
-// enqueueCluster looks again at every namespace and Placement of a cluster.
-func (c *Controller) enqueueCluster(cluster logicalcluster.Name) {
+// enqueueCluster looks again at every namespace and Placement of a
+// cluster: at the Placements' status at once, or in a moment
+// (enqueuePlacements).
+func (c *Controller) enqueueCluster(cluster logicalcluster.Name, statusNow bool) {
 	nss, _ := c.namespaces.ByIndex(clusterinformer.ByCluster, string(cluster))
 	for _, ns := range nss {
 		c.queue.Add("ns:" + clusterinformer.Key(cluster, "", ns.(*corev1.Namespace).Name))
+	}
+	if !statusNow {
+		c.enqueuePlacements(cluster)
+		return
 	}
 	pls, _ := c.placements.ByIndex(clusterinformer.ByCluster, string(cluster))
 	for _, p := range pls {
@@ -683,8 +695,8 @@ func (c *Controller) namespace(ctx context.Context, cluster logicalcluster.Name,
 // after a change of its namespaces, in a moment (statusDelay): the
 // namespaces they count change in bursts (a new Placement assigns all of
 // them, a failover moves all of them), and one status write after the
-// burst replaces one for each namespace. (A change of a Placement or of
-// its targets updates its status at once: enqueueCluster.)
+// burst replaces one for each namespace. (A change of a Placement
+// updates its status at once: enqueueCluster.)
 func (c *Controller) enqueuePlacements(cluster logicalcluster.Name) {
 	pls, _ := c.placements.ByIndex(clusterinformer.ByCluster, string(cluster))
 	for _, p := range pls {
