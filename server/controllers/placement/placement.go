@@ -135,9 +135,8 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, evictionR
 	for k, v := range clusterinformer.ClusterIndexers {
 		placementIndexers[k] = v
 	}
-	// A changed or deleted Placement's status is written at once (what a
-	// user who edits it looks at next); a new one's after its namespaces
-	// had a moment to be assigned (one write with their count).
+	// A new, changed or deleted Placement's status is written at once
+	// (what a user who applies it looks at next).
 	onPlacement := func(obj interface{}, statusNow bool) {
 		if m, err := meta.Accessor(unwrap(obj)); err == nil {
 			c.enqueueCluster(clusterinformer.ClusterOf(m), statusNow)
@@ -146,7 +145,7 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, evictionR
 	pl := wildcard.Resource(workload.PlacementsResource)
 	var pinf, tinf cache.Controller
 	c.placements, pinf = clusterinformer.New(clusterinformer.ListWatch(pl.List, pl.Watch), &unstructured.Unstructured{}, placementIndexers,
-		cache.ResourceEventHandlerFuncs{AddFunc: func(o interface{}) { onPlacement(o, false) }, UpdateFunc: func(old, o interface{}) {
+		cache.ResourceEventHandlerFuncs{AddFunc: func(o interface{}) { onPlacement(o, true) }, UpdateFunc: func(old, o interface{}) {
 			// Its own status writes change nothing the namespaces read.
 			if a, b := old.(*unstructured.Unstructured), o.(*unstructured.Unstructured); a.GetGeneration() == b.GetGeneration() && a.GetGeneration() != 0 &&
 				a.GetDeletionTimestamp().Equal(b.GetDeletionTimestamp()) && slices.Equal(a.GetFinalizers(), b.GetFinalizers()) {
