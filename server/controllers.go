@@ -153,7 +153,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			} else {
 				klog.ErrorS(err, "push-mode syncers")
 			}
-			if c, err := placement.NewController(hc.LoopbackClientConfig, o.PlacementEvictionDelay, o.PlacementEvictionRate, negotiatedAPIs, namespaces); err == nil {
+			if c, err := placement.NewController(hc.LoopbackClientConfig, o.PlacementEvictionDelay, o.PlacementEvictionRate, negotiatedAPIs, namespaces, local); err == nil {
 				go c.Run(ctx, 8) // I/O-bound: each namespace is a few loopback lists and writes
 			} else {
 				klog.ErrorS(err, "placement controller")

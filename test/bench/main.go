@@ -138,6 +138,15 @@ func main() {
 		fmt.Print(renderEvictions(r))
 		return
 	}
+	if *placeRateOnly {
+		r, err := benchPlaceRate(log)
+		fmt.Print(renderPlaceRate(r))
+		if err != nil {
+			log("placement-rate benchmark failed: %v", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *tokensOnly {
 		r, err := benchTokens(log)
 		if err != nil {

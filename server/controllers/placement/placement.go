@@ -37,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -46,6 +47,7 @@ import (
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
+	"github.com/kcpsql/kcp/server/localwatch"
 	"github.com/kcpsql/kcp/server/placementexpr"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -55,13 +57,18 @@ const (
 	fieldManager = "kcp-placement"
 	byLocation   = "location"
 	// resync looks at assigned namespaces again now and then, a backstop
-	// for objects created while their namespace was being assigned that
-	// the look afterChange missed (each look lists the namespace's synced
-	// resources: with many namespaces, often is expensive).
+	// for objects of negotiated resources created while their namespace
+	// was being assigned that the look afterChange missed (each look lists
+	// the namespace's negotiated resources: with many namespaces, often is
+	// expensive).
 	resync = 10 * time.Minute
 	// afterChange is when a namespace whose assignment changed is looked
-	// at again.
+	// at again, if it has objects of negotiated resources (listed, not
+	// watched), or while it drains or rebalances.
 	afterChange = 2 * time.Second
+	// statusDelay is how long a Placement's status waits for more changes
+	// of its namespaces (enqueuePlacements).
+	statusDelay = time.Second
 )
 
 // Controller assigns namespaces and keeps Placement status.
@@ -87,6 +94,9 @@ type Controller struct {
 	// limiter bounds how fast targets start evicting
 	// (placement_reconcile_taints.go).
 	limiter *evictionLimiter
+	// objects are the caches of the built-in synced resources
+	// (placement_objects.go).
+	objects []objects
 }
 
 // Negotiated tells which negotiated resources (not built in) a cluster is
@@ -102,8 +112,12 @@ type Negotiated interface {
 
 // NewController watches Placements, namespaces and SyncTargets of all
 // logical clusters.
-func NewController(loopback *rest.Config, evictionDelay time.Duration, evictionRate float64, negotiated Negotiated, namespaces *clusterinformer.Namespaces) (*Controller, error) {
+func NewController(loopback *rest.Config, evictionDelay time.Duration, evictionRate float64, negotiated Negotiated, namespaces *clusterinformer.Namespaces, local *localwatch.Storages) (*Controller, error) {
 	wildcard, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(loopback))
+	if err != nil {
+		return nil, err
+	}
+	wildcardMeta, err := metadata.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
 	}
@@ -121,15 +135,24 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, evictionR
 	for k, v := range clusterinformer.ClusterIndexers {
 		placementIndexers[k] = v
 	}
-	onPlacement := func(obj interface{}) {
+	// A new, changed or deleted Placement's status is written at once
+	// (what a user who applies it looks at next).
+	onPlacement := func(obj interface{}, statusNow bool) {
 		if m, err := meta.Accessor(unwrap(obj)); err == nil {
-			c.enqueueCluster(clusterinformer.ClusterOf(m))
+			c.enqueueCluster(clusterinformer.ClusterOf(m), statusNow)
 		}
 	}
 	pl := wildcard.Resource(workload.PlacementsResource)
 	var pinf, tinf cache.Controller
 	c.placements, pinf = clusterinformer.New(clusterinformer.ListWatch(pl.List, pl.Watch), &unstructured.Unstructured{}, placementIndexers,
-		cache.ResourceEventHandlerFuncs{AddFunc: onPlacement, UpdateFunc: func(_, o interface{}) { onPlacement(o) }, DeleteFunc: onPlacement})
+		cache.ResourceEventHandlerFuncs{AddFunc: func(o interface{}) { onPlacement(o, true) }, UpdateFunc: func(old, o interface{}) {
+			// Its own status writes change nothing the namespaces read.
+			if a, b := old.(*unstructured.Unstructured), o.(*unstructured.Unstructured); a.GetGeneration() == b.GetGeneration() && a.GetGeneration() != 0 &&
+				a.GetDeletionTimestamp().Equal(b.GetDeletionTimestamp()) && slices.Equal(a.GetFinalizers(), b.GetFinalizers()) {
+				return
+			}
+			onPlacement(o, true)
+		}, DeleteFunc: func(o interface{}) { onPlacement(o, true) }})
 
 	onNamespace := func(obj interface{}) {
 		m, err := meta.Accessor(unwrap(obj))
@@ -161,9 +184,12 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, evictionR
 		if err != nil {
 			return
 		}
+		// A location's targets concern every workspace that places there:
+		// their namespaces at once, their Placements' status after the
+		// namespaces had a moment to move (one write, not two).
 		users, _ := c.placements.ByIndex(byLocation, string(clusterinformer.ClusterOf(m)))
 		for _, u := range users {
-			c.enqueueCluster(clusterinformer.ClusterOf(u.(*unstructured.Unstructured)))
+			c.enqueueCluster(clusterinformer.ClusterOf(u.(*unstructured.Unstructured)), false)
 		}
 	}
 	st := wildcard.Resource(workload.SyncTargetsResource)
@@ -175,6 +201,9 @@ func NewController(loopback *rest.Config, evictionDelay time.Duration, evictionR
 			}
 		}, DeleteFunc: onTarget})
 	c.informers = []cache.Controller{pinf, namespaces.Synced(), tinf}
+	var objectInformers []cache.Controller
+	c.objects, objectInformers = newObjectInformers(wildcardMeta, local, c.onObject)
+	c.informers = append(c.informers, objectInformers...)
 	return c, nil
 }
 
@@ -219,11 +248,17 @@ func carriesAssignment(m metav1.Object) bool {
 	return targets || pol
 }
 
-// enqueueCluster looks again at every namespace and Placement of a cluster.
-func (c *Controller) enqueueCluster(cluster logicalcluster.Name) {
+// enqueueCluster looks again at every namespace and Placement of a
+// cluster: at the Placements' status at once, or in a moment
+// (enqueuePlacements).
+func (c *Controller) enqueueCluster(cluster logicalcluster.Name, statusNow bool) {
 	nss, _ := c.namespaces.ByIndex(clusterinformer.ByCluster, string(cluster))
 	for _, ns := range nss {
 		c.queue.Add("ns:" + clusterinformer.Key(cluster, "", ns.(*corev1.Namespace).Name))
+	}
+	if !statusNow {
+		c.enqueuePlacements(cluster)
+		return
 	}
 	pls, _ := c.placements.ByIndex(clusterinformer.ByCluster, string(cluster))
 	for _, p := range pls {
@@ -300,6 +335,7 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 	// longer matching), since unassigning would delete what runs there.
 	var current, candidates, frozen []target
 	avoid := map[string]bool{}
+	defaults := map[string]time.Duration{workload.TaintNotReady: c.evictionDelay}
 	for _, t := range c.targetsOf(p) {
 		if isCurrent(t) && p.Spec.Suspends(t.obj.Name) {
 			frozen = append(frozen, t)
@@ -312,6 +348,13 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 			current = append(current, t)
 		} else if usable(t.obj) {
 			if ok, preferNot := workload.Schedulable(tols, taintsOf(t.obj), string(cluster)); ok {
+				// A NoExecute taint whose toleration has ended (counted
+				// from its timeAdded) would send the namespace away at
+				// once: no candidate (else one that just left comes
+				// back, to leave again, over and over).
+				if at, _, evicts := workload.EvictionAt(tols, taintsOf(t.obj), string(cluster), defaults); evicts && !at.After(now) {
+					continue
+				}
 				candidates = append(candidates, t)
 				avoid[t.ref()] = preferNot
 			}
@@ -343,7 +386,6 @@ func (c *Controller) choose(now time.Time, cluster logicalcluster.Name, ns *core
 			recheck = d
 		}
 	}
-	defaults := map[string]time.Duration{workload.TaintNotReady: c.evictionDelay}
 	nsKey := clusterinformer.Key(cluster, "", ns.Name)
 	for _, t := range current {
 		if spread != "" && used[t.obj.Labels[spread]] {
@@ -619,7 +661,8 @@ func (c *Controller) namespace(ctx context.Context, cluster logicalcluster.Name,
 	// Objects first, the namespace last: should labelling fail half-way,
 	// the namespace still differs from what is wanted, and the retry
 	// finishes the job.
-	if err := c.labelObjects(ctx, cluster, ns); err != nil {
+	listed, err := c.labelObjects(ctx, cluster, ns)
+	if err != nil {
 		return 0, err
 	}
 	if changed {
@@ -630,12 +673,13 @@ func (c *Controller) namespace(ctx context.Context, cluster logicalcluster.Name,
 		if _, err = core.Namespaces().Update(ctx, ns, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
 			return 0, err
 		}
-		// Objects created between the list above and the moment admission
-		// sees the new labels got none: look again shortly.
-		if recheck > 0 && recheck < afterChange {
-			return recheck, nil
+		// Objects of negotiated resources created between the list above
+		// and the moment admission sees the new labels got none: look
+		// again shortly. (Those of built-in resources queue the namespace
+		// when the cache hears of them: onObject.)
+		if listed && (recheck == 0 || recheck > afterChange) {
+			recheck = afterChange
 		}
-		return afterChange, nil
 	}
 	if recheck > 0 {
 		return recheck, nil
@@ -646,25 +690,41 @@ func (c *Controller) namespace(ctx context.Context, cluster logicalcluster.Name,
 	return 0, nil
 }
 
+// enqueuePlacements looks again at the status of a cluster's Placements
+// after a change of its namespaces, in a moment (statusDelay): the
+// namespaces they count change in bursts (a new Placement assigns all of
+// them, a failover moves all of them), and one status write after the
+// burst replaces one for each namespace. (A change of a Placement
+// updates its status at once: enqueueCluster.)
 func (c *Controller) enqueuePlacements(cluster logicalcluster.Name) {
 	pls, _ := c.placements.ByIndex(clusterinformer.ByCluster, string(cluster))
 	for _, p := range pls {
-		c.queue.Add("pl:" + clusterinformer.Key(cluster, "", p.(*unstructured.Unstructured).GetName()))
+		c.queue.AddAfter("pl:"+clusterinformer.Key(cluster, "", p.(*unstructured.Unstructured).GetName()), statusDelay)
 	}
 }
 
 // labelObjects gives every object of a synced resource in the namespace
 // exactly the namespace's assignment labels, and the finalizers of those
 // targets; labels and finalizers of targets no longer assigned go (their
-// syncers remove the downstream copies that left their view).
-func (c *Controller) labelObjects(ctx context.Context, cluster logicalcluster.Name, ns *corev1.Namespace) error {
+// syncers remove the downstream copies that left their view). Objects of
+// the built-in synced resources are read from the controller's caches
+// (placement_objects.go); those of negotiated resources are listed. It
+// reports whether it listed any (their objects created meanwhile are
+// found by a look again shortly, not by a watch).
+func (c *Controller) labelObjects(ctx context.Context, cluster logicalcluster.Name, ns *corev1.Namespace) (bool, error) {
+	if err := c.labelCached(ctx, cluster, ns); err != nil {
+		return false, err
+	}
+	if c.negotiated == nil {
+		return false, nil
+	}
+	resources := c.negotiated.Resources(cluster)
+	if len(resources) == 0 {
+		return false, nil
+	}
 	d, err := c.clients.Dynamic(cluster)
 	if err != nil {
-		return err
-	}
-	resources := workload.SyncedResources
-	if c.negotiated != nil {
-		resources = append(append([]schema.GroupVersionResource{}, resources...), c.negotiated.Resources(cluster)...)
+		return false, err
 	}
 	for _, gvr := range resources {
 		list, err := d.Resource(gvr).Namespace(ns.Name).List(ctx, metav1.ListOptions{})
@@ -672,7 +732,7 @@ func (c *Controller) labelObjects(ctx context.Context, cluster logicalcluster.Na
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("listing %s in %s|%s: %v", gvr.Resource, cluster, ns.Name, err)
+			return true, fmt.Errorf("listing %s in %s|%s: %v", gvr.Resource, cluster, ns.Name, err)
 		}
 		for i := range list.Items {
 			o := &list.Items[i]
@@ -682,11 +742,11 @@ func (c *Controller) labelObjects(ctx context.Context, cluster logicalcluster.Na
 				continue
 			}
 			if _, err := d.Resource(gvr).Namespace(ns.Name).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil && !apierrors.IsNotFound(err) {
-				return err
+				return true, err
 			}
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // reconcileAssignment makes an object's assignment labels and finalizers

@@ -112,6 +112,21 @@ func TestChooseTaints(t *testing.T) {
 	if _, chosen, leaving, _ := c.choose(now, "root:team", ns("n", "a")); names(chosen) != "b" || names(leaving) != "a" {
 		t.Errorf("tolerated for 60 s, 61 s in: chosen %s leaving %s", names(chosen), names(leaving))
 	}
+	// Once the toleration has ended, the target takes no namespace of the
+	// Placement: one that left it does not come back (to leave again at
+	// once, over and over), nor does a new one go there.
+	tol60all := all + `,"allClusters":true,"tolerations":[{"key":"maintenance","operator":"Exists","effect":"NoExecute","tolerationSeconds":60}]}`
+	c = setup(0, tol60all, newTarget("a", true, time.Hour, maint(61*time.Second)), newTarget("b", true, time.Hour))
+	if _, chosen, leaving, _ := c.choose(now, "root:team", ns("n", "b")); names(chosen) != "b" || len(leaving) != 0 {
+		t.Errorf("toleration ended, the namespace left a: chosen %s leaving %s, want b", names(chosen), names(leaving))
+	}
+	if _, chosen, _, _ := c.choose(now, "root:team", ns("new")); names(chosen) != "b" {
+		t.Errorf("toleration ended, a new namespace: %s, want b", names(chosen))
+	}
+	c = setup(0, tol60all, newTarget("a", true, time.Hour, maint(30*time.Second)), newTarget("b", true, time.Hour))
+	if _, chosen, _, _ := c.choose(now, "root:team", ns("new")); names(chosen) != "a,b" {
+		t.Errorf("toleration running, a new namespace: %s, want a,b", names(chosen))
+	}
 	// Tolerating not-ready for good keeps a namespace on a dead target.
 	c = setup(0, all+`,"tolerations":[{"key":"workload.kcp.io/not-ready","operator":"Exists"}]}`, newTarget("a", false, time.Hour), newTarget("b", true, time.Hour))
 	if _, chosen, _, _ := c.choose(now, "root:team", ns("n", "a")); names(chosen) != "a" {
