@@ -131,10 +131,13 @@ func LogicalClusterKey(c logicalcluster.Name) string {
 }
 
 // skipped are keys a restore leaves as they are: the cluster's identity
-// (its LogicalCluster, which also carries the freeze) and its child
-// workspaces (each is restored by a restore of its own).
+// (its LogicalCluster, which also carries the freeze), its child
+// workspaces (each is restored by a restore of its own), and its Events
+// (both APIs store them under core): they are history, not state (as for
+// kcp export), and recorders keep updating them while a restore runs.
 func skipped(c logicalcluster.Name, key string) bool {
-	return key == LogicalClusterKey(c) || strings.HasPrefix(key, "/registry/tenancy.kcp.io/workspaces/"+string(c)+"/")
+	return key == LogicalClusterKey(c) || strings.HasPrefix(key, "/registry/tenancy.kcp.io/workspaces/"+string(c)+"/") ||
+		strings.HasPrefix(key, "/registry/core/events/"+string(c)+"/")
 }
 
 // Began is the revision that created the cluster's current incarnation

@@ -33,7 +33,7 @@ const listed = 200
 
 // passes bounds how often a restore plans again after writes that found
 // their key changed (kcp's own controllers may still write while frozen).
-const passes = 5
+const passes = 10
 
 func (r *reconciler) reconcile(ctx context.Context, wr *unstructured.Unstructured) (time.Duration, error) {
 	phase, _, _ := unstructured.NestedString(wr.Object, "status", "phase")
@@ -327,6 +327,12 @@ func (r *reconciler) failOrRetry(ctx context.Context, parent logicalcluster.Name
 // run plans and writes until nothing is left to write (or passes ran out).
 func (r *reconciler) run(ctx context.Context, parent logicalcluster.Name, wr *unstructured.Unstructured, child logicalcluster.Name, rev int64, planner func(context.Context) (*restore.Plan, error)) (int, []restore.Change, error) {
 	written := 0
+	// Each key is written back once. A key whose write found it changed
+	// meanwhile is planned again; a key already written may change after
+	// (a syncer reports the status of what the restore brought back, kcp's
+	// controllers react): that is the world moving on, not left work.
+	var pending map[string]bool
+	var remaining []restore.Change
 	for pass := 0; pass < passes; pass++ {
 		plan, err := planner(ctx)
 		if err != nil {
@@ -334,6 +340,15 @@ func (r *reconciler) run(ctx context.Context, parent logicalcluster.Name, wr *un
 		}
 		if _, described, _ := unstructured.NestedFieldNoCopy(wr.Object, "status", "summary"); !described {
 			describe(wr, plan)
+		}
+		if pending != nil {
+			kept := plan.Changes[:0]
+			for _, ch := range plan.Changes {
+				if pending[ch.Key] {
+					kept = append(kept, ch)
+				}
+			}
+			plan.Changes = kept
 		}
 		if len(plan.Changes) == 0 {
 			return written, nil, nil
@@ -357,15 +372,14 @@ func (r *reconciler) run(ctx context.Context, parent logicalcluster.Name, wr *un
 			return written, nil, err
 		}
 		if len(moved) == 0 {
-			// Plan once more: the writes are done when a plan is empty.
-			continue
+			return written, nil, nil
+		}
+		pending, remaining = map[string]bool{}, moved
+		for _, ch := range moved {
+			pending[ch.Key] = true
 		}
 	}
-	plan, err := planner(ctx)
-	if err != nil {
-		return written, nil, err
-	}
-	return written, plan.Changes, nil
+	return written, remaining, nil
 }
 
 func (r *reconciler) fail(ctx context.Context, parent logicalcluster.Name, wr *unstructured.Unstructured, child logicalcluster.Name, err error) error {
