@@ -121,7 +121,6 @@ var (
 		datastore.SQLite:   `SELECT changed_at FROM kcp_changes WHERE revision >= ? ORDER BY revision LIMIT 1`,
 		datastore.Postgres: `SELECT changed_at FROM kcp_changes WHERE revision >= $1 ORDER BY revision LIMIT 1`,
 	}
-	newestSQL = `SELECT COALESCE(MAX(id), 0) FROM kine`
 )
 
 // LogicalClusterKey is the key of a cluster's LogicalCluster: its identity,
@@ -202,13 +201,6 @@ func (s Source) TimeOf(ctx context.Context, rev int64) time.Time {
 		return t
 	}
 	return time.Time{}
-}
-
-// Newest is the datastore's newest revision.
-func (s Source) Newest(ctx context.Context) (int64, error) {
-	var rev int64
-	err := s.DB.QueryRowContext(ctx, newestSQL).Scan(&rev)
-	return rev, err
 }
 
 // Earliest is the oldest revision cluster c can be restored to, and why

@@ -121,6 +121,21 @@ func diffStates(want, got map[string]map[string]interface{}) []string {
 	return diffs
 }
 
+// waitRestoreFailed waits until a WorkspaceRestore is Failed with a
+// message containing want.
+func waitRestoreFailed(t *testing.T, restores dynamic.ResourceInterface, name, want string) {
+	t.Helper()
+	framework.Eventually(t, 30*time.Second, "WorkspaceRestore "+name+" refused", func() (bool, string) {
+		got, err := restores.Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		phase, _, _ := unstructured.NestedString(got.Object, "status", "phase")
+		msg, _, _ := unstructured.NestedString(got.Object, "status", "message")
+		return phase == "Failed" && strings.Contains(msg, want), phase + ": " + msg
+	})
+}
+
 // waitCRD waits until a CRD a restore wrote is served, then Established.
 func waitCRD(t *testing.T, s *framework.Server, cluster, name string) {
 	t.Helper()
@@ -373,15 +388,7 @@ func TestRestoreSecurity(t *testing.T) {
 	if err != nil {
 		t.Fatalf("creating a WorkspaceRestore in team-a: %v", err)
 	}
-	framework.Eventually(t, 30*time.Second, "the restore of a workspace that is not a child refused", func() (bool, string) {
-		got, err := as("root:team-a").Get(ctx, created.GetName(), metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		phase, _, _ := unstructured.NestedString(got.Object, "status", "phase")
-		msg, _, _ := unstructured.NestedString(got.Object, "status", "message")
-		return phase == "Failed" && strings.Contains(msg, "no Workspace team-b in root:team-a"), phase + ": " + msg
-	})
+	waitRestoreFailed(t, as("root:team-a"), created.GetName(), "no Workspace team-b in root:team-a")
 	// Bad input is refused with a clear message.
 	bad := restoreOf("team-a")
 	_ = unstructured.SetNestedField(bad.Object, "2026-11-28T10:41:00Z", "spec", "to")
@@ -635,15 +642,7 @@ func TestWorkspaceSnapshots(t *testing.T) {
 			}}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			framework.Eventually(t, 30*time.Second, "another parent's snapshot refused", func() (bool, string) {
-				got, err := rb.Get(ctx, "steal", metav1.GetOptions{})
-				if err != nil {
-					return false, err.Error()
-				}
-				phase, _, _ := unstructured.NestedString(got.Object, "status", "phase")
-				msg, _, _ := unstructured.NestedString(got.Object, "status", "message")
-				return phase == "Failed" && strings.Contains(msg, "no snapshot of WorkspaceSnapshot nightly in root:team-b"), phase + ": " + msg
-			})
+			waitRestoreFailed(t, rb, "steal", "no snapshot of WorkspaceSnapshot nightly in root:team-b")
 			if _, err := s.Client("root:team-b:x").CoreV1().Namespaces().Get(ctx, "apps", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Errorf("team-a's namespace appeared in root:team-b:x: %v", err)
 			}
