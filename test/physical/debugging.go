@@ -58,6 +58,23 @@ func (c *Cluster) debuggingConfig(ctx context.Context, client kubernetes.Interfa
 	if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, &crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", fmt.Errorf("installing kwok's Logs CRD: %v", err)
 	}
+	// kwok lists Logs objects from its start: a CRD not yet served makes
+	// its informer back off (up to half a minute), and a pod's own lines
+	// show that late. Start kwok on an established CRD.
+	if err := poll(ctx, time.Minute, func() error {
+		got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range got.Status.Conditions {
+			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("kwok's Logs CRD is not established yet")
+	}); err != nil {
+		return "", err
+	}
 	logs := c.logsDir()
 	if err := os.MkdirAll(logs, 0o700); err != nil {
 		return "", err
