@@ -59,6 +59,9 @@ type checkedWrites struct {
 	// as many writes as connections, each held one and waited for another
 	// for ever (every create of 64 clients timed out on a pool of 30).
 	writers chan struct{}
+	// background bounds the background writes in flight where writes run
+	// concurrently (nil on SQLite, whose serial writer orders them).
+	background chan struct{}
 	// rowAt reads the row a revision created (nil: confirm through kine).
 	rowAt func(ctx context.Context, rev int64) (key string, value []byte, found bool, err error)
 	// createdRow finds the revision of the row that created key with
@@ -143,33 +146,78 @@ func (b checkedWrites) confirmedByRow(ctx context.Context, key string, value []b
 // cancelling one mid-way gains nothing; a write whose caller has gone
 // before the writer takes it is not started (f gets the cancelled context
 // and fails at once, as before).
+//
+// Background writes (a restore's, Background) yield to the others: on
+// SQLite the serial writer takes one only when no other write waits (with
+// a share kept for them under a flood, see serialWriter), elsewhere at most
+// backgroundWriters of them are in flight, so that a large restore does not
+// queue ahead of every tenant's requests.
 func (b checkedWrites) write(ctx context.Context, f func(context.Context)) {
 	if b.notify != nil {
 		defer b.notify.wrote()
 	}
+	bg := isBackground(ctx)
 	switch {
 	case b.serial != nil:
-		b.serial.run(func() {
+		run := b.serial.run
+		if bg {
+			run = b.serial.runBackground
+		}
+		run(func() {
 			wctx := ctx
 			if ctx.Err() == nil {
 				wctx = context.WithoutCancel(ctx)
 			}
 			f(wctx)
 		})
-	case b.writers != nil:
+		return
+	}
+	if bg && b.background != nil {
+		select {
+		case b.background <- struct{}{}:
+		case <-ctx.Done():
+			f(ctx) // fails at once on the cancelled context
+			return
+		}
+		defer func() { <-b.background }()
+	}
+	if b.writers != nil {
 		b.writers <- struct{}{}
 		defer func() { <-b.writers }()
-		f(ctx)
-	default:
-		f(ctx)
 	}
+	f(ctx)
 }
 
+// backgroundKey marks a context's writes as background writes.
+type backgroundKey struct{}
+
+// Background marks the writes made with ctx as background writes (a
+// restore's): they yield to every other write (checkedWrites.write).
+func Background(ctx context.Context) context.Context {
+	return context.WithValue(ctx, backgroundKey{}, true)
+}
+
+func isBackground(ctx context.Context) bool {
+	bg, _ := ctx.Value(backgroundKey{}).(bool)
+	return bg
+}
+
+// backgroundWriters is how many background writes may be in flight at
+// once on a datastore with concurrent writers (PostgreSQL).
+const backgroundWriters = 2
+
+// backgroundShare: under a flood of other writes, the serial writer still
+// takes one waiting background write after this many others, so a restore
+// finishes on a busy server too (at a ninth of the write rate or more).
+const backgroundShare = 8
+
 // serialWriter runs functions one at a time on its own goroutine, in the
-// order they were handed to it.
+// order they were handed to it; background ones only when no other waits,
+// or after backgroundShare others in a row while one waited.
 type serialWriter struct {
-	reqs    chan serialWrite
-	stopped <-chan struct{}
+	reqs       chan serialWrite
+	background chan serialWrite
+	stopped    <-chan struct{}
 }
 
 type serialWrite struct {
@@ -181,11 +229,31 @@ type serialWrite struct {
 // handed over after that run on their caller's goroutine (they fail in a
 // datastore that is closing, as they would have).
 func newSerialWriter(ctx context.Context) *serialWriter {
-	w := &serialWriter{reqs: make(chan serialWrite), stopped: ctx.Done()}
+	w := &serialWriter{reqs: make(chan serialWrite), background: make(chan serialWrite), stopped: ctx.Done()}
 	go func() {
+		passed := 0 // other writes taken in a row while a background one could wait
 		for {
+			if passed < backgroundShare {
+				select {
+				case r := <-w.reqs:
+					passed++
+					w.do(r)
+					continue
+				default:
+				}
+			}
+			select {
+			case r := <-w.background:
+				passed = 0
+				w.do(r)
+				continue
+			default:
+			}
+			passed = 0
 			select {
 			case r := <-w.reqs:
+				w.do(r)
+			case r := <-w.background:
 				w.do(r)
 			case <-ctx.Done():
 				return
@@ -210,10 +278,15 @@ func (w *serialWriter) do(r serialWrite) {
 // run hands f to the writer and waits until it has run. The channel is
 // unbuffered: a write handed over is one the writer has taken, so none is
 // left behind when the writer stops.
-func (w *serialWriter) run(f func()) {
+func (w *serialWriter) run(f func()) { w.hand(w.reqs, f) }
+
+// runBackground is run for a background write.
+func (w *serialWriter) runBackground(f func()) { w.hand(w.background, f) }
+
+func (w *serialWriter) hand(to chan serialWrite, f func()) {
 	done := make(chan any, 1)
 	select {
-	case w.reqs <- serialWrite{f: f, done: done}:
+	case to <- serialWrite{f: f, done: done}:
 		if p := <-done; p != nil {
 			panic(p)
 		}

@@ -159,9 +159,10 @@ func (k *Kine) UpdateKey(ctx context.Context, key string, value []byte, revision
 // kine's log, so watchers see each as an event, on the rows below the
 // served defaults (a restored row is what was stored, a tombstone
 // included), each checked against the key's current revision (false:
-// nothing written). The value must be a row kine stored before.
+// nothing written). The value must be a row kine stored before. They are
+// background writes: they yield to every other write (Background).
 func (k *Kine) CreateRow(ctx context.Context, key string, value []byte) (bool, error) {
-	_, err := k.rows.Create(ctx, key, value, 0)
+	_, err := k.rows.Create(Background(ctx), key, value, 0)
 	if err == kineserver.ErrKeyExists {
 		return false, nil
 	}
@@ -170,13 +171,13 @@ func (k *Kine) CreateRow(ctx context.Context, key string, value []byte) (bool, e
 
 // UpdateRow: see CreateRow.
 func (k *Kine) UpdateRow(ctx context.Context, key string, value []byte, revision int64) (bool, error) {
-	_, _, updated, err := k.rows.Update(ctx, key, value, revision, 0)
+	_, _, updated, err := k.rows.Update(Background(ctx), key, value, revision, 0)
 	return updated, err
 }
 
 // DeleteRow: see CreateRow.
 func (k *Kine) DeleteRow(ctx context.Context, key string, revision int64) (bool, error) {
-	_, _, deleted, err := k.rows.Delete(ctx, key, revision)
+	_, _, deleted, err := k.rows.Delete(Background(ctx), key, revision)
 	return deleted, err
 }
 
@@ -334,6 +335,9 @@ func Start(cfg Config) (*Kine, error) {
 		checked.serial = newSerialWriter(ctx)
 	} else if n := maxWriters(cfg.Pool.MaxOpen); n > 0 {
 		checked.writers = make(chan struct{}, n)
+	}
+	if checked.serial == nil {
+		checked.background = make(chan struct{}, backgroundWriters)
 	}
 	notify, writer := cfg.Notify && cfg.Datastore.Dialect == datastore.Postgres, ""
 	if notify && cfg.DB != nil {

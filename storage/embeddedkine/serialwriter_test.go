@@ -2,8 +2,11 @@ package embeddedkine
 
 import (
 	"context"
+	"runtime"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestSerialWriter checks what the SQLite write path relies on: one write
@@ -60,5 +63,58 @@ func TestSerialWriter(t *testing.T) {
 	w.run(func() { stopped = true })
 	if !stopped {
 		t.Fatal("a write handed over after the writer stopped did not run")
+	}
+}
+
+// TestSerialWriterBackground checks the order a restore relies on: a
+// background write waits while other writes wait, yet one runs at least
+// after every backgroundShare others when they never stop coming.
+func TestSerialWriterBackground(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := newSerialWriter(ctx)
+
+	// Hold the writer busy, queue one background write, then many others.
+	hold, holding := make(chan struct{}), make(chan struct{})
+	go w.run(func() { close(holding); <-hold })
+	<-holding
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w.runBackground(func() { mu.Lock(); order = append(order, "bg"); mu.Unlock() })
+	}()
+	const others = 3 * backgroundShare
+	queued := make(chan struct{}, others)
+	for range others {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			queued <- struct{}{}
+			w.run(func() { mu.Lock(); order = append(order, "fg"); mu.Unlock() })
+		}()
+	}
+	for range others {
+		<-queued
+	}
+	// Let every sender reach the writer's channels before it goes on.
+	for range 100 {
+		runtime.Gosched()
+	}
+	time.Sleep(20 * time.Millisecond)
+	close(hold)
+	wg.Wait()
+
+	at := slices.Index(order, "bg")
+	if at < 0 || len(order) != others+1 {
+		t.Fatalf("order %v: want %d writes, the background one among them", order, others+1)
+	}
+	if at == 0 {
+		t.Errorf("the background write ran first, ahead of %d waiting writes: %v", others, order)
+	}
+	if at > backgroundShare {
+		t.Errorf("the background write ran after %d others, want at most %d: %v", at, backgroundShare, order)
 	}
 }

@@ -84,27 +84,37 @@ func stateArgs(c logicalcluster.Name, rev int64) []any {
 }
 
 // Take stores a snapshot of cluster c at the datastore's newest revision,
-// filed under parent and name (who may restore from it).
+// filed under parent and name (who may restore from it). It is one
+// transaction: a snapshot is listed only with all of its rows, whenever
+// the process or the database stops (a snapshot listed without its rows
+// would restore an empty workspace).
 func Take(ctx context.Context, db *sql.DB, d datastore.Dialect, c logicalcluster.Name, parent, name string) (Snapshot, error) {
 	var rev int64
 	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM kine`).Scan(&rev); err != nil {
 		return Snapshot{}, err
 	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	defer tx.Rollback()
 	var id int64
-	if err := db.QueryRowContext(ctx, q(d, `INSERT INTO kcp_snapshots (parent, name, cluster, revision) VALUES (?, ?, ?, ?) RETURNING id`),
+	if err := tx.QueryRowContext(ctx, q(d, `INSERT INTO kcp_snapshots (parent, name, cluster, revision) VALUES (?, ?, ?, ?) RETURNING id`),
 		parent, name, string(c), rev).Scan(&id); err != nil {
 		return Snapshot{}, err
 	}
 	// One statement: the rows of one revision, whatever is written meanwhile.
-	if _, err := db.ExecContext(ctx, q(d, `INSERT INTO kcp_snapshot_rows (snapshot_id, key, value) SELECT CAST(? AS BIGINT), s.name, s.value FROM (`+stateAt+`) AS s`),
+	if _, err := tx.ExecContext(ctx, q(d, `INSERT INTO kcp_snapshot_rows (snapshot_id, key, value) SELECT CAST(? AS BIGINT), s.name, s.value FROM (`+stateAt+`) AS s`),
 		append([]any{id}, stateArgs(c, rev)...)...); err != nil {
-		_ = Delete(ctx, db, d, id)
 		return Snapshot{}, err
 	}
-	if _, err := db.ExecContext(ctx, q(d, `UPDATE kcp_snapshots SET
+	if _, err := tx.ExecContext(ctx, q(d, `UPDATE kcp_snapshots SET
 		objects = (SELECT COUNT(*) FROM kcp_snapshot_rows WHERE snapshot_id = ?),
 		bytes = (SELECT COALESCE(SUM(LENGTH(value)), 0) FROM kcp_snapshot_rows WHERE snapshot_id = ?)
 		WHERE id = ?`), id, id, id); err != nil {
+		return Snapshot{}, err
+	}
+	if err := tx.Commit(); err != nil {
 		return Snapshot{}, err
 	}
 	s, _, err := Get(ctx, db, d, id)
@@ -178,13 +188,21 @@ func Rows(ctx context.Context, db *sql.DB, d datastore.Dialect, id int64) (map[s
 	return out, rows.Err()
 }
 
-// Delete removes a snapshot and its rows.
+// Delete removes a snapshot and its rows, in one transaction (a snapshot
+// is never listed without its rows).
 func Delete(ctx context.Context, db *sql.DB, d datastore.Dialect, id int64) error {
-	if _, err := db.ExecContext(ctx, q(d, `DELETE FROM kcp_snapshot_rows WHERE snapshot_id = ?`), id); err != nil {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
 		return err
 	}
-	_, err := db.ExecContext(ctx, q(d, `DELETE FROM kcp_snapshots WHERE id = ?`), id)
-	return err
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, q(d, `DELETE FROM kcp_snapshots WHERE id = ?`), id); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, q(d, `DELETE FROM kcp_snapshot_rows WHERE snapshot_id = ?`), id); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // Read is a snapshot file of cluster c at the datastore's newest revision,

@@ -647,11 +647,36 @@ func TestWorkspaceSnapshots(t *testing.T) {
 				t.Errorf("team-a's namespace appeared in root:team-b:x: %v", err)
 			}
 
+			// A snapshot listed without all of its rows (as a kill -9 half
+			// way through taking one could leave with earlier versions) is
+			// refused, not restored as an empty workspace.
+			db := openDatastore(t, s)
+			got, err := snaps.Get(ctx, "nightly", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			list, _, _ := unstructured.NestedSlice(got.Object, "status", "snapshots")
+			id := list[0].(map[string]interface{})["id"]
+			if _, err := db.Exec(fmt.Sprintf(`DELETE FROM kcp_snapshot_rows WHERE snapshot_id = %v AND key LIKE '%%configmaps%%'`, id)); err != nil {
+				t.Fatal(err)
+			}
+			ra := dynamic.NewForConfigOrDie(s.Config("root")).Resource(workspaceRestores)
+			if _, err := ra.Create(ctx, &unstructured.Unstructured{Object: map[string]interface{}{
+				"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceRestore",
+				"metadata": map[string]interface{}{"name": "from-incomplete"},
+				"spec":     map[string]interface{}{"workspace": "team-a", "snapshot": map[string]interface{}{"name": "nightly", "id": id}},
+			}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitRestoreFailed(t, ra, "from-incomplete", "is incomplete")
+			if _, err := s.Client(a).CoreV1().ConfigMaps("apps").Get(ctx, "cm-0", metav1.GetOptions{}); err != nil {
+				t.Errorf("cm-0 after a refused restore from an incomplete snapshot: %v", err)
+			}
+
 			// Deleting the WorkspaceSnapshot deletes what it kept.
 			if err := snaps.Delete(ctx, "nightly", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			db := openDatastore(t, s)
 			framework.Eventually(t, 30*time.Second, "the snapshots deleted", func() (bool, string) {
 				var n int
 				if err := db.QueryRow(`SELECT COUNT(*) FROM kcp_snapshot_rows`).Scan(&n); err != nil {

@@ -118,6 +118,13 @@ func (r *reconciler) reconcile(ctx context.Context, wr *unstructured.Unstructure
 			if err != nil {
 				return nil, err
 			}
+			if int64(len(rows)) != snap.Objects || len(rows) == 0 {
+				// Written by a version that took snapshots in several
+				// statements and stopped half way (a workspace always
+				// holds its namespaces): restoring it would delete what
+				// it lacks.
+				return nil, &restore.Refused{Reason: fmt.Sprintf("snapshot %d of %s is incomplete (%d of its %d objects stored); restore another", snap.ID, snap.Name, len(rows), snap.Objects)}
+			}
 			return r.source.PlanInto(ctx, rows, snap.Cluster, target)
 		}
 	case target != child:
