@@ -650,14 +650,14 @@ func TestWorkspaceSnapshots(t *testing.T) {
 			// A snapshot listed without all of its rows (as a kill -9 half
 			// way through taking one could leave with earlier versions) is
 			// refused, not restored as an empty workspace.
-			db := openDatastore(t, s)
+			rw, _ := openDatastoreRW(t, s)
 			got, err := snaps.Get(ctx, "nightly", metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			list, _, _ := unstructured.NestedSlice(got.Object, "status", "snapshots")
 			id := list[0].(map[string]interface{})["id"]
-			if _, err := db.Exec(fmt.Sprintf(`DELETE FROM kcp_snapshot_rows WHERE snapshot_id = %v AND key LIKE '%%configmaps%%'`, id)); err != nil {
+			if _, err := rw.Exec(fmt.Sprintf(`DELETE FROM kcp_snapshot_rows WHERE snapshot_id = %v AND key LIKE '%%configmaps%%'`, id)); err != nil {
 				t.Fatal(err)
 			}
 			ra := dynamic.NewForConfigOrDie(s.Config("root")).Resource(workspaceRestores)
@@ -677,6 +677,7 @@ func TestWorkspaceSnapshots(t *testing.T) {
 			if err := snaps.Delete(ctx, "nightly", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
+			db := openDatastore(t, s)
 			framework.Eventually(t, 30*time.Second, "the snapshots deleted", func() (bool, string) {
 				var n int
 				if err := db.QueryRow(`SELECT COUNT(*) FROM kcp_snapshot_rows`).Scan(&n); err != nil {
