@@ -220,7 +220,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 		return clusterdata.DeleteAll(ctx, db, o.Datastore.Dialect, kine, c)
 	}
 	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, negotiatedAPIs, boundAPIs, apf, deleteClusterData, kine.Range, kine.RangeRows, kine.RangeChanged, kine.Watch, kine, local,
-		restore.Source{DB: db, Dialect: o.Datastore.Dialect}, kine)
+		restore.Source{DB: db, Dialect: o.Datastore.Dialect, Background: kine.Background}, kine)
 	if err := chain.GenericAPIServer.AddReadyzChecks(kine.Health); err != nil {
 		return err
 	}

@@ -215,7 +215,7 @@ func (o *restoreOptions) runFrom(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("loading %s into %s: %v", o.from, ds, err)
 	}
-	defer snapshots.Delete(context.Background(), db, ds.Dialect, snap.ID)
+	defer snapshots.Delete(context.Background(), db, ds.Dialect, nil, snap.ID)
 	fmt.Fprintf(out, "loaded %s: %d objects of %s at revision %d of its datastore\n", o.from, snap.Objects, file.Cluster, file.Revision)
 	spec := map[string]interface{}{"workspace": name, "snapshot": map[string]interface{}{"name": snap.Name, "id": snap.ID}}
 	if o.dryRun {

@@ -156,6 +156,12 @@ func (b checkedWrites) write(ctx context.Context, f func(context.Context)) {
 	if b.notify != nil {
 		defer b.notify.wrote()
 	}
+	b.run(ctx, f)
+}
+
+// run is write without telling other replicas (a write to kcp's own
+// tables, which they do not poll).
+func (b checkedWrites) run(ctx context.Context, f func(context.Context)) {
 	bg := isBackground(ctx)
 	switch {
 	case b.serial != nil:

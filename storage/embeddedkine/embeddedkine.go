@@ -181,6 +181,22 @@ func (k *Kine) DeleteRow(ctx context.Context, key string, revision int64) (bool,
 	return deleted, err
 }
 
+// Background runs f, which writes kcp's own tables in the datastore (not
+// kine's), as a background write: on SQLite on kine's one writer, so
+// that it neither waits in SQLite's busy handler nor makes kine's writes
+// wait there, and after the writes of the API that wait; on PostgreSQL
+// with the other background writes' bound. Keep f short (one
+// transaction of a page of rows).
+func (k *Kine) Background(ctx context.Context, f func(context.Context) error) error {
+	c, ok := k.rows.(checkedWrites)
+	if !ok {
+		return f(ctx)
+	}
+	var err error
+	c.run(Background(ctx), func(ctx context.Context) { err = f(ctx) })
+	return err
+}
+
 // Range calls fn with every live key below prefix, its value and its
 // revision, in key order, as of one revision of the datastore, which it
 // returns. It reads with kine's streaming list, as the API server's

@@ -84,6 +84,9 @@ func IsRefused(err error) bool {
 type Source struct {
 	DB      *sql.DB
 	Dialect datastore.Dialect
+	// Background runs writes to kcp's own tables (snapshots) as background
+	// writes of the datastore (nil: directly).
+	Background func(ctx context.Context, f func(context.Context) error) error
 }
 
 var (

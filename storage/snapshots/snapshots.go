@@ -1,7 +1,6 @@
 // Package snapshots keeps snapshots of one logical cluster at one
 // revision in our own tables (kcp_snapshots, kcp_snapshot_rows): copies of
-// kine's rows as stored, taken in one SQL statement so that they are
-// consistent, and read back by restores (storage/restore), which write
+// kine's rows as stored, as of one revision (consistent), and read back by restores (storage/restore), which write
 // through kine. It also reads and writes the portable snapshot file of
 // `kcp snapshot` and `kcp restore --from`.
 package snapshots
@@ -83,42 +82,132 @@ func stateArgs(c logicalcluster.Name, rev int64) []any {
 		"/registry/tenancy.kcp.io/workspaces/" + string(c) + "/%", rev}
 }
 
+// Runner runs f, a write to kcp's own tables, as a background write of
+// the datastore (embeddedkine's Kine.Background: on SQLite on kine's one
+// writer, after every waiting write of the API); nil runs f directly.
+type Runner func(ctx context.Context, f func(context.Context) error) error
+
+func run(ctx context.Context, bg Runner, f func(context.Context) error) error {
+	if bg == nil {
+		return f(ctx)
+	}
+	return bg(ctx, f)
+}
+
+// PageRows is how many rows Take copies per statement.
+var PageRows = 500
+
 // Take stores a snapshot of cluster c at the datastore's newest revision,
-// filed under parent and name (who may restore from it). It is one
-// transaction: a snapshot is listed only with all of its rows, whenever
-// the process or the database stops (a snapshot listed without its rows
-// would restore an empty workspace).
-func Take(ctx context.Context, db *sql.DB, d datastore.Dialect, c logicalcluster.Name, parent, name string) (Snapshot, error) {
+// filed under parent and name (who may restore from it), and returns it.
+//
+// The rows are copied a page at a time, each page read in one statement
+// and written in one short transaction as a background write, so that
+// copying a large workspace never holds the datastore's writer for long
+// (on SQLite one statement copying 100,000 rows held it for seconds and
+// every tenant's writes waited). The pages are consistent with each other:
+// each reads the rows as of the snapshot's revision, which later writes do
+// not change; only a compaction past that revision could, and the copy
+// fails then (taken again on the next try). Until its last page is
+// stored the snapshot is unfinished (objects -1): List does not show it,
+// a restore refuses it, and DeleteUnfinished removes what a stopped
+// process left.
+func Take(ctx context.Context, db *sql.DB, d datastore.Dialect, bg Runner, c logicalcluster.Name, parent, name string) (Snapshot, error) {
 	var rev int64
 	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM kine`).Scan(&rev); err != nil {
 		return Snapshot{}, err
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return Snapshot{}, err
-	}
-	defer tx.Rollback()
 	var id int64
-	if err := tx.QueryRowContext(ctx, q(d, `INSERT INTO kcp_snapshots (parent, name, cluster, revision) VALUES (?, ?, ?, ?) RETURNING id`),
-		parent, name, string(c), rev).Scan(&id); err != nil {
+	if err := run(ctx, bg, func(ctx context.Context) error {
+		return db.QueryRowContext(ctx, q(d, `INSERT INTO kcp_snapshots (parent, name, cluster, revision, objects) VALUES (?, ?, ?, ?, -1) RETURNING id`),
+			parent, name, string(c), rev).Scan(&id)
+	}); err != nil {
 		return Snapshot{}, err
 	}
-	// One statement: the rows of one revision, whatever is written meanwhile.
-	if _, err := tx.ExecContext(ctx, q(d, `INSERT INTO kcp_snapshot_rows (snapshot_id, key, value) SELECT CAST(? AS BIGINT), s.name, s.value FROM (`+stateAt+`) AS s`),
-		append([]any{id}, stateArgs(c, rev)...)...); err != nil {
+	finished := false
+	defer func() {
+		if !finished {
+			_ = Delete(context.WithoutCancel(ctx), db, d, bg, id)
+		}
+	}()
+	page := q(d, `SELECT s.name, s.value FROM (`+stateAt+`) AS s WHERE s.name > ? ORDER BY s.name LIMIT `+fmt.Sprint(PageRows))
+	insert := q(d, `INSERT INTO kcp_snapshot_rows (snapshot_id, key, value) VALUES (?, ?, ?)`)
+	var objects, size int64
+	after := ""
+	for {
+		rows, err := readPage(ctx, db, page, append(stateArgs(c, rev), after))
+		if err != nil {
+			return Snapshot{}, err
+		}
+		if len(rows) == 0 {
+			break
+		}
+		if err := run(ctx, bg, func(ctx context.Context) error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			stmt, err := tx.PrepareContext(ctx, insert)
+			if err != nil {
+				return err
+			}
+			defer stmt.Close()
+			for _, r := range rows {
+				if _, err := stmt.ExecContext(ctx, id, r.Key, []byte(r.Value)); err != nil {
+					return err
+				}
+			}
+			return tx.Commit()
+		}); err != nil {
+			return Snapshot{}, err
+		}
+		for _, r := range rows {
+			objects++
+			size += int64(len(r.Value))
+		}
+		after = rows[len(rows)-1].Key
+	}
+	var compacted int64
+	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(prev_revision), 0) FROM kine WHERE name = 'compact_rev_key'`).Scan(&compacted); err != nil {
 		return Snapshot{}, err
 	}
-	if _, err := tx.ExecContext(ctx, q(d, `UPDATE kcp_snapshots SET
-		objects = (SELECT COUNT(*) FROM kcp_snapshot_rows WHERE snapshot_id = ?),
-		bytes = (SELECT COALESCE(SUM(LENGTH(value)), 0) FROM kcp_snapshot_rows WHERE snapshot_id = ?)
-		WHERE id = ?`), id, id, id); err != nil {
+	if compacted > rev {
+		return Snapshot{}, fmt.Errorf("the datastore was compacted past revision %d while the snapshot was copied; taking it again", rev)
+	}
+	if err := run(ctx, bg, func(ctx context.Context) error {
+		res, err := db.ExecContext(ctx, q(d, `UPDATE kcp_snapshots SET objects = ?, bytes = ? WHERE id = ?`), objects, size, id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err == nil && n == 0 {
+			return fmt.Errorf("snapshot %d was deleted while it was taken", id)
+		}
+		return nil
+	}); err != nil {
 		return Snapshot{}, err
 	}
-	if err := tx.Commit(); err != nil {
-		return Snapshot{}, err
-	}
+	finished = true
 	s, _, err := Get(ctx, db, d, id)
 	return s, err
+}
+
+func readPage(ctx context.Context, db *sql.DB, query string, args []any) ([]Row, error) {
+	rs, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var out []Row
+	for rs.Next() {
+		var r Row
+		var v []byte
+		if err := rs.Scan(&r.Key, &v); err != nil {
+			return nil, err
+		}
+		r.Value = v
+		out = append(out, r)
+	}
+	return out, rs.Err()
 }
 
 const columns = `id, parent, name, cluster, revision, taken_at, objects, bytes`
@@ -151,9 +240,10 @@ func Get(ctx context.Context, db *sql.DB, d datastore.Dialect, id int64) (Snapsh
 	return s, err == nil, err
 }
 
-// List is the snapshots filed under parent and name, newest first.
+// List is the finished snapshots filed under parent and name, newest
+// first.
 func List(ctx context.Context, db *sql.DB, d datastore.Dialect, parent, name string) ([]Snapshot, error) {
-	rows, err := db.QueryContext(ctx, q(d, `SELECT `+columns+` FROM kcp_snapshots WHERE parent = ? AND name = ? ORDER BY id DESC`), parent, name)
+	rows, err := db.QueryContext(ctx, q(d, `SELECT `+columns+` FROM kcp_snapshots WHERE parent = ? AND name = ? AND objects >= 0 ORDER BY id DESC`), parent, name)
 	if err != nil {
 		return nil, err
 	}
@@ -188,21 +278,87 @@ func Rows(ctx context.Context, db *sql.DB, d datastore.Dialect, id int64) (map[s
 	return out, rows.Err()
 }
 
-// Delete removes a snapshot and its rows, in one transaction (a snapshot
-// is never listed without its rows).
-func Delete(ctx context.Context, db *sql.DB, d datastore.Dialect, id int64) error {
-	tx, err := db.BeginTx(ctx, nil)
+// Delete removes a snapshot and its rows: it marks the snapshot
+// unfinished (no longer listed or restorable), deletes its rows a page at
+// a time as background writes, then the snapshot itself; stopped half
+// way, DeleteUnfinished completes it.
+func Delete(ctx context.Context, db *sql.DB, d datastore.Dialect, bg Runner, id int64) error {
+	if err := run(ctx, bg, func(ctx context.Context) error {
+		_, err := db.ExecContext(ctx, q(d, `UPDATE kcp_snapshots SET objects = -1 WHERE id = ?`), id)
+		return err
+	}); err != nil {
+		return err
+	}
+	del := q(d, `DELETE FROM kcp_snapshot_rows WHERE snapshot_id = ? AND key IN
+		(SELECT key FROM kcp_snapshot_rows WHERE snapshot_id = ? ORDER BY key LIMIT `+fmt.Sprint(PageRows)+`)`)
+	for {
+		var n int64
+		if err := run(ctx, bg, func(ctx context.Context) error {
+			res, err := db.ExecContext(ctx, del, id, id)
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
+			return err
+		}); err != nil {
+			return err
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return run(ctx, bg, func(ctx context.Context) error {
+		_, err := db.ExecContext(ctx, q(d, `DELETE FROM kcp_snapshots WHERE id = ?`), id)
+		return err
+	})
+}
+
+// DeleteUnfinished deletes the snapshots filed under parent and name that
+// were never finished or only half deleted (their process stopped); call
+// it only while no Take or Delete of theirs runs.
+func DeleteUnfinished(ctx context.Context, db *sql.DB, d datastore.Dialect, bg Runner, parent, name string) error {
+	ids, err := ids(ctx, db, d, `SELECT id FROM kcp_snapshots WHERE parent = ? AND name = ? AND objects < 0`, parent, name)
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, q(d, `DELETE FROM kcp_snapshots WHERE id = ?`), id); err != nil {
+	for _, id := range ids {
+		if err := Delete(ctx, db, d, bg, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeleteAll deletes every snapshot filed under parent and name, finished
+// or not.
+func DeleteAll(ctx context.Context, db *sql.DB, d datastore.Dialect, bg Runner, parent, name string) error {
+	ids, err := ids(ctx, db, d, `SELECT id FROM kcp_snapshots WHERE parent = ? AND name = ?`, parent, name)
+	if err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, q(d, `DELETE FROM kcp_snapshot_rows WHERE snapshot_id = ?`), id); err != nil {
-		return err
+	for _, id := range ids {
+		if err := Delete(ctx, db, d, bg, id); err != nil {
+			return err
+		}
 	}
-	return tx.Commit()
+	return nil
+}
+
+func ids(ctx context.Context, db *sql.DB, d datastore.Dialect, query string, args ...any) ([]int64, error) {
+	rs, err := db.QueryContext(ctx, q(d, query), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var out []int64
+	for rs.Next() {
+		var id int64
+		if err := rs.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rs.Err()
 }
 
 // Read is a snapshot file of cluster c at the datastore's newest revision,

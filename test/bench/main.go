@@ -120,6 +120,15 @@ func main() {
 		fmt.Print(renderStreams(r))
 		return
 	}
+	if *snapshotOnly {
+		r, err := benchSnapshots(log)
+		if err != nil {
+			log("snapshot benchmark failed: %v", err)
+			os.Exit(1)
+		}
+		fmt.Print(renderSnapshots(r))
+		return
+	}
 	if *restoreOnly {
 		r, err := benchRestore(log)
 		if err != nil {

@@ -118,6 +118,9 @@ func (r *reconciler) reconcile(ctx context.Context, wr *unstructured.Unstructure
 			if err != nil {
 				return nil, err
 			}
+			if snap.Objects < 0 {
+				return nil, &restore.Refused{Reason: fmt.Sprintf("snapshot %d of %s is unfinished (being taken or deleted); restore another", snap.ID, snap.Name)}
+			}
 			if int64(len(rows)) != snap.Objects || len(rows) == 0 {
 				// Written by a version that took snapshots in several
 				// statements and stopped half way (a workspace always

@@ -32,7 +32,7 @@ func NewController(loopback *rest.Config, source restore.Source) (*Controller, e
 	if err != nil {
 		return nil, err
 	}
-	return &Controller{w: w, r: &reconciler{db: source.DB, dialect: source.Dialect, clients: w.Clients, now: time.Now}}, nil
+	return &Controller{w: w, r: &reconciler{db: source.DB, dialect: source.Dialect, bg: source.Background, clients: w.Clients, now: time.Now}}, nil
 }
 
 // Run processes the queue until ctx ends.

@@ -22,6 +22,8 @@ import (
 type reconciler struct {
 	db      *sql.DB
 	dialect datastore.Dialect
+	// bg runs the snapshots' writes as background writes of the datastore.
+	bg      snapshots.Runner
 	clients *clusterinformer.Clients
 	now     func() time.Time
 }
@@ -37,14 +39,8 @@ func (r *reconciler) reconcile(ctx context.Context, ws *unstructured.Unstructure
 		if !slices.Contains(ws.GetFinalizers(), tenancy.SnapshotsFinalizer) {
 			return 0, nil
 		}
-		list, err := snapshots.List(ctx, r.db, r.dialect, string(parent), ws.GetName())
-		if err != nil {
+		if err := snapshots.DeleteAll(ctx, r.db, r.dialect, r.bg, string(parent), ws.GetName()); err != nil {
 			return 0, err
-		}
-		for _, s := range list {
-			if err := snapshots.Delete(ctx, r.db, r.dialect, s.ID); err != nil {
-				return 0, err
-			}
 		}
 		ws.SetFinalizers(slices.DeleteFunc(ws.GetFinalizers(), func(f string) bool { return f == tenancy.SnapshotsFinalizer }))
 		_, err = res.Update(ctx, ws, metav1.UpdateOptions{})
@@ -74,6 +70,11 @@ func (r *reconciler) reconcile(ctx context.Context, ws *unstructured.Unstructure
 			keep = 7
 		}
 	}
+	// What a stopped process left half taken or half deleted (the queue
+	// runs one reconcile of this WorkspaceSnapshot at a time).
+	if err := snapshots.DeleteUnfinished(ctx, r.db, r.dialect, r.bg, string(parent), ws.GetName()); err != nil {
+		return 0, err
+	}
 	list, err := snapshots.List(ctx, r.db, r.dialect, string(parent), ws.GetName())
 	if err != nil {
 		return 0, err
@@ -95,7 +96,7 @@ func (r *reconciler) reconcile(ctx context.Context, ws *unstructured.Unstructure
 		case phase != tenancy.PhaseReady:
 			message = fmt.Sprintf("Workspace %s is %s, not Ready", wsName, phase)
 		default:
-			s, err := snapshots.Take(ctx, r.db, r.dialect, child, string(parent), ws.GetName())
+			s, err := snapshots.Take(ctx, r.db, r.dialect, r.bg, child, string(parent), ws.GetName())
 			if err != nil {
 				return 0, fmt.Errorf("snapshot of %s: %w", child, err)
 			}
@@ -106,7 +107,7 @@ func (r *reconciler) reconcile(ctx context.Context, ws *unstructured.Unstructure
 	}
 	for len(list) > int(keep) {
 		old := list[len(list)-1]
-		if err := snapshots.Delete(ctx, r.db, r.dialect, old.ID); err != nil {
+		if err := snapshots.Delete(ctx, r.db, r.dialect, r.bg, old.ID); err != nil {
 			return 0, err
 		}
 		list = list[:len(list)-1]
