@@ -21,11 +21,18 @@ import (
 // subresource that sets that one annotation, which the syncer view
 // allows); kcp combines them.
 func (s *Syncer) shareStatusUp(ctx context.Context, it item, up *unstructured.Unstructured, st map[string]interface{}, pol *workload.NamespacePolicy) error {
-	replicas, found, _ := unstructured.NestedInt64(up.Object, "spec", "replicas")
-	if !found {
-		replicas = 1
+	share := workload.ShareStatus{Mode: pol.Mode, Share: pol.ShareOf(up, s.key), Status: st}
+	if pol.Overflow() && it.gvr == deploymentsGVR {
+		share.Group = pol.Targets[s.key].Group
+		if room, ok := s.capacityFor(ctx, DownstreamNamespace(it.cluster, it.namespace), up); ok {
+			share.Capacity = &room
+		} else if prev, err := workload.ParseShareStatus(up.GetAnnotations()[workload.StatusAnnotationPrefix+s.key]); err == nil {
+			// Not known yet (the caches are filling): the last report
+			// stands.
+			share.Capacity = prev.Capacity
+		}
 	}
-	raw, err := json.Marshal(workload.ShareStatus{Mode: pol.Mode, Share: pol.Share(int32(replicas), s.key), Status: st})
+	raw, err := json.Marshal(share)
 	if err != nil {
 		return err
 	}
@@ -49,16 +56,14 @@ func (s *Syncer) shareStatusUp(ctx context.Context, it item, up *unstructured.Un
 // Deployment's replicas (Divide) and applies the overrides of this target:
 // a strategic merge patch for kinds client-go knows (containers merge by
 // name), a JSON merge patch for others.
-func (s *Syncer) applyPolicy(gvr schema.GroupVersionResource, obj *unstructured.Unstructured, pol *workload.NamespacePolicy) error {
+func (s *Syncer) applyPolicy(gvr schema.GroupVersionResource, up, obj *unstructured.Unstructured, pol *workload.NamespacePolicy) error {
 	if pol == nil {
 		return nil
 	}
 	if gvr == deploymentsGVR && pol.Mode == workload.ModeDivide {
-		replicas, found, _ := unstructured.NestedInt64(obj.Object, "spec", "replicas")
-		if !found {
-			replicas = 1
-		}
-		if err := unstructured.SetNestedField(obj.Object, int64(pol.Share(int32(replicas), s.key)), "spec", "replicas"); err != nil {
+		// From the upstream object: an overflow division reads the
+		// targets' capacities from its annotations.
+		if err := unstructured.SetNestedField(obj.Object, int64(pol.ShareOf(up, s.key)), "spec", "replicas"); err != nil {
 			return err
 		}
 	}
