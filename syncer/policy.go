@@ -32,6 +32,12 @@ func (s *Syncer) shareStatusUp(ctx context.Context, it item, up *unstructured.Un
 			share.Capacity = prev.Capacity
 		}
 	}
+	if pol.Overflow() && it.gvr == deploymentsGVR {
+		// The division as it stands with this report.
+		if err := overflowSummary(up, s.key, pol, &share); err != nil {
+			return err
+		}
+	}
 	raw, err := json.Marshal(share)
 	if err != nil {
 		return err
@@ -111,5 +117,24 @@ func patchObject(obj *unstructured.Unstructured, patch []byte) error {
 		return err
 	}
 	obj.Object = patched.Object
+	return nil
+}
+
+// overflowSummary sets share's Division and Spilled from the division of up
+// with share (this target's new report) in place of its annotation.
+func overflowSummary(up *unstructured.Unstructured, key string, pol *workload.NamespacePolicy, share *workload.ShareStatus) error {
+	raw, err := json.Marshal(share)
+	if err != nil {
+		return err
+	}
+	with := up.DeepCopy()
+	ann := with.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[workload.StatusAnnotationPrefix+key] = string(raw)
+	with.SetAnnotations(ann)
+	groups := pol.Overflowed(with)
+	share.Division, share.Spilled = workload.OverflowMessage(groups), workload.Spilled(groups)
 	return nil
 }

@@ -263,6 +263,17 @@ func OverflowMessage(groups []GroupShare) string {
 	return strings.Join(parts, "; ")
 }
 
+// Spilled reports whether a division runs replicas beyond the first group
+// that has targets.
+func Spilled(groups []GroupShare) bool {
+	for i, g := range groups {
+		if len(g.Targets) > 0 {
+			return restHasReplicas(groups[i+1:])
+		}
+	}
+	return false
+}
+
 func restHasReplicas(gs []GroupShare) bool {
 	for _, g := range gs {
 		if g.Replicas > 0 {

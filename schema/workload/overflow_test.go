@@ -178,3 +178,18 @@ func TestShareOfDeterministicAcrossSyncers(t *testing.T) {
 		t.Fatalf("no groups: %d", got)
 	}
 }
+
+func TestSpilled(t *testing.T) {
+	groupOf := map[string]string{"a": "on-prem", "c": "cloud"}
+	capacity := map[string]int32{"a": 4, "c": 100}
+	if Spilled(DivideOverflow(4, []string{"on-prem", "cloud"}, groupOf, capacity)) {
+		t.Error("4 fit on-prem")
+	}
+	if !Spilled(DivideOverflow(5, []string{"on-prem", "cloud"}, groupOf, capacity)) {
+		t.Error("5 do not")
+	}
+	// The first group has no target: the cloud is the first with one.
+	if Spilled(DivideOverflow(5, []string{"edge", "on-prem", "cloud"}, map[string]string{"a": "on-prem", "c": "cloud"}, map[string]int32{"a": 10})) {
+		t.Error("an empty first group")
+	}
+}

@@ -296,7 +296,24 @@ type ShareStatus struct {
 	// there counted as room): what every syncer divides by.
 	Group    string `json:"group,omitempty"`
 	Capacity *int32 `json:"capacity,omitempty"`
+	// Division says, for people, how the overflow division went as this
+	// target's syncer computed it (each group's replicas and room, which
+	// group was full), and Spilled whether replicas run beyond the first
+	// group that has targets. kcp shows them as the Deployment's Overflow
+	// condition.
+	Division string `json:"division,omitempty"`
+	Spilled  bool   `json:"spilled,omitempty"`
 }
+
+// ConditionOverflow is the condition kcp sets on a Deployment of an
+// overflow division: True (reason Spilled) while replicas run beyond the
+// first group, False (InPreferredGroup) otherwise; the message is the
+// division.
+const (
+	ConditionOverflow      = "Overflow"
+	ReasonSpilled          = "Spilled"
+	ReasonInPreferredGroup = "InPreferredGroup"
+)
 
 // ReasonSyncTargetNotReady is the reason of a workload's Available=False
 // condition when kcp no longer counts a target's copy because the

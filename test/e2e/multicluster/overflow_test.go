@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -94,6 +96,15 @@ spec:
 		return targets == "root:compute/cloud,root:compute/onprem" && groups == `on-prem=["root:compute/onprem"] cloud=["root:compute/cloud"] `, targets + " | " + groups
 	})
 
+	ctx := context.Background()
+	ns := syncer.DownstreamNamespace(logicalcluster.Name(team), "default")
+	// Every value each copy's spec.replicas takes, from its creation on:
+	// a share that flapped on the way (a spill undone and redone) shows.
+	histories := map[string]*replicaHistory{}
+	for _, n := range []string{"onprem", "cloud"} {
+		histories[n] = watchReplicas(t, down[n], ns, "web")
+	}
+
 	s.Kubectl(team, "apply", "-f", framework.WriteFile(t, "web.yaml", `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: web}
@@ -108,8 +119,6 @@ spec:
         image: nginx
         resources: {requests: {cpu: 500m, memory: 64Mi}}
 `))
-	ctx := context.Background()
-	ns := syncer.DownstreamNamespace(logicalcluster.Name(team), "default")
 	// shares is what a user sees on the physical clusters: each one's
 	// replicas of web and how many of them are available.
 	shares := func() string {
@@ -143,12 +152,22 @@ spec:
 	if !strings.Contains(ann, `\"group\":\"on-prem\"`) || !strings.Contains(ann, `\"capacity\":4`) || !strings.Contains(ann, `\"group\":\"cloud\"`) {
 		t.Errorf("the share status annotations do not say the groups and on-prem's room of 4: %s", ann)
 	}
+	// and the Deployment's Overflow condition says how it went.
+	overflow := func(want string) {
+		t.Helper()
+		framework.Eventually(t, 30*time.Second, "Overflow condition "+want, func() (bool, string) {
+			got := s.Kubectl(team, "get", "deployment", "web", "-o", `jsonpath={.status.conditions[?(@.type=="Overflow")].status} {.status.conditions[?(@.type=="Overflow")].message}`)
+			return strings.HasPrefix(got, want), got
+		})
+	}
+	overflow("True on-prem: 4 (room for 4), full: the rest spills to the next group; cloud: 3 (room for ")
 
 	// Down to 5: the cloud gives back first; down to 3: the cloud has none.
 	s.Kubectl(team, "scale", "deployment", "web", "--replicas=5")
 	waitShares("onprem=4/4 cloud=1/1", 5)
 	s.Kubectl(team, "scale", "deployment", "web", "--replicas=3")
 	waitShares("onprem=3/3 cloud=0/0", 3)
+	overflow("False on-prem: 3 (room for 4); cloud: 0 (room for ")
 
 	// Someone else's pod takes 500m on-prem: room for 3 of web there, so
 	// at 5 replicas 2 spill; once it is gone (capacity frees up), the
@@ -168,6 +187,9 @@ spec:
 		}
 		return p.Spec.NodeName != "", string(p.Status.Phase)
 	})
+	// Its syncer reports on-prem's smaller room (within seconds: it looks
+	// again every 2), before the scale-up.
+	overflow("False on-prem: 3 (room for 3); cloud: 0 (room for ")
 	s.Kubectl(team, "scale", "deployment", "web", "--replicas=5")
 	waitShares("onprem=3/3 cloud=2/2", 5)
 	if err := down["onprem"].CoreV1().Pods("default").Delete(ctx, "batch", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
@@ -176,4 +198,53 @@ spec:
 	waitShares("onprem=4/4 cloud=1/1", 5)
 	s.Kubectl(team, "scale", "deployment", "web", "--replicas=2")
 	waitShares("onprem=2/2 cloud=0/0", 2)
+
+	// Each copy went straight from one share to the next, nothing between.
+	for n, want := range map[string]string{"onprem": "3 4 3 4 2", "cloud": "0 3 1 0 2 1 0"} {
+		if got := histories[n].String(); got != want {
+			t.Errorf("%s's share of web went %s, want %s", n, got, want)
+		}
+	}
+}
+
+// replicaHistory is every value a Deployment's spec.replicas took, each
+// change once, as a watch saw them.
+type replicaHistory struct {
+	mu     sync.Mutex
+	values []int32
+}
+
+func (h *replicaHistory) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return strings.Trim(fmt.Sprint(h.values), "[]")
+}
+
+// watchReplicas follows one Deployment of a physical cluster until the
+// test ends.
+func watchReplicas(t *testing.T, c *kubernetes.Clientset, namespace, name string) *replicaHistory {
+	t.Helper()
+	h := &replicaHistory{}
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := c.AppsV1().Deployments(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			d, ok := ev.Object.(*appsv1.Deployment)
+			if !ok || d.Spec.Replicas == nil {
+				continue
+			}
+			h.mu.Lock()
+			if len(h.values) == 0 || h.values[len(h.values)-1] != *d.Spec.Replicas {
+				h.values = append(h.values, *d.Spec.Replicas)
+			}
+			h.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cancel(); w.Stop(); <-done })
+	return h
 }
