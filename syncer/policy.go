@@ -21,9 +21,14 @@ import (
 // subresource that sets that one annotation, which the syncer view
 // allows); kcp combines them.
 func (s *Syncer) shareStatusUp(ctx context.Context, it item, up *unstructured.Unstructured, st map[string]interface{}, pol *workload.NamespacePolicy) error {
-	share := workload.ShareStatus{Mode: pol.Mode, Share: pol.ShareOf(up, s.key), Status: st}
+	replicas, found, _ := unstructured.NestedInt64(up.Object, "spec", "replicas")
+	if !found {
+		replicas = 1
+	}
+	share := workload.ShareStatus{Mode: pol.Mode, Share: pol.Share(int32(replicas), s.key), Status: st}
 	if pol.Overflow() && it.gvr == deploymentsGVR {
-		share.Group = pol.Targets[s.key].Group
+		// Only Deployments are divided by capacity.
+		share.Share, share.Group = pol.ShareOf(up, s.key), pol.Targets[s.key].Group
 		if room, ok := s.capacityFor(ctx, DownstreamNamespace(it.cluster, it.namespace), up); ok {
 			share.Capacity = &room
 		} else if prev, err := workload.ParseShareStatus(up.GetAnnotations()[workload.StatusAnnotationPrefix+s.key]); err == nil {
@@ -31,8 +36,6 @@ func (s *Syncer) shareStatusUp(ctx context.Context, it item, up *unstructured.Un
 			// stands.
 			share.Capacity = prev.Capacity
 		}
-	}
-	if pol.Overflow() && it.gvr == deploymentsGVR {
 		// The division as it stands with this report.
 		if err := overflowSummary(up, s.key, pol, &share); err != nil {
 			return err
