@@ -25,7 +25,23 @@ func (s *Syncer) shareStatusUp(ctx context.Context, it item, up *unstructured.Un
 	if !found {
 		replicas = 1
 	}
-	raw, err := json.Marshal(workload.ShareStatus{Mode: pol.Mode, Share: pol.Share(int32(replicas), s.key), Status: st})
+	share := workload.ShareStatus{Mode: pol.Mode, Share: pol.Share(int32(replicas), s.key), Status: st}
+	if pol.Overflow() && it.gvr == deploymentsGVR {
+		// Only Deployments are divided by capacity.
+		share.Share, share.Group = pol.ShareOf(up, s.key), pol.Targets[s.key].Group
+		if room, ok := s.capacityFor(ctx, DownstreamNamespace(it.cluster, it.namespace), up); ok {
+			share.Capacity = &room
+		} else if prev, err := workload.ParseShareStatus(up.GetAnnotations()[workload.StatusAnnotationPrefix+s.key]); err == nil {
+			// Not known yet (the caches are filling): the last report
+			// stands.
+			share.Capacity = prev.Capacity
+		}
+		// The division as it stands with this report.
+		if err := overflowSummary(up, s.key, pol, &share); err != nil {
+			return err
+		}
+	}
+	raw, err := json.Marshal(share)
 	if err != nil {
 		return err
 	}
@@ -49,16 +65,14 @@ func (s *Syncer) shareStatusUp(ctx context.Context, it item, up *unstructured.Un
 // Deployment's replicas (Divide) and applies the overrides of this target:
 // a strategic merge patch for kinds client-go knows (containers merge by
 // name), a JSON merge patch for others.
-func (s *Syncer) applyPolicy(gvr schema.GroupVersionResource, obj *unstructured.Unstructured, pol *workload.NamespacePolicy) error {
+func (s *Syncer) applyPolicy(gvr schema.GroupVersionResource, up, obj *unstructured.Unstructured, pol *workload.NamespacePolicy) error {
 	if pol == nil {
 		return nil
 	}
 	if gvr == deploymentsGVR && pol.Mode == workload.ModeDivide {
-		replicas, found, _ := unstructured.NestedInt64(obj.Object, "spec", "replicas")
-		if !found {
-			replicas = 1
-		}
-		if err := unstructured.SetNestedField(obj.Object, int64(pol.Share(int32(replicas), s.key)), "spec", "replicas"); err != nil {
+		// From the upstream object: an overflow division reads the
+		// targets' capacities from its annotations.
+		if err := unstructured.SetNestedField(obj.Object, int64(pol.ShareOf(up, s.key)), "spec", "replicas"); err != nil {
 			return err
 		}
 	}
@@ -106,5 +120,24 @@ func patchObject(obj *unstructured.Unstructured, patch []byte) error {
 		return err
 	}
 	obj.Object = patched.Object
+	return nil
+}
+
+// overflowSummary sets share's Division and Spilled from the division of up
+// with share (this target's new report) in place of its annotation.
+func overflowSummary(up *unstructured.Unstructured, key string, pol *workload.NamespacePolicy, share *workload.ShareStatus) error {
+	raw, err := json.Marshal(share)
+	if err != nil {
+		return err
+	}
+	with := up.DeepCopy()
+	ann := with.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[workload.StatusAnnotationPrefix+key] = string(raw)
+	with.SetAnnotations(ann)
+	groups := pol.Overflowed(with)
+	share.Division, share.Spilled = workload.OverflowMessage(groups), workload.Spilled(groups)
 	return nil
 }

@@ -99,6 +99,10 @@ type Syncer struct {
 	// api gives the pods the syncer runs their workspace's API
 	// (apiaccess.go).
 	api apiAccess
+	// capacity follows what the physical cluster can hold, for overflow
+	// divisions (overflow.go); runCtx is Run's context.
+	capacity *capacityWatch
+	runCtx   atomic.Pointer[context.Context]
 }
 
 // CaughtUp reports whether the syncer has gone through everything on
@@ -167,6 +171,9 @@ func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, re
 		return nil, err
 	}
 	if s.unsynced, err = unsyncable(context.Background(), downstream, resources); err != nil {
+		return nil, err
+	}
+	if s.capacity, err = newCapacityWatch(downstream); err != nil {
 		return nil, err
 	}
 	for _, gvr := range append([]schema.GroupVersionResource{namespacesGVR}, resources...) {
@@ -312,6 +319,7 @@ func (s *Syncer) upClient(cluster logicalcluster.Name) (dynamic.Interface, error
 func (s *Syncer) Run(ctx context.Context, workers int) {
 	defer utilruntime.HandleCrash()
 	defer s.queue.ShutDown()
+	s.runCtx.Store(&ctx)
 	synced := make([]cache.InformerSynced, 0, len(s.infs))
 	for _, inf := range s.infs {
 		go inf.RunWithContext(ctx)
@@ -583,8 +591,16 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (after time.Duration, 
 	if err != nil {
 		return 0, err
 	}
-	if err := s.applyPolicy(it.gvr, desired, pol); err != nil {
+	if err := s.applyPolicy(it.gvr, up, desired, pol); err != nil {
 		return 0, err
+	}
+	if it.gvr == deploymentsGVR && pol.Overflow() {
+		// What the clusters can hold changes with what else runs there.
+		defer func() {
+			if after == 0 && retErr == nil {
+				after = overflowRecheck
+			}
+		}()
 	}
 	var sa string
 	if !legacyPod(it.gvr.Resource, down) {

@@ -96,7 +96,7 @@ func TestApplyPolicy(t *testing.T) {
 		other: {Name: "root:compute/pc2", Weight: 1, Overrides: []workload.Override{override("", `{"metadata":{"labels":{"pc2":"yes"}}}`)}},
 	}}
 	d := deployment()
-	if err := s.applyPolicy(deploymentsGVR, d, pol); err != nil {
+	if err := s.applyPolicy(deploymentsGVR, d, d, pol); err != nil {
 		t.Fatal(err)
 	}
 	replicas, _, _ := unstructured.NestedInt64(d.Object, "spec", "replicas")
@@ -113,7 +113,7 @@ func TestApplyPolicy(t *testing.T) {
 	// Duplicate: the whole Deployment.
 	pol.Mode = workload.ModeDuplicate
 	d = deployment()
-	if err := s.applyPolicy(deploymentsGVR, d, pol); err != nil {
+	if err := s.applyPolicy(deploymentsGVR, d, d, pol); err != nil {
 		t.Fatal(err)
 	}
 	if replicas, _, _ := unstructured.NestedInt64(d.Object, "spec", "replicas"); replicas != 7 {
@@ -122,7 +122,7 @@ func TestApplyPolicy(t *testing.T) {
 	// A custom resource gets a JSON merge patch.
 	cr := &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "example.com/v1", "kind": "Widget", "spec": map[string]interface{}{"size": int64(1), "color": "red"}}}
 	pol.Targets[me] = workload.TargetPolicy{Overrides: []workload.Override{override("", `{"spec":{"size":2}}`)}}
-	if err := s.applyPolicy(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}, cr, pol); err != nil {
+	if err := s.applyPolicy(schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}, cr, cr, pol); err != nil {
 		t.Fatal(err)
 	}
 	if size, _, _ := unstructured.NestedInt64(cr.Object, "spec", "size"); size != 2 || cr.Object["spec"].(map[string]interface{})["color"] != "red" {

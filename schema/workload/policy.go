@@ -79,6 +79,10 @@ type NamespacePolicy struct {
 	Previous []map[string]int64 `json:"previous,omitempty"`
 	// ConflictResolution is the Placement's (empty: Refuse).
 	ConflictResolution string `json:"conflictResolution,omitempty"`
+	// Groups are the Placement's spec.groups names in order: Divide is
+	// then an overflow division (overflow.go), and each target names its
+	// group.
+	Groups []string `json:"groups,omitempty"`
 }
 
 // Adopts reports whether the syncers take over downstream objects that
@@ -101,6 +105,12 @@ type TargetPolicy struct {
 	// nothing downstream for the namespace and removes no finalizer; it
 	// only reports status. Cleared, it catches up.
 	Suspended bool `json:"suspended,omitempty"`
+	// Group is the target's group of an overflow division.
+	Group string `json:"group,omitempty"`
+	// Allocatable is the target's allocatable resources as its syncer
+	// reported them, for an overflow division: what a target that has
+	// not reported its capacity for a Deployment yet counts with.
+	Allocatable corev1.ResourceList `json:"allocatable,omitempty"`
 }
 
 // Suspended reports whether target key is paused for the namespace.
@@ -128,7 +138,7 @@ func ParsePolicy(annotations map[string]string) (*NamespacePolicy, error) {
 // a rebalancing is under way the largest of its parts before and after.
 func (p *NamespacePolicy) Share(replicas int32, key string) int32 {
 	share := p.TargetShare(replicas, key)
-	if p != nil && p.Mode == ModeDivide && !p.Targets[key].Leaving {
+	if p != nil && p.Mode == ModeDivide && !p.Targets[key].Leaving && !p.Overflow() {
 		if _, assigned := p.Targets[key]; assigned {
 			for _, weights := range p.Previous {
 				share = max(share, divideFor(replicas, weights, p.MinReplicas, key))
@@ -281,7 +291,29 @@ type ShareStatus struct {
 	// counts as ready or available (DeploymentShare). The target's syncer
 	// replaces the whole annotation, without it, when it reports again.
 	Unreachable string `json:"unreachable,omitempty"`
+	// Group and Capacity, in an overflow division, are the target's group
+	// and how many replicas of the object it can hold (its own replicas
+	// there counted as room): what every syncer divides by.
+	Group    string `json:"group,omitempty"`
+	Capacity *int32 `json:"capacity,omitempty"`
+	// Division says, for people, how the overflow division went as this
+	// target's syncer computed it (each group's replicas and room, which
+	// group was full), and Spilled whether replicas run beyond the first
+	// group that has targets. kcp shows them as the Deployment's Overflow
+	// condition.
+	Division string `json:"division,omitempty"`
+	Spilled  bool   `json:"spilled,omitempty"`
 }
+
+// ConditionOverflow is the condition kcp sets on a Deployment of an
+// overflow division: True (reason Spilled) while replicas run beyond the
+// first group, False (InPreferredGroup) otherwise; the message is the
+// division.
+const (
+	ConditionOverflow      = "Overflow"
+	ReasonSpilled          = "Spilled"
+	ReasonInPreferredGroup = "InPreferredGroup"
+)
 
 // ReasonSyncTargetNotReady is the reason of a workload's Available=False
 // condition when kcp no longer counts a target's copy because the

@@ -337,6 +337,42 @@ type PlacementSpec struct {
 	// Tolerations let the namespaces use SyncTargets with matching taints
 	// (taints.go).
 	Tolerations []Toleration `json:"tolerations,omitempty"`
+
+	// Groups, in order of preference, make Divide an overflow division
+	// (overflow.go): each namespace runs on every usable target of every
+	// group, a Deployment's replicas fill the first group's targets up to
+	// what they can hold of it, and only the rest goes to the next group;
+	// replicas beyond what every group can hold go to the last group.
+	// Needs mode Divide; numberOfClusters, allClusters, spreadByLabel,
+	// weights, weightsFrom and minReplicasPerCluster do not combine with it.
+	Groups []TargetGroup `json:"groups,omitempty"`
+}
+
+// TargetGroup is one group of SyncTargets of an overflow division: the
+// targets its selector matches (a target two groups match belongs to the
+// first).
+type TargetGroup struct {
+	Name     string                `json:"name"`
+	Selector *metav1.LabelSelector `json:"selector"`
+}
+
+// GroupOf is the index of the first of the Placement's groups whose
+// selector matches labels, and false when none does (or the Placement has
+// no groups).
+func (s *PlacementSpec) GroupOf(labels map[string]string) (int, bool) {
+	for i, g := range s.Groups {
+		if g.Selector == nil {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(g.Selector)
+		if err != nil || sel.Empty() {
+			continue
+		}
+		if sel.Matches(labelSet(labels)) {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // Conflict resolutions of a Placement.
@@ -352,9 +388,10 @@ func (s *PlacementSpec) Suspends(target string) bool {
 }
 
 // Wanted is how many targets a namespace of this Placement runs on, of
-// available: all with AllClusters, else NumberOfClusters (default 1).
+// available: all with AllClusters or Groups, else NumberOfClusters
+// (default 1).
 func (s *PlacementSpec) Wanted(available int) int {
-	if s.AllClusters {
+	if s.AllClusters || len(s.Groups) > 0 {
 		return available
 	}
 	if s.NumberOfClusters == nil || *s.NumberOfClusters < 1 {
@@ -374,6 +411,15 @@ type PlacementStatus struct {
 	// ShadowedAPIs are negotiated APIs of the location that this workspace
 	// is not served because a CRD of its own has the same name.
 	ShadowedAPIs []string `json:"shadowedAPIs,omitempty"`
+	// Groups are spec.groups in order, each with the selected targets it
+	// holds (a group without any gets no replicas: the next one fills).
+	Groups []GroupStatus `json:"groups,omitempty"`
+}
+
+// GroupStatus is one group of an overflow Placement.
+type GroupStatus struct {
+	Name    string   `json:"name"`
+	Targets []string `json:"targets"`
 }
 
 // Conditions and reasons of a Placement.

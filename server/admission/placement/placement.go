@@ -444,6 +444,9 @@ func (p *Plugin) validatePlacement(ctx context.Context, a admission.Attributes) 
 			return admission.NewForbidden(a, fmt.Errorf("spec.overrides[%d].patch: %v", i, err))
 		}
 	}
+	if err := ValidateGroups(&pl.Spec); err != nil {
+		return admission.NewForbidden(a, err)
+	}
 	if pl.Spec.LocationExpression != "" {
 		if _, err := placementexpr.Cached(pl.Spec.LocationExpression); err != nil {
 			return admission.NewForbidden(a, fmt.Errorf("spec.locationExpression %v", err))

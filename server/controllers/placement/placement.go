@@ -473,15 +473,11 @@ func (c *Controller) replacementsReady(ctx context.Context, cluster logicalclust
 		return false, "", err
 	}
 	for _, dep := range list.Items {
-		replicas, found, _ := unstructured.NestedInt64(dep.Object, "spec", "replicas")
-		if !found {
-			replicas = 1
-		}
 		for key, tp := range pol.Targets {
 			if tp.Leaving {
 				continue
 			}
-			share := int64(pol.TargetShare(int32(replicas), key))
+			share := int64(pol.ShareOf(&dep, key))
 			_, status, err := workload.DeploymentShare(dep.GetAnnotations()[workload.StatusAnnotationPrefix+key])
 			if err != nil {
 				return false, fmt.Sprintf("%s has no status from %s yet", dep.GetName(), tp.Name), nil
@@ -501,7 +497,10 @@ func (c *Controller) replacementsReady(ctx context.Context, cluster logicalclust
 // oldest go: a namespace whose division changes that often has shares in
 // flux anyway).
 func rebalancingFrom(old, next *workload.NamespacePolicy) []map[string]int64 {
-	if old == nil || old.Mode != workload.ModeDivide || next.Mode != workload.ModeDivide {
+	if old == nil || old.Mode != workload.ModeDivide || next.Mode != workload.ModeDivide || next.Overflow() {
+		// An overflow division has no static weights to keep: each
+		// target's capacity decides (targets keep their own replicas as
+		// room, so shares move only as capacity does).
 		return nil
 	}
 	last := old.Weights()
@@ -555,6 +554,7 @@ func policy(p *workload.Placement, chosen, leaving []target) workload.NamespaceP
 	for _, t := range leaving {
 		out.Targets[workload.TargetKey(string(t.location), t.obj.Name)] = workload.TargetPolicy{Name: t.ref(), Leaving: true}
 	}
+	groupPolicy(p, chosen, &out)
 	return out
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,6 +37,7 @@ func (c *Controller) placementStatus(ctx context.Context, cluster logicalcluster
 		return nil
 	}
 	var selected, untolerated, exprFailed []string
+	var selectedTargets []target
 	for _, t := range c.targetsOf(p) {
 		if t.exprErr != nil {
 			exprFailed = append(exprFailed, fmt.Sprintf("%s: %v", t.obj.Name, t.exprErr))
@@ -45,6 +47,7 @@ func (c *Controller) placementStatus(ctx context.Context, cluster logicalcluster
 		}
 		if ok, _ := workload.Schedulable(p.Spec.Tolerations, taintsOf(t.obj), string(cluster)); ok {
 			selected = append(selected, t.ref())
+			selectedTargets = append(selectedTargets, t)
 		} else {
 			untolerated = append(untolerated, t.obj.Name)
 		}
@@ -88,12 +91,14 @@ func (c *Controller) placementStatus(ctx context.Context, cluster logicalcluster
 	prev := p.Status
 	prev.Conditions = slices.Clone(prev.Conditions)
 	p.Status.SelectedTargets, p.Status.Namespaces, p.Status.ShadowedAPIs = selected, assigned, shadowed
+	p.Status.Groups = groupStatus(p, selectedTargets)
 	meta.SetStatusCondition(&p.Status.Conditions, cond)
 	suspended, hasSuspended := c.suspendedCondition(p, assigned)
 	if hasSuspended {
 		meta.SetStatusCondition(&p.Status.Conditions, suspended)
 	}
 	if slices.Equal(prev.SelectedTargets, selected) && prev.Namespaces == assigned && sameCondition(prev.Conditions, cond) && slices.Equal(prev.ShadowedAPIs, shadowed) &&
+		equality.Semantic.DeepEqual(prev.Groups, p.Status.Groups) &&
 		(!hasSuspended || sameCondition(prev.Conditions, suspended)) {
 		return nil
 	}
@@ -248,8 +253,12 @@ func exprMessages(failed []string) string {
 }
 
 func andExpression(p *workload.Placement) string {
-	if p.Spec.LocationExpression == "" {
-		return ""
+	out := ""
+	if p.Spec.LocationExpression != "" {
+		out += " and locationExpression"
 	}
-	return " and locationExpression"
+	if len(p.Spec.Groups) > 0 {
+		out += " and the selector of one of spec.groups"
+	}
+	return out
 }

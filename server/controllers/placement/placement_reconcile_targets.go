@@ -86,7 +86,7 @@ func (c *Controller) targetsOf(p *workload.Placement) []target {
 		if err != nil || t.DeletionTimestamp != nil {
 			continue
 		}
-		tg := target{location: loc, obj: t, matches: sel.Matches(labels.Set(t.Labels))}
+		tg := target{location: loc, obj: t, matches: sel.Matches(labels.Set(t.Labels)) && inAGroup(p, t)}
 		if tg.matches && p.Spec.LocationExpression != "" {
 			// A stored expression that no longer compiles (admission
 			// refuses new ones) selects nothing, and says so.

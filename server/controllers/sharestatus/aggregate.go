@@ -109,6 +109,9 @@ func Aggregate(d *appsv1.Deployment) (appsv1.DeploymentStatus, bool) {
 	// it is available).
 	wholeAvailable := divide && d.Spec.Replicas != nil && out.AvailableReplicas >= *d.Spec.Replicas
 	out.Conditions = conditions(d, keys, statuses, all, wholeAvailable, unreachable)
+	if c, ok := overflowCondition(d, shares); ok {
+		out.Conditions = append(out.Conditions, c)
+	}
 	return out, true
 }
 
