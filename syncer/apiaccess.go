@@ -153,6 +153,7 @@ func (s *Syncer) SetAPIDefaults(address string, ca []byte) error {
 func (s *Syncer) SetTarget(target *workload.SyncTarget) {
 	// The heartbeat writes this status: the refused objects go with it.
 	target.Status.Conflicts = s.ConflictStatus()
+	s.setOutOfCapacity(target, time.Now())
 	s.SetPodSecurity(target)
 	var e *apiEndpoint
 	if d := s.api.defaults.Load(); d != nil {

@@ -63,6 +63,11 @@ func DownstreamNamespace(cluster logicalcluster.Name, namespace string) string {
 // Syncer copies the objects assigned to one SyncTarget to its physical
 // cluster and their status back.
 type Syncer struct {
+	// OutOfCapacityAfter is how long a pod of kcp's workloads must have
+	// been unschedulable before the cluster is reported out of capacity
+	// (0: DefaultOutOfCapacityAfter). Set before Run.
+	OutOfCapacityAfter time.Duration
+
 	location  logicalcluster.Name
 	target    string
 	key       string

@@ -43,6 +43,7 @@ func main() {
 	qps := fs.Float32("qps", 50, "requests per second the syncer may send to kcp, and to the physical cluster (each)")
 	burst := fs.Int("burst", 100, "bursts above --qps allowed")
 	debugAddr := fs.String("debug-address", "", "serve Go's /debug/pprof on this address (for example 127.0.0.1:6060); empty: off")
+	outOfCapacity := fs.Duration("out-of-capacity-after", syncer.DefaultOutOfCapacityAfter, "report the physical cluster out of capacity (SyncTarget condition OutOfCapacity; kcp then taints it workload.kcp.io/out-of-capacity:NoSchedule, so new namespaces go elsewhere) once a pod of kcp's workloads has been unschedulable this long")
 	interval := fs.Duration("heartbeat-interval", 5*time.Second, "how often to report health and capacity; keep it well below the SyncTarget's heartbeat timeout (kcp start --synctarget-heartbeat-timeout, default 20s: four missed heartbeats)")
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "syncer connects one physical Kubernetes cluster to its SyncTarget in kcp.\n\nUsage:\n  syncer --kcp-kubeconfig FILE --sync-target NAME [--kubeconfig FILE]\n\nFlags:\n%s", fs.FlagUsages())
@@ -119,6 +120,7 @@ func main() {
 			}
 		}()
 	}
+	s.OutOfCapacityAfter = *outOfCapacity
 	go s.Run(ctx, *workers)
 	// The tunnel kcp sends the target's pods' logs, exec, attach and
 	// port-forward streams through.

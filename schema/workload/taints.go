@@ -21,7 +21,8 @@ import (
 //     Available), at once when not tolerated, after tolerationSeconds when
 //     the toleration has them, never when it has none.
 //
-// kcp taints targets itself (TaintNotReady, TaintUnschedulable), and a
+// kcp taints targets itself (TaintNotReady, TaintUnschedulable,
+// TaintOutOfCapacity), and a
 // location can reserve a taint for some workspaces (Taint.Reserved): a
 // Placement of any other workspace does not tolerate it, and admission
 // refuses a toleration that names it.
@@ -51,6 +52,23 @@ const (
 	// (spec.unschedulable). It is reserved for nobody: cordon is the
 	// location's decision, no Placement tolerates it.
 	TaintUnschedulable = "workload.kcp.io/unschedulable"
+	// TaintOutOfCapacity (NoSchedule) is on a SyncTarget whose
+	// OutOfCapacity condition is True: pods of kcp's workloads there
+	// have waited for the physical cluster's scheduler for a while
+	// (syncer --out-of-capacity-after). New namespaces go elsewhere; what
+	// runs there stays. A Placement may tolerate it (work that can wait).
+	TaintOutOfCapacity = "workload.kcp.io/out-of-capacity"
+)
+
+// ConditionOutOfCapacity, on a SyncTarget, is True while pods of kcp's
+// workloads on its physical cluster have been unschedulable for longer
+// than the syncer's --out-of-capacity-after (reason PodsUnschedulable, the
+// message names one and the scheduler's words), False otherwise
+// (PodsScheduled). The syncer reports it with its heartbeat.
+const (
+	ConditionOutOfCapacity  = "OutOfCapacity"
+	ReasonPodsUnschedulable = "PodsUnschedulable"
+	ReasonPodsScheduled     = "PodsScheduled"
 )
 
 // ConditionEvictionRateLimited, on a SyncTarget, is True while namespaces
@@ -58,7 +76,9 @@ const (
 const ConditionEvictionRateLimited = "EvictionRateLimited"
 
 // KCPTaint reports whether a taint key is one that kcp manages.
-func KCPTaint(key string) bool { return key == TaintNotReady || key == TaintUnschedulable }
+func KCPTaint(key string) bool {
+	return key == TaintNotReady || key == TaintUnschedulable || key == TaintOutOfCapacity
+}
 
 // Taint is a mark on a SyncTarget that keeps away the namespaces of
 // Placements that do not tolerate it.

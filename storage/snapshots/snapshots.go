@@ -111,10 +111,17 @@ var PageRows = 500
 // stored the snapshot is unfinished (objects -1): List does not show it,
 // a restore refuses it, and DeleteUnfinished removes what a stopped
 // process left.
+//
+// On PostgreSQL, whose writers do not wait for each other's statements on
+// other rows, the copy is one transaction instead (paging there re-read the
+// workspace for every page: 7 s instead of 0.5 s for 20,000 objects).
 func Take(ctx context.Context, db *sql.DB, d datastore.Dialect, bg Runner, c logicalcluster.Name, parent, name string) (Snapshot, error) {
 	var rev int64
 	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) FROM kine`).Scan(&rev); err != nil {
 		return Snapshot{}, err
+	}
+	if d == datastore.Postgres {
+		return takeInOneTransaction(ctx, db, d, rev, c, parent, name)
 	}
 	var id int64
 	if err := run(ctx, bg, func(ctx context.Context) error {
@@ -187,6 +194,34 @@ func Take(ctx context.Context, db *sql.DB, d datastore.Dialect, bg Runner, c log
 		return Snapshot{}, err
 	}
 	finished = true
+	s, _, err := Get(ctx, db, d, id)
+	return s, err
+}
+
+func takeInOneTransaction(ctx context.Context, db *sql.DB, d datastore.Dialect, rev int64, c logicalcluster.Name, parent, name string) (Snapshot, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	defer tx.Rollback()
+	var id int64
+	if err := tx.QueryRowContext(ctx, q(d, `INSERT INTO kcp_snapshots (parent, name, cluster, revision) VALUES (?, ?, ?, ?) RETURNING id`),
+		parent, name, string(c), rev).Scan(&id); err != nil {
+		return Snapshot{}, err
+	}
+	if _, err := tx.ExecContext(ctx, q(d, `INSERT INTO kcp_snapshot_rows (snapshot_id, key, value) SELECT CAST(? AS BIGINT), s.name, s.value FROM (`+stateAt+`) AS s`),
+		append([]any{id}, stateArgs(c, rev)...)...); err != nil {
+		return Snapshot{}, err
+	}
+	if _, err := tx.ExecContext(ctx, q(d, `UPDATE kcp_snapshots SET
+		objects = (SELECT COUNT(*) FROM kcp_snapshot_rows WHERE snapshot_id = ?),
+		bytes = (SELECT COALESCE(SUM(LENGTH(value)), 0) FROM kcp_snapshot_rows WHERE snapshot_id = ?)
+		WHERE id = ?`), id, id, id); err != nil {
+		return Snapshot{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return Snapshot{}, err
+	}
 	s, _, err := Get(ctx, db, d, id)
 	return s, err
 }
@@ -278,11 +313,26 @@ func Rows(ctx context.Context, db *sql.DB, d datastore.Dialect, id int64) (map[s
 	return out, rows.Err()
 }
 
-// Delete removes a snapshot and its rows: it marks the snapshot
+// Delete removes a snapshot and its rows. On SQLite it marks the snapshot
 // unfinished (no longer listed or restorable), deletes its rows a page at
 // a time as background writes, then the snapshot itself; stopped half
 // way, DeleteUnfinished completes it.
 func Delete(ctx context.Context, db *sql.DB, d datastore.Dialect, bg Runner, id int64) error {
+	if d == datastore.Postgres {
+		// One transaction (see Take).
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, q(d, `DELETE FROM kcp_snapshots WHERE id = ?`), id); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, q(d, `DELETE FROM kcp_snapshot_rows WHERE snapshot_id = ?`), id); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
 	if err := run(ctx, bg, func(ctx context.Context) error {
 		_, err := db.ExecContext(ctx, q(d, `UPDATE kcp_snapshots SET objects = -1 WHERE id = ?`), id)
 		return err

@@ -13,8 +13,9 @@ import (
 	"github.com/kcpsql/kcp/storage/snapshots"
 )
 
-// TestTakeInPages takes a snapshot a page at a time while the workspace
-// is being written, on both dialects: the snapshot holds exactly the
+// TestTakeInPages takes a snapshot (on SQLite a page at a time, on
+// PostgreSQL in one transaction) while the workspace is being written, on
+// both dialects: the snapshot holds exactly the
 // workspace as of its revision (every key at its newest value up to that
 // revision, nothing of other workspaces), unfinished snapshots are never
 // listed and are cleaned up, and deleting one a page at a time leaves no

@@ -173,8 +173,8 @@ func validateTaints(a admission.Attributes) error {
 		old, _ = decodeTaints(a.GetOldObject())
 	}
 	if kcpTaintsOf(taints) != kcpTaintsOf(old) {
-		return admission.NewForbidden(a, fmt.Errorf("spec.taints: %s and %s are kcp's: they follow the target's Ready condition and spec.unschedulable (kubectl kcp workload cordon); "+
-			"leave them as they are", workload.TaintNotReady, workload.TaintUnschedulable))
+		return admission.NewForbidden(a, fmt.Errorf("spec.taints: %s, %s and %s are kcp's: they follow the target's Ready condition, spec.unschedulable (kubectl kcp workload cordon) and OutOfCapacity condition; "+
+			"leave them as they are", workload.TaintNotReady, workload.TaintUnschedulable, workload.TaintOutOfCapacity))
 	}
 	return nil
 }

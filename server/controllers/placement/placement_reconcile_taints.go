@@ -64,6 +64,10 @@ func kcpTaints(t *workload.SyncTarget, prev []workload.Taint) []workload.Taint {
 		}
 		out = append(out, workload.Taint{Key: workload.TaintUnschedulable, Effect: workload.TaintNoSchedule, TimeAdded: &added})
 	}
+	if c := meta.FindStatusCondition(t.Status.Conditions, workload.ConditionOutOfCapacity); c != nil && c.Status == metav1.ConditionTrue && ready(t) {
+		since := c.LastTransitionTime
+		out = append(out, workload.Taint{Key: workload.TaintOutOfCapacity, Effect: workload.TaintNoSchedule, TimeAdded: &since})
+	}
 	return out
 }
 
