@@ -79,6 +79,9 @@ type NamespacePolicy struct {
 	Previous []map[string]int64 `json:"previous,omitempty"`
 	// ConflictResolution is the Placement's (empty: Refuse).
 	ConflictResolution string `json:"conflictResolution,omitempty"`
+	// Rollout is the Placement's spec.rollout: the syncers hold a new
+	// Deployment spec from their copy until kcp releases it to them.
+	Rollout *RolloutSpec `json:"rollout,omitempty"`
 }
 
 // Adopts reports whether the syncers take over downstream objects that
@@ -281,6 +284,10 @@ type ShareStatus struct {
 	// counts as ready or available (DeploymentShare). The target's syncer
 	// replaces the whole annotation, without it, when it reports again.
 	Unreachable string `json:"unreachable,omitempty"`
+	// Written is the upstream generation the target's copy was last
+	// written from (its syncer's report): older than the Deployment's
+	// while a progressive rollout holds the target on the old spec.
+	Written int64 `json:"written,omitempty"`
 }
 
 // ReasonSyncTargetNotReady is the reason of a workload's Available=False

@@ -337,6 +337,10 @@ type PlacementSpec struct {
 	// Tolerations let the namespaces use SyncTargets with matching taints
 	// (taints.go).
 	Tolerations []Toleration `json:"tolerations,omitempty"`
+
+	// Rollout, when set, rolls a change of a placed Deployment's spec out
+	// to the namespace's targets group by group (rollout.go).
+	Rollout *RolloutSpec `json:"rollout,omitempty"`
 }
 
 // Conflict resolutions of a Placement.
