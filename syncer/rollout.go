@@ -27,12 +27,16 @@ func (s *Syncer) heldByRollout(it item, up, down *unstructured.Unstructured, pol
 	return !workload.ParseRolloutState(up.GetAnnotations()).Released(up.GetGeneration(), s.key)
 }
 
-// writtenFrom is the upstream generation a downstream copy was written
-// from (0 when unknown).
-func writtenFrom(down *unstructured.Unstructured) int64 {
-	var g int64
-	if down != nil {
-		_, _ = fmt.Sscan(down.GetAnnotations()[UpstreamGenerationAnnotation], &g)
+// copyGenerations are the upstream generation a downstream copy was
+// written from, and the same once the physical cluster has observed the
+// copy as written (0 until then; both 0 when unknown).
+func copyGenerations(down *unstructured.Unstructured) (written, observed int64) {
+	if down == nil {
+		return 0, 0
 	}
-	return g
+	_, _ = fmt.Sscan(down.GetAnnotations()[UpstreamGenerationAnnotation], &written)
+	if g, ok, _ := unstructured.NestedInt64(down.Object, "status", "observedGeneration"); ok && g >= down.GetGeneration() {
+		observed = written
+	}
+	return written, observed
 }

@@ -288,6 +288,11 @@ type ShareStatus struct {
 	// written from (its syncer's report): older than the Deployment's
 	// while a progressive rollout holds the target on the old spec.
 	Written int64 `json:"written,omitempty"`
+	// Observed is Written once the physical cluster has observed the copy
+	// as written (0 until then). Status.observedGeneration cannot say it
+	// under a rollout: the syncer fills it in from the Deployment's summed
+	// status until its copy is observed.
+	Observed int64 `json:"observed,omitempty"`
 }
 
 // ReasonSyncTargetNotReady is the reason of a workload's Available=False

@@ -110,9 +110,15 @@ func Aggregate(d *appsv1.Deployment) (appsv1.DeploymentStatus, bool) {
 	if all {
 		out.ObservedGeneration = d.Generation
 		for i, st := range statuses {
-			if !onOld[i] {
+			switch {
+			case onOld[i]:
 				// A target held by a rollout has not been given the new
 				// spec on purpose: kcp has observed it.
+			case rollout != nil && shares[i].Written != 0 && shares[i].Observed < d.Generation:
+				// Under a rollout the copy's own report counts (its
+				// observedGeneration may be the summed one filled in).
+				out.ObservedGeneration = min(out.ObservedGeneration, max(shares[i].Observed, d.Generation-1))
+			default:
 				out.ObservedGeneration = min(out.ObservedGeneration, st.ObservedGeneration)
 			}
 		}

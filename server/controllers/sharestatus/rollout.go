@@ -135,7 +135,7 @@ func groupUnavailable(group, keys []string, shares map[string]targetShare, d *ap
 			whys = append(whys, name+" has not reported")
 		case s.share.Unreachable != "":
 			whys = append(whys, s.share.Unreachable)
-		case s.share.Written != d.Generation || s.status.ObservedGeneration < d.Generation:
+		case s.share.Written != d.Generation || s.share.Observed != d.Generation:
 			whys = append(whys, name+" has not observed the new spec yet")
 		case s.status.UpdatedReplicas < s.share.Share || s.status.AvailableReplicas < s.share.Share || s.status.Replicas > s.status.UpdatedReplicas:
 			w := fmt.Sprintf("%s: %d of %d updated replicas available", name, min(s.status.AvailableReplicas, s.status.UpdatedReplicas), s.share.Share)

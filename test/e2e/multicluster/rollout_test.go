@@ -1,0 +1,181 @@
+package multicluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+	"github.com/kcpsql/kcp/syncer"
+	"github.com/kcpsql/kcp/test/e2e/framework"
+	"github.com/kcpsql/kcp/test/physical"
+)
+
+// TestProgressiveRollout: a Placement's spec.rollout rolls a Deployment's
+// new spec out to three physical clusters one group (wave label) at a
+// time: a cluster gets the new image only after the previous one runs it
+// available. A bad image (pods never ready) stops the rollout after the
+// first cluster: the others keep the old image, the Deployment's
+// Progressing condition is False (ProgressDeadlineExceeded) naming the
+// cluster and why, and kubectl rollout status fails. A fixed image starts
+// a new rollout that completes. Bad rollout settings are refused.
+func TestProgressiveRollout(t *testing.T) {
+	bins := binaries(t)
+	s := framework.StartServer(t, "")
+	const compute, team = "root:compute", "root:waves"
+	s.CreateWorkspaces(compute, team)
+	admin := adminIn(t, s, compute)
+	names := []string{"pc1", "pc2", "pc3"}
+	pcs := startPhysical(t, bins, names...)
+	down := map[string]kubernetes.Interface{}
+	for i, name := range names {
+		register(t, s, admin, name, fmt.Sprintf("wave=%d", i+1), pcs[name])
+		down[name] = downClient(t, pcs[name])
+	}
+	waitTargetsReady(t, s, compute, names...)
+
+	// Bad settings are refused at admission, each with a clear message.
+	for _, row := range []struct{ rollout, want string }{
+		{`{maxConcurrency: 0}`, "must be a number of at least 1 or a percentage"},
+		{`{maxConcurrency: "150%"}`, "must be a number of at least 1 or a percentage"},
+		{`{maxConcurrency: "half"}`, "must be a number of at least 1 or a percentage"},
+		{`{minAvailableSeconds: -1}`, "spec.rollout.minAvailableSeconds"},
+		{`{progressDeadlineSeconds: 0}`, "spec.rollout.progressDeadlineSeconds"},
+	} {
+		out, err := s.KubectlErr(team, "", "apply", "-f", framework.WriteFile(t, "bad.yaml", `apiVersion: workload.kcp.io/v1alpha1
+kind: Placement
+metadata: {name: bad}
+spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: true, rollout: `+row.rollout+`}
+`))
+		if err == nil || !strings.Contains(out, row.want) {
+			t.Errorf("rollout %s: want a refusal saying %q, got %v\n%s", row.rollout, row.want, err, out)
+		}
+	}
+	if out, err := s.KubectlErr(team, "", "apply", "-f", framework.WriteFile(t, "bad.yaml", `apiVersion: workload.kcp.io/v1alpha1
+kind: Placement
+metadata: {name: bad}
+spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: true, mode: Divide, rollout: {}}
+`)); err == nil || !strings.Contains(out, "rollout works with mode Duplicate only") {
+		t.Errorf("rollout with Divide: want a refusal, got %v\n%s", err, out)
+	}
+
+	s.Kubectl(team, "apply", "-f", framework.WriteFile(t, "placement.yaml", `apiVersion: workload.kcp.io/v1alpha1
+kind: Placement
+metadata: {name: waves}
+spec:
+  locationWorkspace: "root:compute"
+  namespaceSelector: {}
+  allClusters: true
+  rollout: {groupByLabel: wave, minAvailableSeconds: 3, progressDeadlineSeconds: 25}
+`))
+	framework.Eventually(t, 60*time.Second, "the namespace on all three clusters with the rollout in its policy", func() (bool, string) {
+		got := s.Kubectl(team, "get", "namespace", "default", "-o", `jsonpath={.metadata.annotations.workload\.kcp\.io/sync-target} {.metadata.annotations.workload\.kcp\.io/placement}`)
+		return strings.HasPrefix(got, "root:compute/pc1,root:compute/pc2,root:compute/pc3 ") && strings.Contains(got, `"rollout":`), got
+	})
+	time.Sleep(3 * time.Second) // the syncers see the policy through their own watches
+
+	// A new Deployment goes everywhere at once: nothing older runs anywhere.
+	s.Kubectl(team, "create", "deployment", "web", "--image=nginx:1.0", "--replicas=2")
+	if out, err := s.KubectlErr(team, "", "rollout", "status", "deployment/web", "--timeout=120s"); err != nil {
+		t.Fatalf("the first rollout: %v\n%s", err, out)
+	}
+	ns := syncer.DownstreamNamespace(logicalcluster.Name(team), "default")
+	ctx := context.Background()
+	get := func(pc string) (*appsv1.Deployment, error) {
+		return down[pc].AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+	}
+	image := func(pc string) string {
+		d, err := get(pc)
+		if err != nil {
+			return err.Error()
+		}
+		return d.Spec.Template.Spec.Containers[0].Image
+	}
+	framework.Eventually(t, 30*time.Second, "nginx:1.0 on the three clusters", func() (bool, string) {
+		got := image("pc1") + " " + image("pc2") + " " + image("pc3")
+		return got == "nginx:1.0 nginx:1.0 nginx:1.0", got
+	})
+
+	// A good image, group by group. Each poll notes when a cluster first
+	// shows the new image and when it first runs it available.
+	s.Kubectl(team, "set", "image", "deployment/web", "nginx=nginx:2.0")
+	seen, available := map[string]int{}, map[string]int{}
+	sawProgress := ""
+	for poll := 0; len(available) < 3; poll++ {
+		if poll > 600 {
+			t.Fatalf("the good rollout did not reach every cluster: new image seen %v, available %v", seen, available)
+		}
+		for _, pc := range names {
+			d, err := get(pc)
+			if err != nil || d.Spec.Template.Spec.Containers[0].Image != "nginx:2.0" {
+				continue
+			}
+			if _, ok := seen[pc]; !ok {
+				seen[pc] = poll
+			}
+			st := d.Status
+			if _, ok := available[pc]; !ok && st.ObservedGeneration >= d.Generation && st.UpdatedReplicas == 2 && st.AvailableReplicas == 2 && st.Replicas == 2 {
+				available[pc] = poll
+			}
+		}
+		if msg := s.Kubectl(team, "get", "deployment", "web", "-o", `jsonpath={.status.conditions[?(@.type=="Progressing")].message}`); strings.Contains(msg, "progressive rollout of generation") {
+			sawProgress = msg
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !(available["pc1"] < seen["pc2"] && available["pc2"] < seen["pc3"]) {
+		t.Errorf("the new image reached a cluster before the previous one ran it available (poll numbers): seen %v, available %v", seen, available)
+	}
+	if seen["pc2"] == seen["pc1"] || seen["pc3"] == seen["pc2"] {
+		t.Errorf("two clusters got the new image at once: %v", seen)
+	}
+	if !strings.Contains(sawProgress, "group") {
+		t.Errorf("the Deployment's Progressing condition never said where the rollout was")
+	}
+	if out, err := s.KubectlErr(team, "", "rollout", "status", "deployment/web", "--timeout=60s"); err != nil {
+		t.Fatalf("rollout status after the good rollout: %v\n%s", err, out)
+	}
+	if got := s.Kubectl(team, "get", "deployment", "web", "-o", "jsonpath={.status.updatedReplicas}/{.status.availableReplicas}"); got != "2/2" {
+		t.Errorf("summed status after the good rollout: updated/available %s, want 2/2", got)
+	}
+
+	// A bad image: pods that never become ready. The rollout stops after
+	// the first cluster; the others keep nginx:2.0.
+	s.Kubectl(team, "set", "image", "deployment/web", "nginx="+physical.NeverReadyImage)
+	framework.Eventually(t, 90*time.Second, "Progressing=False ProgressDeadlineExceeded naming pc1", func() (bool, string) {
+		got := s.Kubectl(team, "get", "deployment", "web", "-o", `jsonpath={.status.conditions[?(@.type=="Progressing")].status}|{.status.conditions[?(@.type=="Progressing")].reason}|{.status.conditions[?(@.type=="Progressing")].message}`)
+		return strings.HasPrefix(got, "False|ProgressDeadlineExceeded|") && strings.Contains(got, "group 1 of 3 (root:compute/pc1)") &&
+			strings.Contains(got, "pc1: 0 of 2 updated replicas available") && strings.Contains(got, "root:compute/pc2, root:compute/pc3 keep the previous spec"), got
+	})
+	if img := image("pc1"); img != physical.NeverReadyImage {
+		t.Errorf("pc1, the first group, runs %s, want the bad image", img)
+	}
+	holdsFor(t, 5*time.Second, "the clusters after the stopped group keep the old image", func() (bool, string) {
+		got := image("pc2") + " " + image("pc3")
+		return got == "nginx:2.0 nginx:2.0", got
+	})
+	out, err := s.KubectlErr(team, "", "rollout", "status", "deployment/web", "--timeout=30s")
+	if err == nil || !strings.Contains(out, "exceeded its progress deadline") {
+		t.Errorf("rollout status of the stopped rollout: want it to fail with the deadline, got %v\n%s", err, out)
+	}
+	if got := s.Kubectl(team, "get", "deployment", "web", "-o", "jsonpath={.status.updatedReplicas}"); got != "0" {
+		t.Errorf("summed updatedReplicas of the stopped rollout: %s, want 0 (two clusters run the old spec)", got)
+	}
+
+	// A fix starts a new rollout, which completes everywhere.
+	s.Kubectl(team, "set", "image", "deployment/web", "nginx=nginx:3.0")
+	if out, err := s.KubectlErr(team, "", "rollout", "status", "deployment/web", "--timeout=120s"); err != nil {
+		t.Fatalf("rollout status after the fix: %v\n%s", err, out)
+	}
+	for _, pc := range names {
+		if img := image(pc); img != "nginx:3.0" {
+			t.Errorf("%s runs %s after the fixed rollout, want nginx:3.0", pc, img)
+		}
+	}
+}
