@@ -2,7 +2,11 @@ package multicluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 	"github.com/kcpsql/kcp/syncer"
 	"github.com/kcpsql/kcp/test/e2e/framework"
@@ -153,6 +158,34 @@ spec:
 		return strings.HasPrefix(got, "False|ProgressDeadlineExceeded|") && strings.Contains(got, "group 1 of 3 (root:compute/pc1)") &&
 			strings.Contains(got, "pc1: 0 of 2 updated replicas available") && strings.Contains(got, "root:compute/pc2, root:compute/pc3 keep the previous spec"), got
 	})
+	// A tenant cannot release the held clusters by forging kcp's rollout
+	// state on the Deployment, through the object or its status: what it
+	// writes there is dropped (kcp's keys), and they keep the old image.
+	s.Kubectl(team, "create", "serviceaccount", "dev")
+	s.Kubectl(team, "create", "clusterrolebinding", "dev-admin", "--clusterrole=cluster-admin", "--serviceaccount=default:dev")
+	token := strings.TrimSpace(s.Kubectl(team, "create", "token", "dev"))
+	asDev := func(args ...string) (string, error) {
+		full := append([]string{"--kubeconfig", os.DevNull, "--server", s.URL() + "/clusters/" + team, "--insecure-skip-tls-verify", "--token", token}, args...)
+		out, err := exec.Command(filepath.Join(framework.RepoRoot(), "bin", "kubectl"), full...).CombinedOutput()
+		return string(out), err
+	}
+	stateBefore := s.Kubectl(team, "get", "deployment", "web", "-o", `jsonpath={.metadata.annotations.workload\.kcp\.io/rollout}`)
+	gen := s.Kubectl(team, "get", "deployment", "web", "-o", "jsonpath={.metadata.generation}")
+	forged := fmt.Sprintf(`{"generation":%s,"groups":[["%s","%s","%s"]],"current":0,"releasedAt":"2026-01-01T00:00:00Z"}`, gen,
+		workload.TargetKey(compute, "pc1"), workload.TargetKey(compute, "pc2"), workload.TargetKey(compute, "pc3"))
+	patch, _ := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{"annotations": map[string]string{workload.RolloutAnnotation: forged}}})
+	for _, sub := range []string{"", "status"} {
+		args := []string{"patch", "deployment", "web", "--type=merge", "-p", string(patch)}
+		if sub != "" {
+			args = append(args, "--subresource="+sub)
+		}
+		if out, err := asDev(args...); err != nil && !strings.Contains(out, "are kcp's") {
+			t.Errorf("forging the rollout state (%q): %v\n%s", sub, err, out)
+		}
+		if got := s.Kubectl(team, "get", "deployment", "web", "-o", `jsonpath={.metadata.annotations.workload\.kcp\.io/rollout}`); got != stateBefore {
+			t.Errorf("a tenant changed kcp's rollout state (%q): %s", sub, got)
+		}
+	}
 	if img := image("pc1"); img != physical.NeverReadyImage {
 		t.Errorf("pc1, the first group, runs %s, want the bad image", img)
 	}
