@@ -29,7 +29,7 @@ import (
 // first cluster: the others keep the old image, the Deployment's
 // Progressing condition is False (ProgressDeadlineExceeded) naming the
 // cluster and why, and kubectl rollout status fails. A fixed image starts
-// a new rollout that completes. Bad rollout settings are refused.
+// a new rollout that completes.
 func TestProgressiveRollout(t *testing.T) {
 	bins := binaries(t)
 	s := framework.StartServer(t, "")
@@ -44,31 +44,6 @@ func TestProgressiveRollout(t *testing.T) {
 		down[name] = downClient(t, pcs[name])
 	}
 	waitTargetsReady(t, s, compute, names...)
-
-	// Bad settings are refused at admission, each with a clear message.
-	for _, row := range []struct{ rollout, want string }{
-		{`{maxConcurrency: 0}`, "must be a number of at least 1 or a percentage"},
-		{`{maxConcurrency: "150%"}`, "must be a number of at least 1 or a percentage"},
-		{`{maxConcurrency: "half"}`, "must be a number of at least 1 or a percentage"},
-		{`{minAvailableSeconds: -1}`, "spec.rollout.minAvailableSeconds"},
-		{`{progressDeadlineSeconds: 0}`, "spec.rollout.progressDeadlineSeconds"},
-	} {
-		out, err := s.KubectlErr(team, "", "apply", "-f", framework.WriteFile(t, "bad.yaml", `apiVersion: workload.kcp.io/v1alpha1
-kind: Placement
-metadata: {name: bad}
-spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: true, rollout: `+row.rollout+`}
-`))
-		if err == nil || !strings.Contains(out, row.want) {
-			t.Errorf("rollout %s: want a refusal saying %q, got %v\n%s", row.rollout, row.want, err, out)
-		}
-	}
-	if out, err := s.KubectlErr(team, "", "apply", "-f", framework.WriteFile(t, "bad.yaml", `apiVersion: workload.kcp.io/v1alpha1
-kind: Placement
-metadata: {name: bad}
-spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: true, mode: Divide, rollout: {}}
-`)); err == nil || !strings.Contains(out, "rollout works with mode Duplicate only") {
-		t.Errorf("rollout with Divide: want a refusal, got %v\n%s", err, out)
-	}
 
 	s.Kubectl(team, "apply", "-f", framework.WriteFile(t, "placement.yaml", `apiVersion: workload.kcp.io/v1alpha1
 kind: Placement
@@ -211,4 +186,44 @@ spec:
 			t.Errorf("%s runs %s after the fixed rollout, want nginx:3.0", pc, img)
 		}
 	}
+}
+
+// TestRolloutSettingsRefused: a Placement with rollout settings that
+// cannot mean anything is refused by kubectl with a clear message.
+func TestRolloutSettingsRefused(t *testing.T) {
+	s := framework.StartServer(t, "")
+	const team = "root:waves"
+	s.CreateWorkspaces("root:compute", team)
+	// Bad settings are refused at admission, each with a clear message.
+	for _, row := range []struct{ rollout, want string }{
+		{`{maxConcurrency: 0}`, "must be a number of at least 1 or a percentage"},
+		{`{maxConcurrency: "150%"}`, "must be a number of at least 1 or a percentage"},
+		{`{maxConcurrency: "half"}`, "must be a number of at least 1 or a percentage"},
+		{`{minAvailableSeconds: -1}`, "spec.rollout.minAvailableSeconds"},
+		{`{progressDeadlineSeconds: 0}`, "spec.rollout.progressDeadlineSeconds"},
+	} {
+		out, err := s.KubectlErr(team, "", "apply", "-f", framework.WriteFile(t, "bad.yaml", `apiVersion: workload.kcp.io/v1alpha1
+kind: Placement
+metadata: {name: bad}
+spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: true, rollout: `+row.rollout+`}
+`))
+		if err == nil || !strings.Contains(out, row.want) {
+			t.Errorf("rollout %s: want a refusal saying %q, got %v\n%s", row.rollout, row.want, err, out)
+		}
+	}
+	if out, err := s.KubectlErr(team, "", "apply", "-f", framework.WriteFile(t, "bad.yaml", `apiVersion: workload.kcp.io/v1alpha1
+kind: Placement
+metadata: {name: bad}
+spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: true, mode: Divide, rollout: {}}
+`)); err == nil || !strings.Contains(out, "rollout works with mode Duplicate only") {
+		t.Errorf("rollout with Divide: want a refusal, got %v\n%s", err, out)
+	}
+
+	// Good settings are accepted.
+	s.Kubectl(team, "apply", "-f", framework.WriteFile(t, "good.yaml", `apiVersion: workload.kcp.io/v1alpha1
+kind: Placement
+metadata: {name: good}
+spec: {locationWorkspace: "root:compute", namespaceSelector: {}, allClusters: true, rollout: {maxConcurrency: "34%", groupByLabel: wave, minAvailableSeconds: 0, progressDeadlineSeconds: 1}}
+`))
+	s.Kubectl(team, "patch", "placement", "good", "--type=merge", "-p", `{"spec":{"rollout":{"maxConcurrency":2}}}`)
 }
