@@ -138,7 +138,8 @@ func groupUnavailable(group, keys []string, shares map[string]targetShare, d *ap
 		case s.share.Written != d.Generation || s.share.Observed != d.Generation:
 			whys = append(whys, name+" has not observed the new spec yet")
 		case s.status.UpdatedReplicas < s.share.Share || s.status.AvailableReplicas < s.share.Share || s.status.Replicas > s.status.UpdatedReplicas:
-			w := fmt.Sprintf("%s: %d of %d updated replicas available", name, min(s.status.AvailableReplicas, s.status.UpdatedReplicas), s.share.Share)
+			w := fmt.Sprintf("%s: %d of %d replicas updated, %d available, %d unavailable", name, s.status.UpdatedReplicas, s.share.Share,
+				s.status.AvailableReplicas, s.status.UnavailableReplicas)
 			for _, c := range s.status.Conditions {
 				if c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionFalse && c.Message != "" {
 					w += " (" + c.Message + ")"

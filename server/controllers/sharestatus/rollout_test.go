@@ -79,7 +79,7 @@ func TestRolloutStep(t *testing.T) {
 		t.Fatalf("stopped before the deadline: %+v", st)
 	}
 	st, after = step(t0.Add(76 * time.Second))
-	if after != 0 || !strings.Contains(st.Stopped, "group 2 of 3 (loc/pc2)") || !strings.Contains(st.Stopped, "loc/pc2: 0 of 2 updated replicas available") ||
+	if after != 0 || !strings.Contains(st.Stopped, "group 2 of 3 (loc/pc2)") || !strings.Contains(st.Stopped, "loc/pc2: 1 of 2 replicas updated, 0 available, 0 unavailable") ||
 		!strings.Contains(st.Stopped, "loc/pc3 keep the previous spec") {
 		t.Fatalf("stopped: %+v %s", st, after)
 	}

@@ -131,7 +131,7 @@ spec:
 	framework.Eventually(t, 90*time.Second, "Progressing=False ProgressDeadlineExceeded naming pc1", func() (bool, string) {
 		got := s.Kubectl(team, "get", "deployment", "web", "-o", `jsonpath={.status.conditions[?(@.type=="Progressing")].status}|{.status.conditions[?(@.type=="Progressing")].reason}|{.status.conditions[?(@.type=="Progressing")].message}`)
 		return strings.HasPrefix(got, "False|ProgressDeadlineExceeded|") && strings.Contains(got, "group 1 of 3 (root:compute/pc1)") &&
-			strings.Contains(got, "pc1: 0 of 2 updated replicas available") && strings.Contains(got, "root:compute/pc2, root:compute/pc3 keep the previous spec"), got
+			strings.Contains(got, "root:compute/pc1: 1 of 2 replicas updated, 2 available, 1 unavailable") && strings.Contains(got, "root:compute/pc2, root:compute/pc3 keep the previous spec"), got
 	})
 	// A tenant cannot release the held clusters by forging kcp's rollout
 	// state on the Deployment, through the object or its status: what it
