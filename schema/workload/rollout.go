@@ -190,11 +190,13 @@ type RolloutState struct {
 	// Current is the index of the last released group (len(Groups): all
 	// done).
 	Current int `json:"current"`
-	// ReleasedAt is when group Current was released.
-	ReleasedAt metav1.Time `json:"releasedAt"`
+	// ReleasedAt is when group Current was released (microseconds: a
+	// time in seconds could release the next group up to a second before
+	// minAvailableSeconds have passed).
+	ReleasedAt metav1.MicroTime `json:"releasedAt"`
 	// AvailableSince, when set, is since when every copy of group Current
 	// runs the new spec available.
-	AvailableSince *metav1.Time `json:"availableSince,omitempty"`
+	AvailableSince *metav1.MicroTime `json:"availableSince,omitempty"`
 	// Stopped, when set, says why the rollout stopped (group Current was
 	// not available within the deadline).
 	Stopped string `json:"stopped,omitempty"`

@@ -60,7 +60,7 @@ func RolloutStep(now time.Time, d *appsv1.Deployment, pol *workload.NamespacePol
 			pending = append(pending, workload.RolloutTarget{Key: k, Name: name, Labels: labels[k]})
 		}
 		groups, _ := spec.Groups(pending)
-		st = &workload.RolloutState{Generation: d.Generation, Groups: groups, Names: names, ReleasedAt: metav1.NewTime(now)}
+		st = &workload.RolloutState{Generation: d.Generation, Groups: groups, Names: names, ReleasedAt: metav1.NewMicroTime(now)}
 	} else {
 		st = copyState(st)
 	}
@@ -69,14 +69,14 @@ func RolloutStep(now time.Time, d *appsv1.Deployment, pol *workload.NamespacePol
 		elapsed := now.Sub(st.ReleasedAt.Time)
 		if why == "" {
 			if st.AvailableSince == nil {
-				t := metav1.NewTime(now)
+				t := metav1.NewMicroTime(now)
 				st.AvailableSince = &t
 			}
 			if wait := spec.MinAvailable() - now.Sub(st.AvailableSince.Time); wait > 0 {
 				return st, wait
 			}
 			st.Current++
-			st.ReleasedAt, st.AvailableSince = metav1.NewTime(now), nil
+			st.ReleasedAt, st.AvailableSince = metav1.NewMicroTime(now), nil
 			continue
 		}
 		st.AvailableSince = nil

@@ -64,13 +64,17 @@ func TestRolloutStep(t *testing.T) {
 	}
 	// pc1 available: the next group waits minAvailableSeconds.
 	d.Annotations[workload.StatusAnnotationPrefix+"a"] = copyOf(t, 5, true, 2, 2)
-	if st, after = step(t0.Add(6 * time.Second)); st.Current != 0 || st.AvailableSince == nil || after != 10*time.Second {
+	if st, after = step(t0.Add(6500 * time.Millisecond)); st.Current != 0 || st.AvailableSince == nil || after != 10*time.Second {
 		t.Fatalf("pc1 available: %+v %s", st, after)
 	}
 	if st, _ = step(t0.Add(10 * time.Second)); st.Current != 0 {
 		t.Fatalf("released pc2 before pc1 was available for 10s: %+v", st)
 	}
-	if st, after = step(t0.Add(16 * time.Second)); st.Current != 1 || !st.Released(5, "b") || st.Released(5, "c") || after != 60*time.Second {
+	// Not one moment early: the state keeps sub-second times.
+	if st, _ = step(t0.Add(16200 * time.Millisecond)); st.Current != 0 {
+		t.Fatalf("released pc2 9.7s after pc1 was available: %+v", st)
+	}
+	if st, after = step(t0.Add(16500 * time.Millisecond)); st.Current != 1 || !st.Released(5, "b") || st.Released(5, "c") || after != 60*time.Second {
 		t.Fatalf("pc1 available for 10s: %+v %s", st, after)
 	}
 	// pc2 never gets available: the rollout stops at its deadline.
@@ -78,7 +82,7 @@ func TestRolloutStep(t *testing.T) {
 	if st, _ = step(t0.Add(75 * time.Second)); st.Stopped != "" {
 		t.Fatalf("stopped before the deadline: %+v", st)
 	}
-	st, after = step(t0.Add(76 * time.Second))
+	st, after = step(t0.Add(77 * time.Second))
 	if after != 0 || !strings.Contains(st.Stopped, "group 2 of 3 (loc/pc2)") || !strings.Contains(st.Stopped, "loc/pc2: 1 of 2 replicas updated, 0 available, 0 unavailable") ||
 		!strings.Contains(st.Stopped, "loc/pc3 keep the previous spec") {
 		t.Fatalf("stopped: %+v %s", st, after)
