@@ -26,8 +26,8 @@ import (
 // Duplicate mode only; Deployments only (docs/multicluster.md).
 type RolloutSpec struct {
 	// MaxConcurrency is how many targets a group holds at most: a number
-	// (at least 1) or a percentage of the namespace's targets ("34%",
-	// rounded up, at least one target). Default 1.
+	// (at least 1) or a percentage of the targets the change goes to
+	// ("34%", rounded up, at least one target). Default 1.
 	MaxConcurrency *intstr.IntOrString `json:"maxConcurrency,omitempty"`
 	// GroupByLabel, when set, makes one group of the targets of each value
 	// of this SyncTarget label, in the values' order (targets without the

@@ -104,8 +104,18 @@ spec:
 				available[pc] = poll
 			}
 		}
-		if msg := s.Kubectl(team, "get", "deployment", "web", "-o", `jsonpath={.status.conditions[?(@.type=="Progressing")].message}`); strings.Contains(msg, "progressive rollout of generation") {
+		// kcp's summed status says the rollout is complete (what kubectl
+		// rollout status checks) only once every cluster runs it.
+		up, err := s.KubectlErr(team, "", "get", "deployment", "web", "-o", `jsonpath={.metadata.generation}/{.status.observedGeneration}/{.status.updatedReplicas}/{.status.availableReplicas}/{.status.replicas}|{.status.conditions[?(@.type=="Progressing")].message}`)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, up)
+		}
+		counts, msg, _ := strings.Cut(up, "|")
+		if strings.Contains(msg, "progressive rollout of generation") {
 			sawProgress = msg
+		}
+		if f := strings.Split(counts, "/"); len(seen) < 3 && f[0] == f[1] && f[2] == "2" && f[3] == "2" && f[4] == "2" {
+			t.Fatalf("kcp says the rollout is complete (%s) while only %v run the new image", counts, seen)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
