@@ -168,7 +168,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			} else {
 				klog.ErrorS(err, "API binding status controller")
 			}
-			if c, err := sharestatus.NewController(hc.LoopbackClientConfig, local); err == nil {
+			if c, err := sharestatus.NewController(hc.LoopbackClientConfig, local, namespaces); err == nil {
 				go c.Run(ctx, 2)
 			} else {
 				klog.ErrorS(err, "share status controller")

@@ -20,12 +20,13 @@ import (
 // targets run into its own annotation (a merge patch of the status
 // subresource that sets that one annotation, which the syncer view
 // allows); kcp combines them.
-func (s *Syncer) shareStatusUp(ctx context.Context, it item, up *unstructured.Unstructured, st map[string]interface{}, pol *workload.NamespacePolicy) error {
+func (s *Syncer) shareStatusUp(ctx context.Context, it item, up *unstructured.Unstructured, st map[string]interface{}, pol *workload.NamespacePolicy, down *unstructured.Unstructured) error {
+	written, observed := copyGenerations(down)
 	replicas, found, _ := unstructured.NestedInt64(up.Object, "spec", "replicas")
 	if !found {
 		replicas = 1
 	}
-	share := workload.ShareStatus{Mode: pol.Mode, Share: pol.Share(int32(replicas), s.key), Status: st}
+	share := workload.ShareStatus{Mode: pol.Mode, Share: pol.Share(int32(replicas), s.key), Status: st, Written: written, Observed: observed}
 	if pol.Overflow() && it.gvr == deploymentsGVR {
 		// Only Deployments are divided by capacity.
 		share.Share, share.Group = pol.ShareOf(up, s.key), pol.Targets[s.key].Group

@@ -574,6 +574,11 @@ func (s *Syncer) syncObject(ctx context.Context, it item) (after time.Duration, 
 	if ok, why := s.runsHere(it.gvr, up, pol); !ok {
 		return 0, s.notHere(ctx, it, down, why)
 	}
+	if s.heldByRollout(it, up, down, pol) {
+		// Not released by a progressive rollout yet (rollout.go): the
+		// copy here keeps the old spec, its status goes up.
+		return 0, s.statusUp(ctx, it, up, down, pol)
+	}
 	if pol != nil && pol.Targets[s.key].Leaving {
 		// Being drained: the copy here runs on as it is until kcp hands
 		// the namespace to the other targets; nothing new starts here.
@@ -710,7 +715,7 @@ func (s *Syncer) downstreamCopy(up *unstructured.Unstructured, namespace string)
 	ann := map[string]string{}
 	for k, v := range up.GetAnnotations() {
 		if k != logicalcluster.Annotation && k != "kubectl.kubernetes.io/last-applied-configuration" && k != workload.AssignedTargetAnnotation &&
-			!strings.HasPrefix(k, workload.StatusAnnotationPrefix) && k != workload.AllocationsAnnotation {
+			!strings.HasPrefix(k, workload.StatusAnnotationPrefix) && k != workload.AllocationsAnnotation && k != workload.RolloutAnnotation {
 			ann[k] = v
 		}
 	}

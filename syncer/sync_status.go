@@ -51,7 +51,7 @@ func (s *Syncer) statusUp(ctx context.Context, it item, up, down *unstructured.U
 		}
 	}
 	if shared && summed {
-		return s.shareStatusUp(ctx, it, up, st, pol)
+		return s.shareStatusUp(ctx, it, up, st, pol, down)
 	}
 	if equality.Semantic.DeepEqual(jsonRound(st), jsonRound(upStatus)) {
 		return nil

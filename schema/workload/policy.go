@@ -83,6 +83,9 @@ type NamespacePolicy struct {
 	// then an overflow division (overflow.go), and each target names its
 	// group.
 	Groups []string `json:"groups,omitempty"`
+	// Rollout is the Placement's spec.rollout: the syncers hold a new
+	// Deployment spec from their copy until kcp releases it to them.
+	Rollout *RolloutSpec `json:"rollout,omitempty"`
 }
 
 // Adopts reports whether the syncers take over downstream objects that
@@ -303,6 +306,15 @@ type ShareStatus struct {
 	// condition.
 	Division string `json:"division,omitempty"`
 	Spilled  bool   `json:"spilled,omitempty"`
+	// Written is the upstream generation the target's copy was last
+	// written from (its syncer's report): older than the Deployment's
+	// while a progressive rollout holds the target on the old spec.
+	Written int64 `json:"written,omitempty"`
+	// Observed is Written once the physical cluster has observed the copy
+	// as written (0 until then). Status.observedGeneration cannot say it
+	// under a rollout: the syncer fills it in from the Deployment's summed
+	// status until its copy is observed.
+	Observed int64 `json:"observed,omitempty"`
 }
 
 // ConditionOverflow is the condition kcp sets on a Deployment of an

@@ -346,6 +346,9 @@ type PlacementSpec struct {
 	// Needs mode Divide; numberOfClusters, allClusters, spreadByLabel,
 	// weights, weightsFrom and minReplicasPerCluster do not combine with it.
 	Groups []TargetGroup `json:"groups,omitempty"`
+	// Rollout, when set, rolls a change of a placed Deployment's spec out
+	// to the namespace's targets group by group (rollout.go).
+	Rollout *RolloutSpec `json:"rollout,omitempty"`
 }
 
 // TargetGroup is one group of SyncTargets of an overflow division: the

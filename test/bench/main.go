@@ -138,6 +138,15 @@ func main() {
 		fmt.Print(renderRestore(r))
 		return
 	}
+	if *rolloutOnly {
+		r, err := benchRollout(log)
+		if err != nil {
+			log("rollout benchmark failed: %v", err)
+			os.Exit(1)
+		}
+		printRollout(r)
+		return
+	}
 	if *evictionsOnly {
 		r, err := benchEvictions(log)
 		if err != nil {

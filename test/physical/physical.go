@@ -288,7 +288,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		return err
 	}
 	docs := []string{nodefast.DefaultNodeInit, nodeheartbeat.DefaultNodeHeartbeatWithLease,
-		podfast.DefaultPodReady, podfast.DefaultPodComplete, podfast.DefaultPodDelete, debugging}
+		podReadyStage(podfast.DefaultPodReady), podfast.DefaultPodComplete, podfast.DefaultPodDelete, debugging}
 	if c.opts.Metrics {
 		docs = append(docs, kwokMetricsConfig()...)
 	}

@@ -81,9 +81,9 @@ func checkKCPKeys(ctx context.Context, cluster logicalcluster.Name, a admission.
 		if a.GetSubresource() != "" {
 			what += "/" + a.GetSubresource()
 		}
-		return admission.NewForbidden(a, fmt.Errorf("the labels %s*, finalizers %s* and annotations %s, %s, %s and %s* are kcp's and cannot be set or removed "+
+		return admission.NewForbidden(a, fmt.Errorf("the labels %s*, finalizers %s* and annotations %s, %s, %s, %s and %s* are kcp's and cannot be set or removed "+
 			"(through %s, by a patch of any kind, or by a mutating webhook or policy of the workspace): they would be [%s], kcp has [%s]",
-			workload.StateLabelPrefix, workload.FinalizerPrefix, workload.AssignedTargetAnnotation, workload.NamespacePolicyAnnotation, workload.AllocationsAnnotation, workload.StatusAnnotationPrefix,
+			workload.StateLabelPrefix, workload.FinalizerPrefix, workload.AssignedTargetAnnotation, workload.NamespacePolicyAnnotation, workload.AllocationsAnnotation, workload.RolloutAnnotation, workload.StatusAnnotationPrefix,
 			what, got, want))
 	}
 	return nil

@@ -302,11 +302,11 @@ func assignmentLabel(k string) bool { return strings.HasPrefix(k, workload.State
 func syncerFinalizer(f string) bool { return strings.HasPrefix(f, workload.FinalizerPrefix) }
 
 // kcpAnnotation: the assigned targets and the placement policy on a
-// namespace, and the per-target status and a Service's allocations on an
-// object, are kcp's.
+// namespace, and the per-target status, a Service's allocations and a
+// Deployment's progressive rollout on an object, are kcp's.
 func kcpAnnotation(k string) bool {
 	return k == workload.AssignedTargetAnnotation || k == workload.NamespacePolicyAnnotation || strings.HasPrefix(k, workload.StatusAnnotationPrefix) ||
-		k == workload.AllocationsAnnotation
+		k == workload.AllocationsAnnotation || k == workload.RolloutAnnotation
 }
 
 // KeepAssignment makes obj's assignment labels, syncer finalizers and kcp's

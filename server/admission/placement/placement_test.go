@@ -46,6 +46,7 @@ func TestKCPKeys(t *testing.T) {
 		{Labels: map[string]string{l1: "Sync", workload.StateLabel("root:compute", "pc2"): "Sync"}, Finalizers: []string{f1}, Annotations: same.Annotations}, // another target
 		{Labels: map[string]string{l1: "Sync"}, Finalizers: []string{f1}},                                                                                    // annotation gone
 		{Labels: map[string]string{l1: "Sync"}, Finalizers: []string{f1}, Annotations: map[string]string{workload.AssignedTargetAnnotation: "root:compute/pc1", workload.StatusAnnotationPrefix + "x": "{}"}},
+		{Labels: map[string]string{l1: "Sync"}, Finalizers: []string{f1}, Annotations: map[string]string{workload.AssignedTargetAnnotation: "root:compute/pc1", workload.RolloutAnnotation: "{}"}}, // a forged rollout
 	} {
 		if kcpKeys(changed) == kcpKeys(base) {
 			t.Errorf("a change of kcp's keys goes unseen: %+v", changed)

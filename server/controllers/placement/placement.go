@@ -532,6 +532,7 @@ func policy(p *workload.Placement, chosen, leaving []target) workload.NamespaceP
 	if out.Mode == "" {
 		out.Mode = workload.ModeDuplicate
 	}
+	out.Rollout = p.Spec.Rollout.DeepCopy()
 	for _, t := range chosen {
 		tp := workload.TargetPolicy{Name: t.ref(), Weight: 1, Suspended: p.Spec.Suspends(t.obj.Name)}
 		for _, w := range p.Spec.Weights {

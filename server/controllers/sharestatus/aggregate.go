@@ -16,6 +16,10 @@
 //     whole unavailable);
 //     Progressing is False when any copy's is (ProgressDeadlineExceeded),
 //     and says ReplicaSetUpdated while any copy still rolls out;
+//   - under a progressive rollout (rollout.go) a copy held on the old spec
+//     counts no updated replica and does not hold observedGeneration back,
+//     and Progressing says where the rollout is, or (False,
+//     ProgressDeadlineExceeded) where and why it stopped;
 //   - a target whose heartbeat has stopped counts for nothing ready or
 //     available: kcp marks its annotation Unreachable (honest.go), and the
 //     Available condition names the target and why (reason
@@ -48,6 +52,8 @@ func Aggregate(d *appsv1.Deployment) (appsv1.DeploymentStatus, bool) {
 	var shares []workload.ShareStatus
 	var statuses []appsv1.DeploymentStatus
 	var unreachable []string
+	var onOld []bool
+	rollout := rolloutOf(d)
 	for _, k := range keys {
 		raw, ok := d.Annotations[workload.StatusAnnotationPrefix+k]
 		if !ok {
@@ -57,7 +63,13 @@ func Aggregate(d *appsv1.Deployment) (appsv1.DeploymentStatus, bool) {
 		if err != nil {
 			continue
 		}
+		if held(rollout, d, s) {
+			// Held on the old spec by a progressive rollout: none of
+			// its replicas is updated to this generation.
+			st.UpdatedReplicas = 0
+		}
 		shares, statuses = append(shares, s), append(statuses, st)
+		onOld = append(onOld, held(rollout, d, s))
 		if s.Unreachable != "" {
 			unreachable = append(unreachable, s.Unreachable)
 		}
@@ -97,8 +109,18 @@ func Aggregate(d *appsv1.Deployment) (appsv1.DeploymentStatus, bool) {
 	out.UnavailableReplicas = combine(func(s appsv1.DeploymentStatus) int32 { return s.UnavailableReplicas })
 	if all {
 		out.ObservedGeneration = d.Generation
-		for _, st := range statuses {
-			out.ObservedGeneration = min(out.ObservedGeneration, st.ObservedGeneration)
+		for i, st := range statuses {
+			switch {
+			case onOld[i]:
+				// A target held by a rollout has not been given the new
+				// spec on purpose: kcp has observed it.
+			case rollout != nil && shares[i].Written != 0 && shares[i].Observed < d.Generation:
+				// Under a rollout the copy's own report counts (its
+				// observedGeneration may be the summed one filled in).
+				out.ObservedGeneration = min(out.ObservedGeneration, max(shares[i].Observed, d.Generation-1))
+			default:
+				out.ObservedGeneration = min(out.ObservedGeneration, st.ObservedGeneration)
+			}
 		}
 	} else {
 		out.ObservedGeneration = d.Status.ObservedGeneration
@@ -108,14 +130,14 @@ func Aggregate(d *appsv1.Deployment) (appsv1.DeploymentStatus, bool) {
 	// still starts its share (a rebalancing keeps the others' shares until
 	// it is available).
 	wholeAvailable := divide && d.Spec.Replicas != nil && out.AvailableReplicas >= *d.Spec.Replicas
-	out.Conditions = conditions(d, keys, statuses, all, wholeAvailable, unreachable)
+	out.Conditions = conditions(d, keys, statuses, all, wholeAvailable, unreachable, rolloutProgressing(rollout, d))
 	if c, ok := overflowCondition(d, shares); ok {
 		out.Conditions = append(out.Conditions, c)
 	}
 	return out, true
 }
 
-func conditions(d *appsv1.Deployment, keys []string, statuses []appsv1.DeploymentStatus, all, wholeAvailable bool, unreachable []string) []appsv1.DeploymentCondition {
+func conditions(d *appsv1.Deployment, keys []string, statuses []appsv1.DeploymentStatus, all, wholeAvailable bool, unreachable []string, rollout *appsv1.DeploymentCondition) []appsv1.DeploymentCondition {
 	availableCount := 0
 	var notProgressing *appsv1.DeploymentCondition
 	rolling := !all
@@ -159,6 +181,10 @@ func conditions(d *appsv1.Deployment, keys []string, statuses []appsv1.Deploymen
 	case rolling:
 		progressing.Reason = "ReplicaSetUpdated"
 		progressing.Message = fmt.Sprintf("Deployment %q is progressing on %d clusters.", d.Name, len(keys))
+	}
+	if rollout != nil {
+		// A progressive rollout under way, or stopped (rollout.go).
+		progressing = *rollout
 	}
 	// Times stay those of the previous condition while it says the same.
 	for _, c := range []*appsv1.DeploymentCondition{&available, &progressing} {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,6 +40,9 @@ type Controller struct {
 	targets     cache.Indexer
 	informers   []cache.Controller
 	clients     *clusterinformer.Clients
+	// namespaces give each Deployment's namespace policy (its Placement's
+	// rollout).
+	namespaces cache.Indexer
 
 	mu sync.Mutex
 	// marked: Deployment key -> target key -> the NotReady episode whose
@@ -48,7 +52,7 @@ type Controller struct {
 
 // NewController watches Deployments and SyncTargets of all logical
 // clusters (one watch each).
-func NewController(loopback *rest.Config, local *localwatch.Storages) (*Controller, error) {
+func NewController(loopback *rest.Config, local *localwatch.Storages, namespaces *clusterinformer.Namespaces) (*Controller, error) {
 	wild, err := kubernetes.NewForConfig(clusterinformer.WildcardConfig(loopback))
 	if err != nil {
 		return nil, err
@@ -61,7 +65,7 @@ func NewController(loopback *rest.Config, local *localwatch.Storages) (*Controll
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{queue: worker.NewQueue[string](name), clients: clients, marked: map[string]map[string]string{}}
+	c := &Controller{queue: worker.NewQueue[string](name), clients: clients, marked: map[string]map[string]string{}, namespaces: namespaces.Indexer()}
 	enqueue := func(obj interface{}) {
 		if key, err := clusterinformer.KeyFunc(obj); err == nil {
 			c.queue.Add(key)
@@ -102,7 +106,7 @@ func NewController(loopback *rest.Config, local *localwatch.Storages) (*Controll
 	}
 	var synctargets cache.Controller
 	c.targets, synctargets = newTargetInformer(targets, enqueueAssigned)
-	c.informers = []cache.Controller{deployments, synctargets}
+	c.informers = []cache.Controller{deployments, synctargets, namespaces.Synced()}
 	return c, nil
 }
 
@@ -150,15 +154,15 @@ func deadTarget(obj interface{}) (DeadTarget, bool) {
 // Run processes the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
 	worker.Run(ctx, name, c.queue, workers, c.informers, func(ctx context.Context, key string) (time.Duration, error) {
-		return 0, c.sync(ctx, key)
+		return c.sync(ctx, key)
 	})
 }
 
-func (c *Controller) sync(ctx context.Context, key string) error {
+func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
 	obj, ok, _ := c.deployments.GetByKey(key)
 	if !ok {
 		c.forget(key)
-		return nil
+		return 0, nil
 	}
 	d := obj.(*appsv1.Deployment)
 	dead := c.newlyDead(key, d)
@@ -166,6 +170,10 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if marked := MarkUnreachable(d, dead); marked != nil {
 		out = marked
 	}
+	// A progressive rollout (rollout.go) records where it stands on the
+	// Deployment, with the status.
+	st, after := RolloutStep(time.Now(), out, c.policy(d), c.targetLabels(AssignedKeys(d)))
+	out = withRolloutState(out, st)
 	if want, ok := Aggregate(out); ok && !sameStatus(out.Status, want) {
 		if out == d {
 			out = d.DeepCopy()
@@ -174,7 +182,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	if out == d {
 		c.remember(key, dead)
-		return nil
+		return after, nil
 	}
 	now := metav1.Now()
 	for i := range out.Status.Conditions {
@@ -184,25 +192,47 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(out)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	// Objects from an informer have no kind; the client needs one.
 	u["apiVersion"], u["kind"] = "apps/v1", "Deployment"
 	cluster := clusterinformer.ClusterOf(d)
 	dyn, err := c.clients.Dynamic(cluster)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	_, err = dyn.Resource(appsv1.SchemeGroupVersion.WithResource("deployments")).Namespace(d.Namespace).
 		UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{FieldManager: name})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		// Gone, or changed since: its next event brings it back.
-		return nil
+		return 0, nil
 	}
 	if err == nil {
 		c.remember(key, dead)
 	}
-	return err
+	return after, err
+}
+
+// policy is the placement policy of d's namespace (nil when none).
+func (c *Controller) policy(d *appsv1.Deployment) *workload.NamespacePolicy {
+	obj, ok, _ := c.namespaces.GetByKey(clusterinformer.Key(clusterinformer.ClusterOf(d), "", d.Namespace))
+	if !ok {
+		return nil
+	}
+	pol, _ := workload.ParsePolicy(obj.(*corev1.Namespace).Annotations)
+	return pol
+}
+
+// targetLabels are the labels of the targets of these keys.
+func (c *Controller) targetLabels(keys []string) map[string]map[string]string {
+	out := map[string]map[string]string{}
+	for _, k := range keys {
+		objs, _ := c.targets.ByIndex(byTarget, k)
+		for _, o := range objs {
+			out[k] = o.(*unstructured.Unstructured).GetLabels()
+		}
+	}
+	return out
 }
 
 // newlyDead returns the Deployment's assigned targets that are NotReady
