@@ -210,8 +210,8 @@ func ParseRolloutState(annotations map[string]string) *RolloutState {
 		return nil
 	}
 	var s RolloutState
-	if err := json.Unmarshal([]byte(raw), &s); err != nil {
-		return nil
+	if err := json.Unmarshal([]byte(raw), &s); err != nil || s.Current < 0 {
+		return nil // not kcp's (a stored object may come from anywhere): start again
 	}
 	return &s
 }
