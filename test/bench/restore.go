@@ -43,18 +43,26 @@ type restoreResult struct {
 }
 
 func benchRestore(log func(string, ...any)) ([]restoreResult, error) {
-	var out []restoreResult
-	for _, d := range strings.Split(*restoreDatastores, ",") {
+	return eachSize(*restoreDatastores, *restoreSizes, "-restore-sizes", "restore", log, func(d string, n int) (restoreResult, error) {
+		return restoreOnce(d, n, log)
+	})
+}
+
+// eachSize runs once per datastore and size of two comma-separated flag
+// values (postgres skipped without -postgres), logging each as "what".
+func eachSize[R any](datastores, sizes, sizesFlag, what string, log func(string, ...any), once func(d string, n int) (R, error)) ([]R, error) {
+	var out []R
+	for _, d := range strings.Split(datastores, ",") {
 		if d == "" || (d == "postgres" && *pgDSN == "") {
 			continue
 		}
-		for _, size := range strings.Split(*restoreSizes, ",") {
+		for _, size := range strings.Split(sizes, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(size))
 			if err != nil || n <= 0 {
-				return out, fmt.Errorf("-restore-sizes: %q is not a positive number", size)
+				return out, fmt.Errorf("%s: %q is not a positive number", sizesFlag, size)
 			}
-			log("== restore of %d objects on %s", n, d)
-			r, err := restoreOnce(d, n, log)
+			log("== %s of %d objects on %s", what, n, d)
+			r, err := once(d, n)
 			if err != nil {
 				return out, err
 			}

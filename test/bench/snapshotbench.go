@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -29,25 +28,9 @@ type snapshotResult struct {
 }
 
 func benchSnapshots(log func(string, ...any)) ([]snapshotResult, error) {
-	var out []snapshotResult
-	for _, d := range strings.Split(*snapshotDatastores, ",") {
-		if d == "" || (d == "postgres" && *pgDSN == "") {
-			continue
-		}
-		for _, size := range strings.Split(*snapshotSizes, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(size))
-			if err != nil || n <= 0 {
-				return out, fmt.Errorf("-snapshot-sizes: %q is not a positive number", size)
-			}
-			log("== snapshot of %d objects on %s", n, d)
-			r, err := snapshotOnce(d, n, log)
-			if err != nil {
-				return out, err
-			}
-			out = append(out, r)
-		}
-	}
-	return out, nil
+	return eachSize(*snapshotDatastores, *snapshotSizes, "-snapshot-sizes", "snapshot", log, func(d string, n int) (snapshotResult, error) {
+		return snapshotOnce(d, n, log)
+	})
 }
 
 // snapshotOnce fills a workspace with n config maps, then has a
