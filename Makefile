@@ -17,13 +17,13 @@ run: build
 	bin/kcp start
 
 test: build bin/kubectl
-	go test -count=1 -timeout 40m ./...
+	go test -count=1 -timeout 60m ./...
 
 unit:
 	go test -count=1 $$(go list ./... | grep -v /test/)
 
 e2e: build bin/kubectl
-	go test -count=1 -timeout 40m ./test/e2e/...
+	go test -count=1 -timeout 60m ./test/e2e/...
 
 # Local physical clusters (kube-apiserver, kcm, scheduler, kine, KWOK nodes)
 # for the multi-cluster walk-through; Ctrl-C stops them, state stays in .physical.
