@@ -54,22 +54,21 @@ func Aggregate(d *appsv1.Deployment) (appsv1.DeploymentStatus, bool) {
 	var unreachable []string
 	var onOld []bool
 	rollout := rolloutOf(d)
+	reported := sharesOf(d, keys)
 	for _, k := range keys {
-		raw, ok := d.Annotations[workload.StatusAnnotationPrefix+k]
+		r, ok := reported[k]
 		if !ok {
 			continue
 		}
-		s, st, err := workload.DeploymentShare(raw)
-		if err != nil {
-			continue
-		}
-		if held(rollout, d, s) {
+		s, st := r.share, r.status
+		old := held(rollout, d, s)
+		if old {
 			// Held on the old spec by a progressive rollout: none of
 			// its replicas is updated to this generation.
 			st.UpdatedReplicas = 0
 		}
 		shares, statuses = append(shares, s), append(statuses, st)
-		onOld = append(onOld, held(rollout, d, s))
+		onOld = append(onOld, old)
 		if s.Unreachable != "" {
 			unreachable = append(unreachable, s.Unreachable)
 		}
