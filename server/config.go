@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"net"
@@ -9,6 +10,7 @@ import (
 
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/authentication/user"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/util/webhook"
 	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
@@ -27,6 +29,7 @@ import (
 	"github.com/kcpsql/kcp/server/serverwide"
 	"github.com/kcpsql/kcp/server/viewidentity"
 	"github.com/kcpsql/kcp/server/workloadapis"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
 // newConfig builds the configuration of the three upstream servers in the
@@ -36,7 +39,7 @@ import (
 // admission plugin (certificate approval and signing, ...) and to the API
 // storage (the RBAC escalation check). Wrapped later, those would keep
 // root's RBAC and answer every cluster with it.
-func newConfig(opts cpoptions.CompletedOptions, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry) (*genericcp.Config, error) {
+func newConfig(opts cpoptions.CompletedOptions, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry, parentAccess func(context.Context, logicalcluster.Name, user.Info) (bool, bool)) (*genericcp.Config, error) {
 	resources := controlplane.DefaultGenericAPIResourceConfigSource()
 	workloadapis.Enable(resources)
 	generic, informers, storageFactory, err := controlplaneapiserver.BuildGenericConfig(opts,
@@ -48,7 +51,7 @@ func newConfig(opts cpoptions.CompletedOptions, rbac *clusterrbac.Authorizer, cl
 	if generic.APIServerID != "" {
 		generic.APIServerID = replicaIdentity(opts.SecureServing.BindAddress.String(), opts.SecureServing.BindPort)
 	}
-	makeAuthClusterAware(generic, rbac, clusters)
+	makeAuthClusterAware(generic, rbac, clusters, parentAccess)
 
 	serviceResolver := webhook.NewDefaultServiceResolver()
 	cp, admissionInitializers, err := controlplaneapiserver.CreateConfig(opts, generic, informers, nil, storageFactory, serviceResolver, nil)
@@ -74,7 +77,7 @@ func newConfig(opts cpoptions.CompletedOptions, rbac *clusterrbac.Authorizer, cl
 // users authenticated by a service-account token say so (satokens), since
 // clusterauthz lets such a user into its own cluster without asking the
 // parent.
-func makeAuthClusterAware(g *genericapiserver.Config, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry) {
+func makeAuthClusterAware(g *genericapiserver.Config, rbac *clusterrbac.Authorizer, clusters *logicalclusters.Registry, parentAccess func(context.Context, logicalcluster.Name, user.Info) (bool, bool)) {
 	if g.Authentication.Authenticator != nil {
 		// A request the syncer view accepted continues as the view's
 		// identity (syncerview).
@@ -89,7 +92,7 @@ func makeAuthClusterAware(g *genericapiserver.Config, rbac *clusterrbac.Authoriz
 		// (clusterauthz.SeenIn): both RBAC chains see one of another
 		// cluster under its foreign name.
 		root := clusterauthz.OwnClusterOnly{Next: g.Authorization.Authorizer}
-		cluster := clusterauthz.Authorizer{Delegate: root, Clusters: clusterauthz.OwnClusterOnly{Next: rbac}, State: clusters.State, Owner: clusters.Owner}
+		cluster := clusterauthz.Authorizer{Delegate: root, Clusters: clusterauthz.OwnClusterOnly{Next: rbac}, State: clusters.State, Owner: clusters.Owner, ParentAccess: parentAccess}
 		g.Authorization.Authorizer = serverwide.Authorizer{Root: root, Next: cluster, AuditAnnotation: clusterauthz.AuditAnnotation}
 	}
 	if g.RuleResolver != nil {

@@ -44,6 +44,7 @@ import (
 	"github.com/kcpsql/kcp/server/negotiated"
 	"github.com/kcpsql/kcp/server/podstreams"
 	"github.com/kcpsql/kcp/server/resourcequota"
+	"github.com/kcpsql/kcp/server/shards"
 	"github.com/kcpsql/kcp/server/systemcrds"
 	"github.com/kcpsql/kcp/storage/datastore"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
@@ -107,6 +108,13 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 		// step of a start with many workspaces: it runs while the steps
 		// below wait on their own lists and writes.
 		registered := make(chan error, 1)
+		if o.Shards.Sharded() {
+			// Clusters held here for a parent on another shard: their data
+			// goes when that shard deletes their LogicalCluster.
+			children := workspace.NewShardChildren(deleteClusterData, clusters.State)
+			clusters.OnDeleting(children.Deleting)
+			go children.Run(hc.Context)
+		}
 		go func() { registered <- clusters.Start(hc.Context, hc.LoopbackClientConfig) }()
 		// Watches of kcp's own resources start once their CRDs exist (before,
 		// their first lists fail and back off for seconds).
@@ -137,7 +145,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			return err
 		}
 		writers := func(ctx context.Context) {
-			startWriters(ctx, hc.LoopbackClientConfig, o.ServerURL, string(ca), !o.StoreDefaults, o.GCDiscoveryPeriod, clusters, crds, deleteClusterData, namespaces, stored, rows, changed, watched, writes, local)
+			startWriters(ctx, hc.LoopbackClientConfig, o.WorkspaceURL, o.Shards, string(ca), !o.StoreDefaults, o.GCDiscoveryPeriod, clusters, crds, deleteClusterData, namespaces, stored, rows, changed, watched, writes, local)
 			if c, err := synctarget.NewController(hc.LoopbackClientConfig, o.SyncTargetHeartbeatTimeout); err == nil {
 				go c.Run(ctx, 2)
 			} else {
@@ -231,7 +239,7 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 
 // startWriters starts the controllers that write; they stop with ctx (when
 // this replica loses the lease).
-func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM string, servedDefaults bool, gcDiscoveryPeriod time.Duration,
+func startWriters(ctx context.Context, loopback *rest.Config, serverURL string, membership *shards.Membership, caPEM string, servedDefaults bool, gcDiscoveryPeriod time.Duration,
 	clusters *logicalclusters.Registry, crds *crdserving.Server, deleteClusterData func(context.Context, logicalcluster.Name) (int, error),
 	namespaces *clusterinformer.Namespaces, stored, rows, changed clusterinformer.RangeFunc, watched clusterinformer.WatchFunc, writes workspace.Storage, local *localwatch.Storages) {
 	if c, err := namespacedeletion.NewController(loopback, namespaces); err == nil {
@@ -256,6 +264,7 @@ func startWriters(ctx context.Context, loopback *rest.Config, serverURL, caPEM s
 		c.ReadStored(stored, watched)
 		c.LimitsSynced(clusters.Synced)
 		c.SyncFrozen(func(n logicalcluster.Name) string { return clusters.FreezeOf(n).Reason })
+		c.Shards(membership)
 		go c.Run(ctx, workspaceWorkers)
 	} else {
 		klog.ErrorS(err, "workspace controller")

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -39,6 +40,7 @@ import (
 	"github.com/kcpsql/kcp/server/admission/webhookurls"
 	"github.com/kcpsql/kcp/server/admission/workspacelimits"
 	"github.com/kcpsql/kcp/server/admission/workspaceowner"
+	"github.com/kcpsql/kcp/server/admission/workspaceshard"
 	"github.com/kcpsql/kcp/server/admission/workspacetype"
 	"github.com/kcpsql/kcp/server/clusteradmission"
 	"github.com/kcpsql/kcp/server/outbound"
@@ -46,6 +48,7 @@ import (
 	"github.com/kcpsql/kcp/server/podstreams"
 	kcpquota "github.com/kcpsql/kcp/server/resourcequota"
 	"github.com/kcpsql/kcp/server/satokens"
+	"github.com/kcpsql/kcp/server/shards"
 	"github.com/kcpsql/kcp/storage/datastore"
 	"github.com/kcpsql/kcp/storage/embeddedkine"
 )
@@ -119,6 +122,12 @@ type Options struct {
 	// Outbound is the policy for tenants' webhook URLs; Complete fills it in
 	// from WebhookAllowedNetworks (the admission plugin holds it already).
 	Outbound *outbound.Policy
+	// ShardName, ShardsFile, WorkspaceShard: see AddFlags; Shards is
+	// filled from them by Complete (admission reads it).
+	ShardName      string
+	ShardsFile     string
+	WorkspaceShard string
+	Shards         *shards.Membership
 }
 
 // clusterUnawarePlugins read their configuration through informers of the
@@ -163,11 +172,14 @@ func NewOptions() *Options {
 	kcpquota.Register(up.Admission.GenericAdmission.Plugins)
 	kcpserviceaccount.Register(up.Admission.GenericAdmission.Plugins)
 	policy := &outbound.Policy{}
+	membership := &shards.Membership{}
+	opts := &Options{Shards: membership}
+	workspaceshard.Register(up.Admission.GenericAdmission.Plugins, membership, &opts.WorkspaceShard)
 	webhookurls.Register(up.Admission.GenericAdmission.Plugins, policy)
 	clusteradmission.Register(up.Admission.GenericAdmission.Plugins, policy)
 	// Namespace lifecycle first, as upstream orders its own plugin.
 	up.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{namespacelifecycle.PluginName},
-		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, workspacetype.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, placement.PluginName, pushsecret.PluginName, projection.PluginName, apibinding.PluginName, workspacelimits.PluginName, clusteradmission.PluginName, kcpquota.PluginName, kcpserviceaccount.PluginName)...)
+		append(up.Admission.GenericAdmission.RecommendedPluginOrder, workspaceowner.PluginName, workspacetype.PluginName, workspaceshard.PluginName, logicalclusterprotection.PluginName, crdlimits.PluginName, webhookurls.PluginName, placement.PluginName, pushsecret.PluginName, projection.PluginName, apibinding.PluginName, workspacelimits.PluginName, clusteradmission.PluginName, kcpquota.PluginName, kcpserviceaccount.PluginName)...)
 	// Upstream caches token authentication results by token alone and
 	// validates in a context without the request's cluster; a result from
 	// one cluster would then be accepted in another. Service-account tokens
@@ -176,10 +188,11 @@ func NewOptions() *Options {
 	up.Authentication.TokenFailureCacheTTL = 0
 	tg := satokens.New()
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
-	return &Options{RootDir: ".kcp", DatastoreNotify: true, DatastoreMaxConnections: datastore.DefaultMaxConnections, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
+	*opts = Options{RootDir: ".kcp", DatastoreNotify: true, DatastoreMaxConnections: datastore.DefaultMaxConnections, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
 		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, TenantMaxInflight: max(4, 2*runtime.GOMAXPROCS(0)), TenantMaxStartingWatches: max(4, 2*runtime.GOMAXPROCS(0)), MemoryLimitRatio: 0.9, Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy,
 		SyncTargetHeartbeatTimeout: 20 * time.Second, PlacementEvictionDelay: 5 * time.Second, PlacementEvictionRate: 0.1, PodStreams: podstreams.DefaultLimits,
-		GCDiscoveryPeriod: 30 * time.Second}
+		GCDiscoveryPeriod: 30 * time.Second, Shards: membership}
+	return opts
 }
 
 // maxObjectCountPeriod is the longest --object-count-period: upstream's
@@ -253,6 +266,12 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"How often each resource's number of objects is taken again, for the apiserver_resource_objects metric and for priority and fairness, which charges a list of all clusters by it. Built-in resources are counted in the watch cache (no datastore query; with --watch-cache=false, a COUNT over every cluster's keys); custom resources are not counted. At most "+maxObjectCountPeriod.String()+" (older counts make priority and fairness charge every such list the most); 0 stops counting, and such lists are then charged the least. kube-apiserver's --etcd-count-metric-poll-period.")
 	fs.IPNetSliceVar(&o.WebhookAllowedNetworks, "webhook-allowed-networks", o.WebhookAllowedNetworks,
 		"Networks (CIDRs, comma-separated) that webhook URLs of tenants' CRDs may reach although they are refused by default: loopback, link-local (cloud metadata), private and other special-purpose ranges. Public addresses are always allowed. Example: 10.20.0.0/16.")
+	sh := fss.FlagSet("shards")
+	sh.StringVar(&o.ShardsFile, "shards-file", o.ShardsFile,
+		"Make this server one shard of several that serve one workspace tree behind kcp front-proxy, each on a database of its own. The file (YAML) lists every shard: shards: [{name: root, url: https://host:port}, ...] and externalURL, the front proxy's address that Workspaces report in status.URL. Every shard and front proxy reads the same file and shares one CA and service-account key (copy ca.crt, ca.key and service-account.key into each --root-dir before the first start); the shard named root holds the root workspace. See docs/operations.md, \"Shards\".")
+	sh.StringVar(&o.ShardName, "shard-name", o.ShardName, "This server's name in --shards-file.")
+	sh.StringVar(&o.WorkspaceShard, "workspace-shard", o.WorkspaceShard,
+		"The shard a new workspace goes to when its Workspace does not name one (spec.shard). Empty: its parent's shard, which needs no call between shards.")
 	var up cliflag.NamedFlagSets
 	o.Upstream.AddFlags(&up)
 	for _, name := range up.Order {
@@ -301,6 +320,12 @@ type CompletedOptions struct {
 	TokenGetter *satokens.Getter
 	// Outbound decides what tenants' webhook URLs may reach.
 	Outbound *outbound.Policy
+	// Shards is this server's place among several (Sharded() false: one
+	// server).
+	Shards *shards.Membership
+	// WorkspaceURL is where clients reach workspaces: the front proxy's
+	// externalURL of a sharded installation, else ServerURL.
+	WorkspaceURL string
 }
 
 // Complete parses the datastore, creates missing credentials and completes
@@ -370,13 +395,17 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 	if up.ServiceAccountSigningKeyFile == "" {
 		up.ServiceAccountSigningKeyFile = files.ServiceAccountKey()
 	}
+	workspaceURL, err := o.completeShards(files, serverURL)
+	if err != nil {
+		return nil, err
+	}
 	completed, err := up.Complete(ctx, nil, nil)
 	if err != nil {
 		return nil, err
 	}
 	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, DatastoreMaxConnections: o.DatastoreMaxConnections, StoreDefaults: o.StoreDefaults, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, TenantMaxInflight: o.TenantMaxInflight, TenantMaxStartingWatches: o.TenantMaxStartingWatches, MemoryLimitRatio: o.MemoryLimitRatio, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
 		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout, PushMode: o.PushMode, PlacementEvictionDelay: o.PlacementEvictionDelay, PlacementEvictionRate: o.PlacementEvictionRate, PodStreams: o.PodStreams, GCDiscoveryPeriod: o.GCDiscoveryPeriod,
-		WorkspaceLimits: o.WorkspaceLimits}, nil
+		WorkspaceLimits: o.WorkspaceLimits, Shards: o.Shards, WorkspaceURL: workspaceURL}, nil
 }
 
 // Validate reports every invalid option.
@@ -418,4 +447,45 @@ func (o *Options) outboundPolicy() *outbound.Policy {
 		o.Outbound.Allowed = append(o.Outbound.Allowed, &o.WebhookAllowedNetworks[i])
 	}
 	return o.Outbound
+}
+
+// completeShards loads the shards file, issues this shard's credentials for
+// calls to the others and makes the server believe the front proxy's
+// request headers (from its certificate only). It returns the URL
+// workspaces are reached at.
+func (o *Options) completeShards(files pki.Files, serverURL string) (string, error) {
+	if o.ShardsFile == "" {
+		if o.ShardName != "" || o.WorkspaceShard != "" {
+			return "", fmt.Errorf("--shard-name and --workspace-shard need --shards-file")
+		}
+		return serverURL, nil
+	}
+	cfg, err := shards.Load(o.ShardsFile)
+	if err != nil {
+		return "", err
+	}
+	if o.ShardName == "" {
+		return "", fmt.Errorf("--shards-file needs --shard-name, this server's name in it (one of: %s)", strings.Join(cfg.Names(), ", "))
+	}
+	if _, ok := cfg.Get(o.ShardName); !ok {
+		return "", fmt.Errorf("--shard-name %q is not in %s (it has: %s)", o.ShardName, o.ShardsFile, strings.Join(cfg.Names(), ", "))
+	}
+	if _, ok := cfg.Get(o.WorkspaceShard); o.WorkspaceShard != "" && !ok {
+		return "", fmt.Errorf("--workspace-shard %q is not in %s (it has: %s)", o.WorkspaceShard, o.ShardsFile, strings.Join(cfg.Names(), ", "))
+	}
+	if err := shards.EnsurePeerCert(files, o.ShardName); err != nil {
+		return "", err
+	}
+	*o.Shards = shards.Membership{Self: o.ShardName, Config: cfg, Files: files}
+	if rh := o.Upstream.Authentication.RequestHeader; rh != nil && rh.ClientCAFile == "" {
+		rh.ClientCAFile = files.CACert()
+		rh.AllowedNames = []string{shards.ProxyUser}
+		rh.UsernameHeaders = []string{shards.UserHeader}
+		rh.GroupHeaders = []string{shards.GroupHeader}
+		rh.ExtraHeaderPrefixes = []string{shards.ExtraHeaderPrefix}
+	}
+	if cfg.ExternalURL != "" {
+		return strings.TrimSuffix(cfg.ExternalURL, "/"), nil
+	}
+	return serverURL, nil
 }

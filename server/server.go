@@ -14,6 +14,7 @@ import (
 	auditinternal "k8s.io/apiserver/pkg/apis/audit"
 	"k8s.io/apiserver/pkg/audit"
 	"k8s.io/apiserver/pkg/audit/policy"
+	"k8s.io/apiserver/pkg/authentication/user"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/storage/cacher/consistency"
 	"k8s.io/client-go/kubernetes"
@@ -51,6 +52,7 @@ import (
 	"github.com/kcpsql/kcp/server/requestlimits"
 	"github.com/kcpsql/kcp/server/routing"
 	"github.com/kcpsql/kcp/server/servicedial"
+	"github.com/kcpsql/kcp/server/shards"
 	"github.com/kcpsql/kcp/server/syncerview"
 	"github.com/kcpsql/kcp/server/tenantslots"
 	"github.com/kcpsql/kcp/storage/auditevents"
@@ -140,7 +142,11 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 
 	rbac, clusters := clusterrbac.New(), logicalclusters.New()
 	clusters.ReadStored(kine.Range, kine.Watch)
-	config, err := newConfig(o.Upstream, rbac, clusters)
+	var parentAccess func(context.Context, logicalcluster.Name, user.Info) (bool, bool)
+	if pa := shards.NewParentAccess(o.Shards, clusters.OwnerShard); pa != nil {
+		parentAccess = pa.Allowed
+	}
+	config, err := newConfig(o.Upstream, rbac, clusters, parentAccess)
 	if err != nil {
 		return err
 	}
@@ -181,7 +187,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	// less per workspace. Its Workspace stays Initializing until the
 	// workspace controller has made its namespaces and bindings.
 	config.APIExtensions.ExtraConfig.CRDRESTOptionsGetter = clusterstore.WithOnCreate(config.APIExtensions.ExtraConfig.CRDRESTOptionsGetter,
-		tenancy.LogicalClustersResource.GroupResource(), logicalclusters.StoredReady(o.ServerURL))
+		tenancy.LogicalClustersResource.GroupResource(), logicalclusters.StoredReady(o.WorkspaceURL))
 	// API priority and fairness shares the server between logical clusters
 	// (clusterapf); one controller serves all three servers of the chain.
 	var apf *clusterapf.FlowControl

@@ -44,7 +44,7 @@ reached under https://<server>/clusters/<path>/ (root without a prefix).
 Everything is stored through an embedded kine in one SQLite file or in PostgreSQL.`,
 		SilenceUsage: true,
 	}
-	root.AddCommand(newStartCommand(), newMigrateCommand(), newSQLCommand(), newExportCommand(), newImportCommand(), newCompatCommand(), newSnapshotCommand(), newRestoreCommand(), newVersionCommand())
+	root.AddCommand(newStartCommand(), newMigrateCommand(), newSQLCommand(), newExportCommand(), newImportCommand(), newCompatCommand(), newSnapshotCommand(), newRestoreCommand(), newFrontProxyCommand(), newVersionCommand())
 	return root
 }
 

@@ -25,6 +25,14 @@ type Stored struct {
 	Spec struct {
 		Limits Limits  `json:"limits"`
 		Frozen *Frozen `json:"frozen"`
+		Shard  string  `json:"shard"`
+		// Owner is a LogicalCluster's spec.owner.
+		Owner struct {
+			Cluster string `json:"cluster"`
+			Name    string `json:"name"`
+			UID     string `json:"uid"`
+			Shard   string `json:"shard"`
+		} `json:"owner"`
 	} `json:"spec"`
 	Status struct {
 		Phase string `json:"phase"`
@@ -74,6 +82,13 @@ func DecodeStored(kind, key string, value []byte) (*Stored, error) {
 					return memberValue("spec.limits", v, &s.Spec.Limits)
 				case "frozen":
 					return memberValue("spec.frozen", v, &s.Spec.Frozen)
+				case "shard":
+					return memberValue("spec.shard", v, &s.Spec.Shard)
+				case "owner":
+					if storedjson.IsNull(v) {
+						return nil
+					}
+					return memberValue("spec.owner", v, &s.Spec.Owner)
 				}
 				return nil
 			})

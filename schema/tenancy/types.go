@@ -122,6 +122,11 @@ type WorkspaceSpec struct {
 	// the parent's RBAC (owning the workspace is not enough). Absent: not
 	// frozen.
 	Frozen *Frozen `json:"frozen,omitempty"`
+	// Shard is the shard (kcp start --shard-name) that holds the
+	// workspace's logical cluster, in an installation of several
+	// (--shards-file); set at creation, by the creator or by kcp's
+	// policy (--workspace-shard), and never changed.
+	Shard string `json:"shard,omitempty"`
 }
 
 // Frozen says why a workspace is read-only.

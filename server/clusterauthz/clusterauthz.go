@@ -4,11 +4,13 @@
 //     resources, get of discovery), by system:masters and by identities that
 //     root's authorizer allows the non-resource URL "/clusters/*";
 //   - a logical cluster other than root must exist; only the server itself
-//     (system:apiserver) may act in one that does not, to bootstrap it;
+//     (system:apiserver) and the other shards of the installation
+//     (group system:kcp:shards) may act in one that does not, to bootstrap
+//     it;
 //   - system:masters may do anything in every existing cluster;
 //   - outside root, nobody but system:masters may impersonate the identities
-//     that are privileged by name everywhere (group system:masters, user
-//     system:apiserver): a tenant's cluster-admin may impersonate, but only
+//     that are privileged by name everywhere (groups system:masters and
+//     system:kcp:shards, user system:apiserver): a tenant's cluster-admin may impersonate, but only
 //     identities that mean something in its own cluster;
 //   - everyone else must have created the cluster's workspace or be allowed
 //     the verb "access" on workspaces/content of it in its parent (users
@@ -37,6 +39,7 @@ import (
 	"github.com/kcpsql/kcp/schema/apis"
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/requester"
+	"github.com/kcpsql/kcp/server/shards"
 	"github.com/kcpsql/kcp/server/viewidentity"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -55,6 +58,9 @@ type Authorizer struct {
 	State func(logicalcluster.Name) (exists, terminating bool)
 	// Owner returns the username that created a cluster's workspace.
 	Owner func(logicalcluster.Name) string
+	// ParentAccess decides the parent's grant of access to a cluster whose
+	// parent is on another shard (decided false: the parent is here).
+	ParentAccess func(context.Context, logicalcluster.Name, user.Info) (allowed, decided bool)
 }
 
 func privileged(u user.Info) bool {
@@ -103,7 +109,9 @@ func (a Authorizer) precheck(ctx context.Context, attr authorizer.Attributes) (a
 	if a.State != nil {
 		exists, terminating = a.State(cluster)
 	}
-	loopback := u != nil && u.GetName() == user.APIServerUser
+	// The server itself, and another shard of the installation creating,
+	// closing or deleting a workspace whose parent it holds.
+	loopback := u != nil && (u.GetName() == user.APIServerUser || slices.Contains(u.GetGroups(), shards.PeersGroup))
 	switch {
 	case (!exists || terminating) && !loopback && privileged(u):
 		return authorizer.DecisionDeny, fmt.Sprintf("logical cluster %s does not exist or is being deleted", cluster), true
@@ -189,7 +197,7 @@ func impersonatesPrivileged(attr authorizer.Attributes) bool {
 	}
 	switch attr.GetResource() {
 	case "groups":
-		return attr.GetName() == user.SystemPrivilegedGroup
+		return attr.GetName() == user.SystemPrivilegedGroup || attr.GetName() == shards.PeersGroup
 	case "users":
 		return attr.GetName() == user.APIServerUser
 	}
@@ -253,6 +261,11 @@ func (a Authorizer) mayAccess(ctx context.Context, cluster logicalcluster.Name, 
 		// RBAC) or the subject of an access review. It is judged as that
 		// service account, by this cluster's RBAC.
 		return true
+	}
+	if a.ParentAccess != nil {
+		if allowed, decided := a.ParentAccess(ctx, cluster, u); decided {
+			return allowed
+		}
 	}
 	parent, ok := cluster.Parent()
 	if !ok {

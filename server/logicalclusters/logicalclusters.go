@@ -30,7 +30,15 @@ type Registry struct {
 	indexer atomic.Pointer[cache.Indexer]
 	stored  clusterinformer.RangeFunc
 	watched clusterinformer.WatchFunc
+	// onDeleting hears of LogicalClusters being deleted (see OnDeleting).
+	onDeleting func(logicalcluster.Name)
 }
+
+// OnDeleting makes the registry call f with every cluster whose
+// LogicalCluster is being deleted (has a deletionTimestamp: the shard of
+// its parent deleted it, and this shard is to delete its data), when it
+// first sees it so and again after a restart. Call before Start.
+func (r *Registry) OnDeleting(f func(logicalcluster.Name)) { r.onDeleting = f }
 
 // ReadStored makes the registry read LogicalClusters straight from the
 // datastore: it lists them with rangeFn and, if watchFn is set, watches
@@ -69,7 +77,16 @@ func (r *Registry) Start(ctx context.Context, loopback *rest.Config) error {
 			return listStored(ctx, r.stored)
 		}, watchFn)
 	}
-	indexer, ctrl := clusterinformer.NewTrimmed(lw, &unstructured.Unstructured{}, nil, nil, trim)
+	var handler cache.ResourceEventHandler
+	if r.onDeleting != nil {
+		deleting := func(obj interface{}) {
+			if e, ok := obj.(*entry); ok && e.deleting {
+				r.onDeleting(e.Cluster)
+			}
+		}
+		handler = cache.ResourceEventHandlerFuncs{AddFunc: deleting, UpdateFunc: func(_, obj interface{}) { deleting(obj) }}
+	}
+	indexer, ctrl := clusterinformer.NewTrimmed(lw, &unstructured.Unstructured{}, nil, handler, trim)
 	go ctrl.RunWithContext(ctx)
 	if cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
 		r.indexer.Store(&indexer)
@@ -104,6 +121,9 @@ func storedObject(key string, value []byte) (*unstructured.Unstructured, error) 
 	}}
 	u.SetName(lc.Metadata.Name)
 	u.SetUID(lc.Metadata.UID)
+	if lc.Metadata.DeletionTimestamp != nil {
+		u.SetDeletionTimestamp(lc.Metadata.DeletionTimestamp)
+	}
 	annotations := map[string]string{}
 	for _, a := range []string{tenancy.OwnerAnnotation, tenancy.RestoreAnnotation} {
 		if v, ok := lc.Metadata.Annotations[a]; ok {
@@ -119,6 +139,9 @@ func storedObject(key string, value []byte) (*unstructured.Unstructured, error) 
 	}
 	if f := lc.Spec.Frozen; f != nil {
 		spec["frozen"] = map[string]interface{}{"reason": f.Reason}
+	}
+	if sh := lc.Spec.Owner.Shard; sh != "" {
+		spec["owner"] = map[string]interface{}{"shard": sh}
 	}
 	if len(spec) > 0 {
 		u.Object["spec"] = spec
@@ -139,6 +162,11 @@ type entry struct {
 	limits      tenancy.Limits
 	freeze      Freeze
 	terminating bool
+	// deleting: the LogicalCluster has a deletionTimestamp.
+	deleting bool
+	// ownerShard is the shard holding the cluster's Workspace when that is
+	// another shard ("" this one).
+	ownerShard string
 }
 
 func trim(obj interface{}) (interface{}, error) {
@@ -153,7 +181,26 @@ func trim(obj interface{}) (interface{}, error) {
 		limits:      LimitsOf(u, "spec", "limits"),
 		freeze:      Freeze{Reason: FrozenOf(u, "spec", "frozen"), Restore: u.GetAnnotations()[tenancy.RestoreAnnotation]},
 		terminating: phase == tenancy.PhaseTerminating,
+		deleting:    u.GetDeletionTimestamp() != nil,
+		ownerShard:  ownerShard(u),
 	}, nil
+}
+
+func ownerShard(u *unstructured.Unstructured) string {
+	s, _, _ := unstructured.NestedString(u.Object, "spec", "owner", "shard")
+	if s == "" {
+		return ""
+	}
+	return unique.Make(s).Value()
+}
+
+// OwnerShard is the shard that holds the Workspace of a cluster whose
+// parent is on another shard ("" when it is this one, or unknown).
+func (r *Registry) OwnerShard(c logicalcluster.Name) string {
+	if e := r.get(c); e != nil {
+		return e.ownerShard
+	}
+	return ""
 }
 
 // ownerName is the username in an owner annotation ("" when unknown).

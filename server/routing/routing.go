@@ -127,6 +127,11 @@ func WithLogicalCluster(next http.Handler) http.Handler {
 	})
 }
 
+// WriteStatus answers with a Status object, as the API server would.
+func WriteStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, msg string) {
+	writeStatus(w, code, reason, msg)
+}
+
 func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, msg string) {
 	st := metav1.Status{
 		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},

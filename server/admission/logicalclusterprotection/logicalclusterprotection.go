@@ -13,12 +13,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
+	"github.com/kcpsql/kcp/server/shards"
 )
 
 // PluginName is the name under which the plugin is registered.
@@ -37,14 +39,17 @@ type plugin struct {
 
 var _ admission.ValidationInterface = &plugin{}
 
-// Validate lets only the server's own loopback identity write. The name
-// system:apiserver cannot be claimed by a tenant: the authorizer refuses to
-// let anyone outside root impersonate it (clusterauthz).
+// Validate lets only the server's own loopback identity and the other
+// shards write. The name system:apiserver and the group system:kcp:shards
+// cannot be claimed by a tenant: the authorizer refuses to let anyone
+// outside root impersonate them (clusterauthz).
 func (p *plugin) Validate(_ context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	if a.GetResource().GroupResource() != tenancy.LogicalClustersResource.GroupResource() {
 		return nil
 	}
-	if u := a.GetUserInfo(); u != nil && u.GetName() == user.APIServerUser {
+	if u := a.GetUserInfo(); u != nil && (u.GetName() == user.APIServerUser || slices.Contains(u.GetGroups(), shards.PeersGroup)) {
+		// kcp itself, or the shard holding the parent of a workspace
+		// that lives on this one.
 		return nil
 	}
 	what := "logicalclusters/" + a.GetName()

@@ -18,6 +18,7 @@ func TestValidate(t *testing.T) {
 	server := &user.DefaultInfo{Name: user.APIServerUser, Groups: []string{user.SystemPrivilegedGroup}}
 	masters := &user.DefaultInfo{Name: "ops", Groups: []string{user.SystemPrivilegedGroup}}
 	tenant := &user.DefaultInfo{Name: "org-a-admin"}
+	peer := &user.DefaultInfo{Name: "system:kcp:shard:root", Groups: []string{user.SystemPrivilegedGroup, "system:kcp:shards"}}
 	lc := tenancy.LogicalClustersResource
 	cm := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	cases := []struct {
@@ -36,6 +37,8 @@ func TestValidate(t *testing.T) {
 		{"tenant deletes", tenant, lc, "", admission.Delete, false},
 		{"tenant creates", tenant, lc, "", admission.Create, false},
 		{"system:masters updates", masters, lc, "", admission.Update, false},
+		{"another shard creates", peer, lc, "", admission.Create, true},
+		{"another shard deletes", peer, lc, "", admission.Delete, true},
 		{"tenant writes something else", tenant, cm, "", admission.Update, true},
 	}
 	for _, c := range cases {

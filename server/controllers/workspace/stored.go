@@ -34,7 +34,7 @@ func watchStored(ctx context.Context, watchFn clusterinformer.WatchFunc, o metav
 // storedObject is a stored Workspace as the controller reads it. A Ready
 // Workspace (the great majority) becomes an object with what the caches
 // read of it: name, UID, finalizers, owner references, spec.limits,
-// spec.frozen and status.phase (clusterinformer.ListStored and WatchStored add the
+// spec.frozen, spec.shard and status.phase (clusterinformer.ListStored and WatchStored add the
 // resourceVersion, the row's revision, and the cluster, from the key, as
 // the API server sets it). Any other Workspace is decoded whole, as the
 // API server serves it (the Workspace CRD has no defaults to apply on
@@ -63,6 +63,9 @@ func storedObject(key string, value []byte) (*unstructured.Unstructured, error) 
 	}
 	if f := ws.Spec.Frozen; f != nil {
 		spec["frozen"] = map[string]interface{}{"reason": f.Reason}
+	}
+	if ws.Spec.Shard != "" {
+		spec["shard"] = ws.Spec.Shard
 	}
 	if len(spec) > 0 {
 		u.Object["spec"] = spec

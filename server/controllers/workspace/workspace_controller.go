@@ -19,6 +19,7 @@ import (
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/controllers/worker"
+	"github.com/kcpsql/kcp/server/shards"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
@@ -149,6 +150,14 @@ func (c *Controller) SyncFrozen(frozen func(logicalcluster.Name) string) { c.r.f
 // controller does not write it.
 func (c *Controller) OwnerBindingServed() { c.r.ownerBindingServed = true }
 
+// Shards makes the controller create and delete the logical clusters of
+// Workspaces that name another shard (spec.shard) on that shard.
+func (c *Controller) Shards(m *shards.Membership) {
+	if m.Sharded() {
+		c.r.peers = &peers{m: m}
+	}
+}
+
 // Run processes the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
 	go func() {
@@ -176,6 +185,9 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 			if err != nil {
 				return 0, nil
 			}
+			if c.r.remote(ready.shard) {
+				return 0, c.r.syncSpecRemote(ctx, child, ready.spec, ready.shard)
+			}
 			return 0, c.r.syncSpec(ctx, ready.Cluster, ready.Name, child, ready.spec)
 		}
 		return c.r.reconcile(ctx, cluster, obj.(*unstructured.Unstructured).DeepCopy())
@@ -192,6 +204,8 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 type readyWorkspace struct {
 	clusterinformer.Ref
 	spec copied
+	// shard is the Workspace's spec.shard.
+	shard string
 }
 
 // child is the Workspace's logical cluster.
@@ -207,7 +221,7 @@ func trimReady(obj interface{}) (interface{}, error) {
 	if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase != tenancy.PhaseReady {
 		return obj, nil
 	}
-	return &readyWorkspace{Ref: clusterinformer.RefOf(u), spec: copiedOf(u)}, nil
+	return &readyWorkspace{Ref: clusterinformer.RefOf(u), spec: copiedOf(u), shard: shardOf(u)}, nil
 }
 
 // sweep queues every Ready Workspace whose limits or freeze differ from

@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -38,6 +39,8 @@ type reconciler struct {
 	// (storagewrites.go); clusterState is the registry's view of clusters.
 	storage      Storage
 	clusterState func(logicalcluster.Name) (exists, terminating bool)
+	// peers reach the other shards (nil: one server).
+	peers *peers
 	// stored remembers the new workspaces whose objects are stored and
 	// that wait for the registry to route their cluster (see
 	// storedWorkspaces).
@@ -66,11 +69,30 @@ func clientsFor(loopback *rest.Config) (func(logicalcluster.Name) (*clients, err
 	}, nil
 }
 
+// self is this shard's name ("" in an installation of one server).
+func (r *reconciler) self() string {
+	if r.peers == nil {
+		return ""
+	}
+	return r.peers.m.Self
+}
+
 // reconcile returns a delay after which to look again, or an error.
 func (r *reconciler) reconcile(ctx context.Context, parent logicalcluster.Name, ws *unstructured.Unstructured) (time.Duration, error) {
 	child, err := logicalcluster.Parse(string(parent.Join(ws.GetName())))
 	if err != nil {
 		return 0, r.setStatus(ctx, parent, ws, "", "", err.Error())
+	}
+	if shard := shardOf(ws); r.remote(shard) {
+		if ws.GetDeletionTimestamp() != nil {
+			return r.deleteRemote(ctx, parent, child, ws, shard)
+		}
+		if !slices.Contains(ws.GetFinalizers(), tenancy.WorkspaceFinalizer) {
+			if err := r.addFinalizer(ctx, parent, ws); err != nil {
+				return 0, err
+			}
+		}
+		return r.bootstrapRemote(ctx, parent, child, ws, shard)
 	}
 	if ws.GetDeletionTimestamp() != nil {
 		r.stored.forget(child)

@@ -28,16 +28,9 @@ var errOrphanDeleted = errors.New("an earlier logical cluster of this name is be
 
 func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster.Name, ws *unstructured.Unstructured) (time.Duration, error) {
 	if !slices.Contains(ws.GetFinalizers(), tenancy.WorkspaceFinalizer) {
-		pc, err := r.clients(parent)
-		if err != nil {
+		if err := r.addFinalizer(ctx, parent, ws); err != nil {
 			return 0, err
 		}
-		ws.SetFinalizers(append(ws.GetFinalizers(), tenancy.WorkspaceFinalizer))
-		updated, err := pc.dynamic.Resource(tenancy.WorkspacesResource).Update(ctx, ws, metav1.UpdateOptions{})
-		if err != nil {
-			return 0, err
-		}
-		ws = updated
 	}
 	phase, _, _ := unstructured.NestedString(ws.Object, "status", "phase")
 	if phase == tenancy.PhaseReady {
@@ -119,6 +112,22 @@ func (r *reconciler) bootstrap(ctx context.Context, parent, child logicalcluster
 		}
 	}
 	return r.setReady(ctx, parent, child, ws, url)
+}
+
+// addFinalizer adds the controller's finalizer to ws (and takes the
+// updated object into ws).
+func (r *reconciler) addFinalizer(ctx context.Context, parent logicalcluster.Name, ws *unstructured.Unstructured) error {
+	pc, err := r.clients(parent)
+	if err != nil {
+		return err
+	}
+	ws.SetFinalizers(append(ws.GetFinalizers(), tenancy.WorkspaceFinalizer))
+	updated, err := pc.dynamic.Resource(tenancy.WorkspacesResource).Update(ctx, ws, metav1.UpdateOptions{})
+	if err != nil {
+		return err
+	}
+	*ws = *updated
+	return nil
 }
 
 // setReady sets a Workspace whose objects are stored Ready once the

@@ -28,20 +28,7 @@ func (r *reconciler) delete(ctx context.Context, parent, child logicalcluster.Na
 	if again, err := r.deleteCluster(ctx, child); again != 0 || err != nil {
 		return again, err
 	}
-	pc, err := r.clients(parent)
-	if err != nil {
-		return 0, err
-	}
-	latest, err := pc.dynamic.Resource(tenancy.WorkspacesResource).Get(ctx, ws.GetName(), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	latest.SetFinalizers(slices.DeleteFunc(latest.GetFinalizers(), func(f string) bool { return f == tenancy.WorkspaceFinalizer }))
-	_, err = pc.dynamic.Resource(tenancy.WorkspacesResource).Update(ctx, latest, metav1.UpdateOptions{})
-	return 0, err
+	return r.removeFinalizer(ctx, parent, ws)
 }
 
 // deleteCluster closes the child cluster (Terminating), deletes its child
@@ -55,19 +42,8 @@ func (r *reconciler) deleteCluster(ctx context.Context, child logicalcluster.Nam
 	if err := markTerminating(ctx, cc); err != nil {
 		return 0, err
 	}
-	children, err := cc.dynamic.Resource(tenancy.WorkspacesResource).List(ctx, metav1.ListOptions{})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
-		return 0, err
-	}
-	if children != nil && len(children.Items) > 0 {
-		for _, c := range children.Items {
-			if c.GetDeletionTimestamp() == nil {
-				if err := cc.dynamic.Resource(tenancy.WorkspacesResource).Delete(ctx, c.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-					return 0, err
-				}
-			}
-		}
-		return 200 * time.Millisecond, nil
+	if again, err := deleteChildren(ctx, cc); again != 0 || err != nil {
+		return again, err
 	}
 	n, err := r.deleteClusterData(ctx, child)
 	if err != nil {
@@ -75,6 +51,26 @@ func (r *reconciler) deleteCluster(ctx context.Context, child logicalcluster.Nam
 	}
 	klog.InfoS("deleted logical cluster", "cluster", child, "objects", n)
 	return 0, nil
+}
+
+// deleteChildren deletes the child workspaces of a cluster; a non-zero
+// delay means some are still there.
+func deleteChildren(ctx context.Context, cc *clients) (time.Duration, error) {
+	children, err := cc.dynamic.Resource(tenancy.WorkspacesResource).List(ctx, metav1.ListOptions{})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+		return 0, err
+	}
+	if children == nil || len(children.Items) == 0 {
+		return 0, nil
+	}
+	for _, c := range children.Items {
+		if c.GetDeletionTimestamp() == nil {
+			if err := cc.dynamic.Resource(tenancy.WorkspacesResource).Delete(ctx, c.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return 0, err
+			}
+		}
+	}
+	return 200 * time.Millisecond, nil
 }
 
 // deleteOrphan deletes the child cluster of a Workspace that is gone
@@ -101,7 +97,7 @@ func (r *reconciler) deleteOrphan(ctx context.Context, parent logicalcluster.Nam
 		return 0, err
 	}
 	owner, _, _ := unstructured.NestedStringMap(lc.Object, "spec", "owner")
-	if owner["cluster"] != string(parent) || owner["name"] != name {
+	if owner["cluster"] != string(parent) || owner["name"] != name || ownedElsewhere(lc, r.self()) {
 		return 0, nil
 	}
 	pc, err := r.clients(parent)

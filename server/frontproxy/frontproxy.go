@@ -1,0 +1,210 @@
+// Package frontproxy is kcp's front door for an installation of several
+// shards (kcp front-proxy): it routes /clusters/<path>/... to the shard
+// holding that workspace, for every verb, watches and upgraded streams
+// (exec, attach, port-forward) included. It is stateless: it learns where
+// each workspace lives from one watch of LogicalClusters per shard, so any
+// number of replicas can run side by side.
+//
+// Identity: a client certificate is checked against the installation's CA
+// here and passed on to the shard in request headers (X-Remote-User,
+// X-Remote-Group), over a connection that presents the proxy's own
+// certificate, the only one whose headers a shard believes. Headers of that
+// name sent by a client are always removed first. A bearer token is passed
+// on unchanged (without the proxy's certificate), and the shard checks it.
+package frontproxy
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/kcpsql/kcp/server/errorlimit"
+	"github.com/kcpsql/kcp/server/routing"
+	"github.com/kcpsql/kcp/server/shards"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// unknownWait is how long a request for a workspace no shard has reported
+// yet waits for it (a workspace created a moment ago); maxWaiting bounds
+// how many requests wait at once.
+const (
+	unknownWait = 3 * time.Second
+	maxWaiting  = 256
+)
+
+// Proxy routes requests to shards.
+type Proxy struct {
+	cfg     *shards.Config
+	targets map[string]*url.URL
+	routes  *routes
+	// vouched carries requests whose user the proxy authenticated (a
+	// client certificate): it presents the proxy's certificate. plain
+	// carries the others (bearer tokens, anonymous) without one.
+	vouched, plain http.RoundTripper
+	waiting        chan struct{}
+}
+
+// Credentials are the files the proxy uses: the CA shared by the shards,
+// its client certificate for vouched requests, and an identity that may
+// read LogicalClusters across all clusters on every shard (reader).
+type Credentials struct {
+	CAFile, CertFile, KeyFile string
+	Reader                    func(shards.Shard) *rest.Config
+}
+
+// New builds the proxy and starts watching where workspaces live.
+func New(ctx context.Context, cfg *shards.Config, cred Credentials) (*Proxy, error) {
+	caPEM, err := os.ReadFile(cred.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("no certificate in %s", cred.CAFile)
+	}
+	cert, err := tls.LoadX509KeyPair(cred.CertFile, cred.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{cfg: cfg, targets: map[string]*url.URL{}, routes: newRoutes(), waiting: make(chan struct{}, maxWaiting)}
+	p.vouched = transport(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	p.plain = transport(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	for _, s := range cfg.Shards {
+		u, err := url.Parse(s.URL)
+		if err != nil {
+			return nil, err
+		}
+		p.targets[s.Name] = u
+		if err := p.routes.watch(ctx, s.Name, cred.Reader(s)); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// transport is an HTTP/1.1 transport (upgraded streams need one) that
+// keeps many connections per shard open: every watch holds one.
+func transport(tc *tls.Config) http.RoundTripper {
+	return &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:     tc,
+		TLSHandshakeTimeout: 10 * time.Second,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		// No HTTP/2 towards the shards: an upgraded stream needs HTTP/1.1.
+		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
+	}
+}
+
+// Ready reports whether the proxy knows every shard's workspaces.
+func (p *Proxy) Ready() bool { return p.routes.hasSynced() }
+
+// ServeHTTP routes one request.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	switch req.URL.Path {
+	case "/livez":
+		_, _ = w.Write([]byte("ok"))
+		return
+	case "/readyz":
+		if !p.Ready() {
+			http.Error(w, "the front proxy has not yet learned where every workspace lives", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+		return
+	}
+	cluster, rest, err := routing.Split(req.URL.EscapedPath())
+	if err != nil {
+		routing.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
+		return
+	}
+	if cluster.IsWildcard() {
+		const msg = "reads across all logical clusters (/clusters/*) are not served through the front proxy of a sharded installation yet: read each shard at its own address (docs/operations.md, \"Shards\")"
+		if errorlimit.IsDiscovery(req.Method, rest) {
+			// client-go's discovery shows a 403's text only (as the
+			// shards answer a name that cannot exist).
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprintln(w, msg)
+			return
+		}
+		routing.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, msg)
+		return
+	}
+	if rest == req.URL.EscapedPath() {
+		// No /clusters/ prefix: a pod's in-cluster client reaches the
+		// workspace its service-account token names (the shard checks
+		// the token); anything else is root's.
+		if c, ok := routing.TokenCluster(req); ok {
+			cluster = c
+		}
+	}
+	shard := p.shardOf(req.Context(), cluster)
+	target := p.targets[shard]
+	out := p.plain
+	for h := range req.Header {
+		if strings.HasPrefix(h, shards.ExtraHeaderPrefix) || h == shards.UserHeader || h == shards.GroupHeader || h == "X-Remote-Uid" {
+			req.Header.Del(h)
+		}
+	}
+	if req.TLS != nil && len(req.TLS.VerifiedChains) > 0 && len(req.TLS.PeerCertificates) > 0 {
+		// A certificate of the installation's CA: the proxy vouches for
+		// its user; a token sent with it is not passed on.
+		c := req.TLS.PeerCertificates[0]
+		req.Header.Set(shards.UserHeader, c.Subject.CommonName)
+		for _, g := range c.Subject.Organization {
+			req.Header.Add(shards.GroupHeader, g)
+		}
+		req.Header.Del("Authorization")
+		out = p.vouched
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = target.Scheme
+			pr.Out.URL.Host = target.Host
+			pr.Out.Host = target.Host
+		},
+		Transport:     out,
+		FlushInterval: -1,
+		ErrorLog:      nil,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			klog.V(2).InfoS("shard unreachable", "shard", shard, "cluster", cluster, "err", err)
+			w.Header().Set("Retry-After", "5")
+			routing.WriteStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+				fmt.Sprintf("the shard that holds workspace %s (%s) cannot be reached; try again shortly", cluster, shard))
+		},
+	}
+	rp.ServeHTTP(w, req)
+}
+
+// shardOf is the shard holding c. A cluster not seen yet is waited for a
+// moment (bounded: at most maxWaiting requests wait at once).
+func (p *Proxy) shardOf(ctx context.Context, c logicalcluster.Name) string {
+	if c == logicalcluster.Root {
+		return shards.RootShard
+	}
+	if s, ok, _ := p.routes.get(c); ok {
+		return s
+	}
+	select {
+	case p.waiting <- struct{}{}:
+		defer func() { <-p.waiting }()
+		return p.routes.lookup(ctx, c, unknownWait)
+	default:
+		return p.routes.lookup(ctx, c, 0)
+	}
+}
