@@ -98,7 +98,7 @@ func (p *ParentAccess) Allowed(ctx context.Context, cluster logicalcluster.Name,
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	res := &authzv1.SubjectAccessReview{}
-	err := c.AuthorizationV1().RESTClient().Post().AbsPath("/clusters/"+string(parent)+"/apis/authorization.k8s.io/v1/subjectaccessreviews").
+	err := c.AuthorizationV1().RESTClient().Post().AbsPath("/clusters/" + string(parent) + "/apis/authorization.k8s.io/v1/subjectaccessreviews").
 		Body(review).Do(rctx).Into(res)
 	if err != nil {
 		klog.V(2).InfoS("asking the parent's shard about access failed", "cluster", cluster, "shard", shard, "err", err)

@@ -211,4 +211,3 @@ func (p *FrontProxy) KubectlApply(cluster, manifest string) string {
 	}
 	return out
 }
-

@@ -136,8 +136,8 @@ func TestShardsBehindFrontProxy(t *testing.T) {
 			c   *http.Client
 			url string
 		}{
-			"anonymous through the proxy":          {anonymous, p0.URL() + "/clusters/root:team-b/api/v1/namespaces/default/configmaps"},
-			"anonymous at the shard":               {anonymous, other.URL() + "/clusters/root:team-b/api/v1/namespaces/default/configmaps"},
+			"anonymous through the proxy":           {anonymous, p0.URL() + "/clusters/root:team-b/api/v1/namespaces/default/configmaps"},
+			"anonymous at the shard":                {anonymous, other.URL() + "/clusters/root:team-b/api/v1/namespaces/default/configmaps"},
 			"alice's certificate through the proxy": {alice, p0.URL() + "/clusters/root:team-b/api/v1/namespaces/default/configmaps"},
 			"alice's certificate at the shard":      {alice, other.URL() + "/clusters/root:team-b/api/v1/namespaces/default/configmaps"},
 		} {
