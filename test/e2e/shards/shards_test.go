@@ -79,6 +79,32 @@ func TestShardsBehindFrontProxy(t *testing.T) {
 			t.Fatalf("reading it through the other front proxy: %v %v", got, err)
 		}
 	}
+	// A watch through one proxy sees a change written through the other.
+	w, err := p1.Client("root:team-b:back").CoreV1().ConfigMaps("default").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("watching through the front proxy: %v", err)
+	}
+	if _, err := p0.Client("root:team-b:back").CoreV1().ConfigMaps("default").Create(ctx,
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "watched"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(30 * time.Second)
+watching:
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the watch through the front proxy ended")
+			}
+			if cm, isCM := ev.Object.(*corev1.ConfigMap); isCM && cm.Name == "watched" {
+				break watching
+			}
+		case <-timeout:
+			t.Fatal("the watch through the front proxy did not deliver the new ConfigMap")
+		}
+	}
+	w.Stop()
+
 	holds := map[string]*framework.Server{"root:team-a": root, "root:team-b": other, "root:team-b:back": root, "root:team-b:stay": other}
 	for c, s := range holds {
 		if n := liveRows(t, s, c); n == 0 {
