@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -163,6 +162,7 @@ type shardLatency struct {
 }
 
 type shardCreates struct {
+	mode    string
 	shards  int
 	perSec  float64
 	cpuSecs []float64 // per shard process, and the proxy last
@@ -279,19 +279,66 @@ func procCPU(pid int) float64 {
 	return (u + s) / 100
 }
 
-// benchShardCreates creates workspaces through the proxy, spread evenly
-// over the shards (spec.shard), with -clients at once, and waits for each
-// to be Ready.
-func benchShardCreates(set *shardSet, log func(string, ...any)) (shardCreates, error) {
-	cfg, err := set.proxyConfig("root")
-	if err != nil {
-		return shardCreates{}, err
+
+// createReady creates a workspace in parent and waits until it is Ready.
+func createReady(ctx context.Context, c dynamic.ResourceInterface, name, shard string) error {
+	ws := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
+		"metadata": map[string]interface{}{"name": name},
+	}}
+	if shard != "" {
+		ws.Object["spec"] = map[string]interface{}{"shard": shard}
 	}
-	dc, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return shardCreates{}, err
+	if _, err := c.Create(ctx, ws, metav1.CreateOptions{}); err != nil {
+		return err
 	}
-	wsRes := dc.Resource(schema.GroupVersionResource{Group: "tenancy.kcp.io", Version: "v1alpha1", Resource: "workspaces"})
+	for {
+		got, err := c.Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			if p, _, _ := unstructured.NestedString(got.Object, "status", "phase"); p == "Ready" {
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// benchShardCreates creates workspaces through the proxy with -clients at
+// once, each waited for until Ready. Mode "root": all in root (on the root
+// shard), each naming a shard in turn, so that most are created across
+// shards. Mode "orgs": one organization workspace per shard first, then
+// the workspaces in the organizations in turn, naming no shard: each goes
+// to its organization's shard, and only that shard works for it.
+func benchShardCreates(set *shardSet, mode string, log func(string, ...any)) (shardCreates, error) {
+	parents := make([]dynamic.ResourceInterface, len(set.shards))
+	shardOf := func(i int) string { return set.names[i%len(set.names)] }
+	for i := range set.shards {
+		parent := "root"
+		if mode == "orgs" {
+			cfg, err := set.proxyConfig("root")
+			if err != nil {
+				return shardCreates{}, err
+			}
+			dc, err := dynamic.NewForConfig(cfg)
+			if err != nil {
+				return shardCreates{}, err
+			}
+			if err := createReady(context.Background(), dc.Resource(workspacesGVR), fmt.Sprintf("org-%d", i), set.names[i]); err != nil {
+				return shardCreates{}, err
+			}
+			parent = fmt.Sprintf("root:org-%d", i)
+			shardOf = func(int) string { return "" }
+		}
+		cfg, err := set.proxyConfig(parent)
+		if err != nil {
+			return shardCreates{}, err
+		}
+		dc, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			return shardCreates{}, err
+		}
+		parents[i] = dc.Resource(workspacesGVR)
+	}
 	total := *shardWorkspaces * len(set.shards)
 	var next, failed atomic.Int64
 	var firstErr atomic.Value
@@ -312,24 +359,9 @@ func benchShardCreates(set *shardSet, log func(string, ...any)) (shardCreates, e
 				if i >= total {
 					return
 				}
-				ws := &unstructured.Unstructured{Object: map[string]interface{}{
-					"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace",
-					"metadata": map[string]interface{}{"name": fmt.Sprintf("ws-%05d", i)},
-					"spec":     map[string]interface{}{"shard": set.names[i%len(set.names)]},
-				}}
-				if _, err := wsRes.Create(ctx, ws, metav1.CreateOptions{}); err != nil {
+				if err := createReady(ctx, parents[i%len(parents)], fmt.Sprintf("ws-%05d", i), shardOf(i)); err != nil {
 					failed.Add(1)
 					firstErr.CompareAndSwap(nil, err)
-					continue
-				}
-				for {
-					got, err := wsRes.Get(ctx, ws.GetName(), metav1.GetOptions{})
-					if err == nil {
-						if p, _, _ := unstructured.NestedString(got.Object, "status", "phase"); p == "Ready" {
-							break
-						}
-					}
-					time.Sleep(20 * time.Millisecond)
 				}
 			}
 		}()
@@ -339,12 +371,12 @@ func benchShardCreates(set *shardSet, log func(string, ...any)) (shardCreates, e
 	if n := failed.Load(); n > 0 {
 		return shardCreates{}, fmt.Errorf("%d creates failed, first: %v", n, firstErr.Load())
 	}
-	r := shardCreates{shards: len(set.shards), perSec: float64(total) / el.Seconds()}
+	r := shardCreates{mode: mode, shards: len(set.shards), perSec: float64(total) / el.Seconds()}
 	for i, sh := range set.shards {
 		r.cpuSecs = append(r.cpuSecs, procCPU(sh.cmd.Process.Pid)-before[i])
 	}
 	r.cpuSecs = append(r.cpuSecs, procCPU(set.proxy.Process.Pid)-before[len(set.shards)])
-	log("%d shard(s): %d workspaces Ready in %s, %.0f/s; CPU seconds per shard %v, proxy %.1f", len(set.shards), total, el.Round(time.Millisecond), r.perSec, r.cpuSecs[:len(set.shards)], r.cpuSecs[len(set.shards)])
+	log("%s, %d shard(s): %d workspaces Ready in %s, %.0f/s; CPU seconds per shard %v, proxy %.1f", mode, len(set.shards), total, el.Round(time.Millisecond), r.perSec, r.cpuSecs[:len(set.shards)], r.cpuSecs[len(set.shards)])
 	return r, nil
 }
 
@@ -360,18 +392,20 @@ func benchShards(log func(string, ...any)) error {
 		return err
 	}
 	var creates []shardCreates
-	for n := 1; n <= 3; n++ {
-		set, err := startShards(n, log)
-		if err != nil {
+	for _, mode := range []string{"orgs", "root"} {
+		for n := 1; n <= 3; n++ {
+			set, err := startShards(n, log)
+			if err != nil {
+				set.stop()
+				return err
+			}
+			r, err := benchShardCreates(set, mode, log)
 			set.stop()
-			return err
+			if err != nil {
+				return err
+			}
+			creates = append(creates, r)
 		}
-		r, err := benchShardCreates(set, log)
-		set.stop()
-		if err != nil {
-			return err
-		}
-		creates = append(creates, r)
 	}
 	fmt.Printf("\nFront proxy overhead (one shard on PostgreSQL, %d requests each, one client; %s, %d cores):\n\n", *shardSamples, cpuModel(), runtime.NumCPU())
 	fmt.Println("| request | direct p50 | direct p99 | through the proxy p50 | through the proxy p99 |")
@@ -379,15 +413,15 @@ func benchShards(log func(string, ...any)) error {
 	for _, r := range lat {
 		fmt.Printf("| %s | %s | %s | %s | %s |\n", r.op, ms(r.directP50), ms(r.directP99), ms(r.proxyP50), ms(r.proxyP99))
 	}
-	fmt.Printf("\nWorkspace creations through the proxy, spread evenly over the shards (%d per shard, %d clients, each waiting for Ready):\n\n", *shardWorkspaces, *clients)
-	fmt.Println("| shards | workspaces/s | kcp CPU seconds per shard | proxy CPU seconds |")
-	fmt.Println("|---|---|---|---|")
+	fmt.Printf("\nWorkspace creations through the proxy (%d per shard, %d clients, each waiting for Ready). orgs: in one organization per shard, each new workspace on its parent's shard; root: all in root, naming each shard in turn (created across shards by the root shard):\n\n", *shardWorkspaces, *clients)
+	fmt.Println("| parents | shards | workspaces/s | kcp CPU seconds per shard | proxy CPU seconds |")
+	fmt.Println("|---|---|---|---|---|")
 	for _, r := range creates {
 		var per []string
 		for _, c := range r.cpuSecs[:r.shards] {
 			per = append(per, fmt.Sprintf("%.1f", c))
 		}
-		fmt.Printf("| %d | %.0f | %s | %.1f |\n", r.shards, r.perSec, strings.Join(per, " / "), r.cpuSecs[r.shards])
+		fmt.Printf("| %s | %d | %.0f | %s | %.1f |\n", r.mode, r.shards, r.perSec, strings.Join(per, " / "), r.cpuSecs[r.shards])
 	}
 	return nil
 }

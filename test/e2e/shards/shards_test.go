@@ -154,6 +154,25 @@ watching:
 		t.Errorf("a read across all workspaces through the front proxy: %v\n%s", err, out)
 	}
 
+	t.Run("a service-account token reaches its workspace on another shard", func(t *testing.T) {
+		// A pod's in-cluster client names no workspace: the proxy sends
+		// its token to the shard of the workspace the token was issued in,
+		// which checks it; the proxy passes it on untouched.
+		p0.Kubectl("root:team-b:stay", "create", "serviceaccount", "reader", "-n", "default")
+		p0.Kubectl("root:team-b:stay", "create", "rolebinding", "reader", "-n", "default", "--clusterrole", "view", "--serviceaccount", "default:reader")
+		token := strings.TrimSpace(p0.Kubectl("root:team-b:stay", "create", "token", "reader", "-n", "default"))
+		anonymous := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		code, body := framework.DoWith(t, anonymous, http.MethodGet, p0.URL()+"/api/v1/namespaces/default/configmaps", "", map[string]string{"Authorization": "Bearer " + token})
+		if code != http.StatusOK || !strings.Contains(body, `"where":"root:team-b:stay"`) {
+			t.Errorf("the token of root:team-b:stay without a /clusters/ prefix through the proxy: %d\n%s", code, body)
+		}
+		code, body = framework.DoWith(t, anonymous, http.MethodGet, p0.URL()+"/clusters/root:team-a/api/v1/namespaces/default/configmaps", "", map[string]string{"Authorization": "Bearer " + token})
+		if (code != http.StatusForbidden && code != http.StatusUnauthorized) || strings.Contains(body, `"where"`) {
+			// 401: the root shard does not know the token's service account.
+			t.Errorf("the token of root:team-b:stay in root:team-a (on the root shard): %d, want 401 or 403 and no data\n%s", code, body)
+		}
+	})
+
 	t.Run("identity cannot be forged", func(t *testing.T) {
 		forged := map[string]string{"X-Remote-User": "kcp-admin", "X-Remote-Group": "system:masters"}
 		anonymous := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
@@ -285,6 +304,13 @@ subjects:
 		if code != http.StatusServiceUnavailable || retry == "" {
 			t.Errorf("a workspace of a shard that is down: %d (Retry-After %q), want 503 with Retry-After\n%s", code, retry, body)
 		}
+		// A workspace asked for on the shard that is down waits, and says
+		// why, until the shard is back.
+		p0.KubectlApply("root", ws("team-d", "shard-1"))
+		framework.Eventually(t, 30*time.Second, "team-d says it waits for shard-1", func() (bool, string) {
+			out, _ := p0.KubectlErr("root", "", "get", "workspace", "team-d", "-o", "jsonpath={.status.phase}: {.status.conditions[0].message}")
+			return strings.HasPrefix(out, "Initializing: ") && strings.Contains(out, "on shard shard-1"), out
+		})
 		if _, err := p0.Client("root:team-a").CoreV1().ConfigMaps("default").Get(ctx, "hello", metav1.GetOptions{}); err != nil {
 			t.Errorf("a workspace of the root shard while shard-1 is down: %v", err)
 		}
@@ -293,6 +319,7 @@ subjects:
 			_, err := p0.Client("root:team-c").CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
 			return err == nil, ""
 		})
+		ready("root", "team-d")
 	})
 }
 
