@@ -30,7 +30,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
-	"github.com/kcpsql/kcp/server/errorlimit"
 	"github.com/kcpsql/kcp/server/routing"
 	"github.com/kcpsql/kcp/server/shards"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
@@ -131,19 +130,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		routing.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, err.Error())
 		return
 	}
+	wildcard := ""
 	if cluster.IsWildcard() {
-		const msg = "reads across all logical clusters (/clusters/*) are not served through the front proxy of a sharded installation yet: read each shard at its own address (docs/operations.md, \"Shards\")"
-		if errorlimit.IsDiscovery(req.Method, rest) {
-			// client-go's discovery shows a 403's text only (as the
-			// shards answer a name that cannot exist).
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.Header().Set("X-Content-Type-Options", "nosniff")
-			w.WriteHeader(http.StatusForbidden)
-			fmt.Fprintln(w, msg)
+		wildcard = wildcardKind(req, rest)
+		if wildcard == "" && req.Method != http.MethodGet && req.Method != http.MethodHead {
+			routing.WriteStatus(w, http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed,
+				fmt.Sprintf("%s is not allowed across all logical clusters (/clusters/*): only get, list and watch are", req.Method))
 			return
 		}
-		routing.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, msg)
-		return
 	}
 	if rest == req.URL.EscapedPath() {
 		// No /clusters/ prefix: a pod's in-cluster client reaches the
@@ -153,7 +147,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			cluster = c
 		}
 	}
-	shard := p.shardOf(req.Context(), cluster)
+	shard := shards.RootShard // discovery across all clusters is the root shard's
+	if !cluster.IsWildcard() {
+		shard = p.shardOf(req.Context(), cluster)
+	}
 	target := p.targets[shard]
 	out := p.plain
 	for h := range req.Header {
@@ -171,6 +168,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		req.Header.Del("Authorization")
 		out = p.vouched
+	}
+	switch wildcard {
+	case "list":
+		p.serveWildcardList(w, req, out)
+		return
+	case "watch":
+		p.serveWildcardWatch(w, req, out)
+		return
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
