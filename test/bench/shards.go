@@ -279,7 +279,6 @@ func procCPU(pid int) float64 {
 	return (u + s) / 100
 }
 
-
 // createReady creates a workspace in parent and waits until it is Ready.
 func createReady(ctx context.Context, c dynamic.ResourceInterface, name, shard string) error {
 	ws := &unstructured.Unstructured{Object: map[string]interface{}{
