@@ -28,8 +28,8 @@ import (
 )
 
 func TestShardsBehindFrontProxy(t *testing.T) {
-	in := framework.StartShards(t, []string{"", framework.DatastoreFor(t, framework.Postgres)}, 2)
-	root, other := in.Shards["root"], in.Shards["shard-1"]
+	in := framework.StartShards(t, []string{"", framework.DatastoreFor(t, framework.Postgres), ""}, 2)
+	root, other, third := in.Shards["root"], in.Shards["shard-1"], in.Shards["shard-2"]
 	p0, p1 := in.Proxies[0], in.Proxies[1]
 
 	ws := func(name, shard string) string {
@@ -63,13 +63,15 @@ func TestShardsBehindFrontProxy(t *testing.T) {
 	// shard-1, and a grandchild that stays with its parent on shard-1.
 	p0.KubectlApply("root:team-b", ws("back", "root"))
 	p0.KubectlApply("root:team-b", ws("stay", ""))
+	p0.KubectlApply("root:team-b", ws("third", "shard-2"))
 	ready("root:team-b", "back")
 	ready("root:team-b", "stay")
+	ready("root:team-b", "third")
 
 	// Objects written through one proxy replica are read through the
 	// other, and they are stored on the shard that holds the workspace.
 	ctx := context.Background()
-	for _, c := range []string{"root:team-a", "root:team-b", "root:team-b:back", "root:team-b:stay"} {
+	for _, c := range []string{"root:team-a", "root:team-b", "root:team-b:back", "root:team-b:stay", "root:team-b:third"} {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "hello"}, Data: map[string]string{"where": c}}
 		if _, err := p0.Client(c).CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("creating a ConfigMap in %s through the front proxy: %v", c, err)
@@ -105,12 +107,12 @@ watching:
 	}
 	w.Stop()
 
-	holds := map[string]*framework.Server{"root:team-a": root, "root:team-b": other, "root:team-b:back": root, "root:team-b:stay": other}
+	holds := map[string]*framework.Server{"root:team-a": root, "root:team-b": other, "root:team-b:back": root, "root:team-b:stay": other, "root:team-b:third": third}
 	for c, s := range holds {
 		if n := liveRows(t, s, c); n == 0 {
 			t.Errorf("the shard that holds %s stores no row of it", c)
 		}
-		for _, o := range []*framework.Server{root, other} {
+		for _, o := range []*framework.Server{root, other, third} {
 			if o != s && liveRows(t, o, c) != 0 {
 				t.Errorf("a shard that does not hold %s stores rows of it", c)
 			}
@@ -142,7 +144,7 @@ watching:
 	// Refused, with what to do instead: an unknown shard, a changed shard,
 	// and reads across all workspaces through the proxy.
 	out, err := p0.KubectlErr("root", ws("nowhere", "shard-9"), "apply", "-f", "-")
-	if err == nil || !strings.Contains(out, "no shard has this name; the shards are: root, shard-1") {
+	if err == nil || !strings.Contains(out, "no shard has this name; the shards are: root, shard-1, shard-2") {
 		t.Errorf("a workspace on an unknown shard: %v\n%s", err, out)
 	}
 	out, err = p0.KubectlErr("root", "", "patch", "workspace", "team-a", "--type=merge", "-p", `{"spec":{"shard":"shard-1"}}`)
@@ -374,6 +376,9 @@ subjects:
 		if n := liveRows(t, root, "root:team-b:back"); n != 0 {
 			t.Errorf("the root shard still stores %d rows of root:team-b:back (a child of the deleted workspace)", n)
 		}
+		if n := liveRows(t, third, "root:team-b:third"); n != 0 {
+			t.Errorf("shard-2 still stores %d rows of root:team-b:third (a child of the deleted workspace)", n)
+		}
 		_, err := p0.Client("root:team-b").CoreV1().ConfigMaps("default").Get(ctx, "hello", metav1.GetOptions{})
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("root:team-b after its deletion: %v, want 403", err)
@@ -404,6 +409,13 @@ subjects:
 			return err == nil, ""
 		})
 		ready("root", "team-d")
+		// shard-1's start swept for clusters without their Workspace: the
+		// ones whose Workspace is on another shard are not its to delete.
+		cfg := framework.UserConfig(t, root, "alice")
+		cfg.Host = p0.URL() + "/clusters/root:alices"
+		if _, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().ConfigMaps("default").Get(ctx, "mine", metav1.GetOptions{}); err != nil {
+			t.Errorf("root:alices (on shard-1, its Workspace on root) after shard-1 restarted: %v", err)
+		}
 	})
 }
 
