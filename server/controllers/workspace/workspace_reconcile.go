@@ -52,21 +52,24 @@ func clientsFor(loopback *rest.Config) (func(logicalcluster.Name) (*clients, err
 	if err != nil {
 		return nil, err
 	}
-	return func(c logicalcluster.Name) (*clients, error) {
-		core, err := cs.Core(c)
-		if err != nil {
-			return nil, err
-		}
-		rbac, err := cs.RBAC(c)
-		if err != nil {
-			return nil, err
-		}
-		d, err := cs.Dynamic(c)
-		if err != nil {
-			return nil, err
-		}
-		return &clients{core: core, rbac: rbac, dynamic: d}, nil
-	}, nil
+	return func(c logicalcluster.Name) (*clients, error) { return clientsOf(cs, c) }, nil
+}
+
+// clientsOf are the clients of one cluster from cs.
+func clientsOf(cs *clusterinformer.Clients, c logicalcluster.Name) (*clients, error) {
+	core, err := cs.Core(c)
+	if err != nil {
+		return nil, err
+	}
+	rbac, err := cs.RBAC(c)
+	if err != nil {
+		return nil, err
+	}
+	d, err := cs.Dynamic(c)
+	if err != nil {
+		return nil, err
+	}
+	return &clients{core: core, rbac: rbac, dynamic: d}, nil
 }
 
 // self is this shard's name ("" in an installation of one server).

@@ -56,19 +56,7 @@ func (p *peers) clients(shard string, c logicalcluster.Name) (*clients, error) {
 		p.by[shard] = cs
 	}
 	p.mu.Unlock()
-	core, err := cs.Core(c)
-	if err != nil {
-		return nil, err
-	}
-	rbac, err := cs.RBAC(c)
-	if err != nil {
-		return nil, err
-	}
-	d, err := cs.Dynamic(c)
-	if err != nil {
-		return nil, err
-	}
-	return &clients{core: core, rbac: rbac, dynamic: d}, nil
+	return clientsOf(cs, c)
 }
 
 // shardOf is the shard a Workspace names ("" none: this one).
@@ -169,17 +157,7 @@ func (r *reconciler) syncSpecRemote(ctx context.Context, child logicalcluster.Na
 	if err != nil {
 		return err
 	}
-	lcs := cc.dynamic.Resource(tenancy.LogicalClustersResource)
-	lc, err := lcs.Get(ctx, tenancy.LogicalClusterName, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	if copiedOf(lc) == want {
-		return nil
-	}
-	want.set(lc)
-	_, err = lcs.Update(ctx, lc, metav1.UpdateOptions{})
-	return err
+	return copyToLogicalCluster(ctx, cc, want)
 }
 
 // deleteRemote deletes a workspace whose cluster is on another shard: it

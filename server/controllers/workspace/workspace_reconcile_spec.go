@@ -64,13 +64,19 @@ func (r *reconciler) syncSpec(ctx context.Context, parent logicalcluster.Name, n
 	if err != nil {
 		return err
 	}
+	return copyToLogicalCluster(ctx, cc, want)
+}
+
+// copyToLogicalCluster writes want into the cluster's LogicalCluster
+// unless it has it already (copied earlier; the registry, or this shard,
+// has not seen it yet).
+func copyToLogicalCluster(ctx context.Context, cc *clients, want copied) error {
 	lcs := cc.dynamic.Resource(tenancy.LogicalClustersResource)
 	lc, err := lcs.Get(ctx, tenancy.LogicalClusterName, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
 	if copiedOf(lc) == want {
-		// Copied already; the registry has not seen it yet.
 		return nil
 	}
 	want.set(lc)
