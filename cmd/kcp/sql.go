@@ -22,6 +22,7 @@ import (
 func newSQLCommand() *cobra.Command {
 	rootDir, ds, report, cluster, output, since := ".kcp", "", "", "", "table", "24h"
 	timeout := 60 * time.Second
+	var shardStores []string
 	var reportHelp []string
 	for _, n := range sqlreports.Names() {
 		reportHelp = append(reportHelp, fmt.Sprintf("  %-10s %s", n, sqlreports.Reports[n].Help))
@@ -40,7 +41,8 @@ Reports:
 		Example: `  kcp sql --report tenants
   kcp sql --report footprint --cluster root:team-a -o json
   kcp sql "SELECT cluster, COUNT(*) FROM kine GROUP BY cluster"
-  kcp sql --datastore postgres://postgres@127.0.0.1/kcp --report tenants -o csv`,
+  kcp sql --datastore postgres://postgres@127.0.0.1/kcp --report tenants -o csv
+  kcp sql --shard root=postgres://db-1/kcp --shard eu-2=postgres://db-2/kcp --report tenants`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (len(args) == 1) == (report != "") {
@@ -53,48 +55,49 @@ Reports:
 			if err != nil {
 				return err
 			}
-			d, err := datastore.Parse(ds, abs)
-			if err != nil {
-				return err
-			}
-			query, qargs := "", []any{}
-			if report != "" {
-				r, ok := sqlreports.Reports[report]
-				if !ok {
-					return fmt.Errorf("unknown report %q: use one of %s", report, strings.Join(sqlreports.Names(), ", "))
+			type target struct{ shard, datastore string }
+			targets := []target{{"", ds}}
+			if len(shardStores) > 0 {
+				if ds != "" {
+					return fmt.Errorf("give either --datastore or --shard NAME=DATASTORE (one per shard), not both")
 				}
-				if r.NeedsCluster {
-					if cluster == "" {
-						return fmt.Errorf("report %q needs --cluster PATH", report)
+				targets = nil
+				for _, s := range shardStores {
+					name, store, ok := strings.Cut(s, "=")
+					if !ok || name == "" || store == "" {
+						return fmt.Errorf("--shard %q: want NAME=DATASTORE, e.g. eu-2=postgres://db-2/kcp", s)
 					}
-					if _, err := logicalcluster.Parse(cluster); err != nil {
-						return err
-					}
-					qargs = append(qargs, cluster)
+					targets = append(targets, target{name, store})
 				}
-				if r.NeedsSince {
-					t, err := parseSince(since)
-					if err != nil {
-						return err
-					}
-					qargs = append(qargs, changehistory.Timestamp(d.Dialect, t))
+			}
+			var all *sqlreports.Result
+			for _, tg := range targets {
+				d, err := datastore.Parse(tg.datastore, abs)
+				if err != nil {
+					return err
 				}
-				query = r.SQL[d.Dialect]
-			} else {
-				query = args[0]
+				res, err := runSQL(d, report, cluster, since, timeout, args)
+				if err != nil {
+					if tg.shard != "" {
+						return fmt.Errorf("shard %s: %w", tg.shard, err)
+					}
+					return err
+				}
+				if tg.shard == "" {
+					all = res
+					break
+				}
+				// Every shard's rows, each with the shard it came from.
+				if all == nil {
+					all = &sqlreports.Result{Columns: append([]string{"shard"}, res.Columns...)}
+				} else if strings.Join(all.Columns[1:], ",") != strings.Join(res.Columns, ",") {
+					return fmt.Errorf("shard %s answered with columns %v, the shards before it with %v", tg.shard, res.Columns, all.Columns[1:])
+				}
+				for _, r := range res.Rows {
+					all.Rows = append(all.Rows, append([]string{tg.shard}, r...))
+				}
 			}
-			db, err := sqlreports.OpenReadOnly(d)
-			if err != nil {
-				return fmt.Errorf("datastore %s: %v", d, err)
-			}
-			defer db.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			defer cancel()
-			res, err := sqlreports.Query(ctx, db, d, query, qargs...)
-			if err != nil {
-				return fmt.Errorf("datastore %s: %v", d, err)
-			}
-			return printResult(cmd.OutOrStdout(), res, output)
+			return printResult(cmd.OutOrStdout(), all, output)
 		},
 	}
 	cmd.Flags().StringVar(&rootDir, "root-dir", rootDir, "kcp's state directory; the default SQLite file is <root-dir>/kcp.db")
@@ -104,7 +107,50 @@ Reports:
 	cmd.Flags().StringVarP(&output, "output", "o", output, "table, json or csv")
 	cmd.Flags().StringVar(&since, "since", since, "for the changes report: a duration back from now (90m, 24h) or an RFC 3339 time")
 	cmd.Flags().DurationVar(&timeout, "timeout", timeout, "give up after this long")
+	cmd.Flags().StringArrayVar(&shardStores, "shard", nil, "NAME=DATASTORE of one shard of an installation of several; repeat it for each: the query or report runs on every shard's datastore and the rows come back together, each with a first column shard")
 	return cmd
+}
+
+// runSQL runs a query or a named report on one datastore.
+func runSQL(d *datastore.Datastore, report, cluster, since string, timeout time.Duration, args []string) (*sqlreports.Result, error) {
+	query, qargs := "", []any{}
+	if report != "" {
+		r, ok := sqlreports.Reports[report]
+		if !ok {
+			return nil, fmt.Errorf("unknown report %q: use one of %s", report, strings.Join(sqlreports.Names(), ", "))
+		}
+		if r.NeedsCluster {
+			if cluster == "" {
+				return nil, fmt.Errorf("report %q needs --cluster PATH", report)
+			}
+			if _, err := logicalcluster.Parse(cluster); err != nil {
+				return nil, err
+			}
+			qargs = append(qargs, cluster)
+		}
+		if r.NeedsSince {
+			t, err := parseSince(since)
+			if err != nil {
+				return nil, err
+			}
+			qargs = append(qargs, changehistory.Timestamp(d.Dialect, t))
+		}
+		query = r.SQL[d.Dialect]
+	} else {
+		query = args[0]
+	}
+	db, err := sqlreports.OpenReadOnly(d)
+	if err != nil {
+		return nil, fmt.Errorf("datastore %s: %v", d, err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	res, err := sqlreports.Query(ctx, db, d, query, qargs...)
+	if err != nil {
+		return nil, fmt.Errorf("datastore %s: %v", d, err)
+	}
+	return res, nil
 }
 
 // parseSince reads "90m" (before now) or an RFC 3339 time.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -117,6 +118,24 @@ watching:
 				t.Errorf("a shard that does not hold %s stores rows of it", c)
 			}
 		}
+	}
+
+	// kcp sql reports across the shards' databases, each row with its shard.
+	store := func(s *framework.Server) string {
+		if s.Datastore == "" {
+			return "sqlite://" + filepath.Join(s.RootDir, "kcp.db")
+		}
+		return s.Datastore
+	}
+	kcpBin, _ := framework.Binaries(t)
+	sqlOut, err := exec.Command(kcpBin, "sql", "--report", "tenants", "-o", "csv",
+		"--shard", "root="+store(root), "--shard", "shard-1="+store(other), "--shard", "shard-2="+store(third)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kcp sql --shard ...: %v\n%s", err, sqlOut)
+	}
+	for c, s := range holds {
+		name := map[*framework.Server]string{root: "root", other: "shard-1", third: "shard-2"}[s]
+		framework.MustContain(t, "kcp sql --report tenants across shards", string(sqlOut), name+","+c+",")
 	}
 
 	// kubectl ws works through the front proxy unchanged.
