@@ -10,6 +10,7 @@ import (
 	"database/sql"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -404,9 +405,44 @@ subjects:
 		}
 	})
 
-	t.Run("a shard that is down fails only its own workspaces", func(t *testing.T) {
+	t.Run("a shard whose database is stopped fails only its own workspaces", func(t *testing.T) {
 		p0.KubectlApply("root", ws("team-c", "shard-1"))
 		ready("root", "team-c")
+		admin, err := sql.Open("pgx", framework.PostgresDSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		u, _ := url.Parse(other.Datastore)
+		dbName := strings.TrimPrefix(u.Path, "/")
+		stop := func(stopped bool) {
+			if _, err := admin.Exec(fmt.Sprintf(`ALTER DATABASE %q ALLOW_CONNECTIONS %v`, dbName, !stopped)); err != nil {
+				t.Fatal(err)
+			}
+			if stopped {
+				if _, err := admin.Exec(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, dbName); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		stop(true)
+		defer stop(false)
+		framework.Eventually(t, 30*time.Second, "a write into root:team-c refused with 503 and Retry-After", func() (bool, string) {
+			code, body, retry := do(t, p0, http.MethodPost, "/clusters/root:team-c/api/v1/namespaces/default/configmaps", `{"metadata":{"generateName":"x-"}}`)
+			return code == http.StatusServiceUnavailable && retry != "", fmt.Sprintf("%d %q %s", code, retry, body)
+		})
+		code, body, _ := do(t, p0, http.MethodPost, "/clusters/root:team-a/api/v1/namespaces/default/configmaps", `{"metadata":{"generateName":"x-"}}`)
+		if code != http.StatusCreated {
+			t.Errorf("a write into root:team-a (root shard) while shard-1's database is stopped: %d\n%s", code, body)
+		}
+		stop(false)
+		framework.Eventually(t, 60*time.Second, "writes into root:team-c stored again", func() (bool, string) {
+			code, body, _ := do(t, p0, http.MethodPost, "/clusters/root:team-c/api/v1/namespaces/default/configmaps", `{"metadata":{"generateName":"x-"}}`)
+			return code == http.StatusCreated, fmt.Sprintf("%d %s", code, body)
+		})
+	})
+
+	t.Run("a shard that is down fails only its own workspaces", func(t *testing.T) {
 		other.Kill()
 		code, body, retry := get(t, p0, "/clusters/root:team-c/api/v1/namespaces/default/configmaps")
 		if code != http.StatusServiceUnavailable || retry == "" {
@@ -441,13 +477,27 @@ subjects:
 // get sends an admin request through the proxy.
 func get(t *testing.T, p *framework.FrontProxy, path string) (int, string, string) {
 	t.Helper()
+	return do(t, p, http.MethodGet, path, "")
+}
+
+// do sends an admin request through the proxy and returns the status,
+// the start of the body and Retry-After.
+func do(t *testing.T, p *framework.FrontProxy, method, path, body string) (int, string, string) {
+	t.Helper()
 	cfg := p.Config("root")
 	tc, err := rest.TLSConfigFor(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
-	resp, err := c.Get(p.URL() + path)
+	req, err := http.NewRequest(method, p.URL()+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
