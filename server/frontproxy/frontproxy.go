@@ -139,7 +139,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	if rest == req.URL.EscapedPath() {
+	if c, ok := viewWorkspace(req.URL.Path); ok {
+		// A syncer's or an export's view: served by the shard of its
+		// location or provider workspace (and it sees that shard's
+		// workspaces only).
+		cluster = c
+	} else if rest == req.URL.EscapedPath() {
 		// No /clusters/ prefix: a pod's in-cluster client reaches the
 		// workspace its service-account token names (the shard checks
 		// the token); anything else is root's.
@@ -194,6 +199,26 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		},
 	}
 	rp.ServeHTTP(w, req)
+}
+
+// viewPrefixes start the paths of the views a shard serves for one
+// workspace (server/syncerview, server/exportview).
+var viewPrefixes = []string{"/services/syncer/", "/services/apiexport/"}
+
+// viewWorkspace is the workspace a view path names (its location or
+// provider workspace).
+func viewWorkspace(path string) (logicalcluster.Name, bool) {
+	for _, p := range viewPrefixes {
+		if rest, ok := strings.CutPrefix(path, p); ok {
+			ws, _, _ := strings.Cut(rest, "/")
+			c, err := logicalcluster.Parse(ws)
+			if err != nil || c.IsWildcard() {
+				return "", false
+			}
+			return c, true
+		}
+	}
+	return "", false
 }
 
 // shardOf is the shard holding c. A cluster not seen yet is waited for a

@@ -49,3 +49,20 @@ func TestJSONOnly(t *testing.T) {
 		}
 	}
 }
+
+func TestViewWorkspace(t *testing.T) {
+	for path, want := range map[string]string{
+		"/services/syncer/root:compute/east/clusters/*/api/v1/configmaps": "root:compute",
+		"/services/apiexport/root:team-b:stay/widgets/clusters/*/apis":    "root:team-b:stay",
+		"/services/syncer/":                   "",
+		"/services/syncer/Root/x":             "",
+		"/services/apiexport/*/x":             "",
+		"/clusters/root:a/services/syncer/x/": "",
+		"/api/v1/namespaces":                  "",
+	} {
+		c, ok := viewWorkspace(path)
+		if string(c) != want || ok != (want != "") {
+			t.Errorf("viewWorkspace(%q) = %q, %v; want %q", path, c, ok, want)
+		}
+	}
+}
