@@ -25,6 +25,7 @@ import (
 	"github.com/kcpsql/kcp/migrations"
 	"github.com/kcpsql/kcp/schema/tenancy"
 	apibindingadmission "github.com/kcpsql/kcp/server/admission/apibinding"
+	"github.com/kcpsql/kcp/server/admission/apibinding"
 	"github.com/kcpsql/kcp/server/admission/crdlimits"
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
 	"github.com/kcpsql/kcp/server/admission/workspacelimits"
@@ -142,6 +143,14 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 
 	rbac, clusters := clusterrbac.New(), logicalclusters.New()
 	clusters.ReadStored(kine.Range, kine.Watch)
+	if o.Shards.Sharded() {
+		apibinding.SetElsewhere(func(c logicalcluster.Name) string {
+			if exists, _ := clusters.State(c); exists {
+				return ""
+			}
+			return fmt.Sprintf("workspace %s is not on this shard (%s), and binding an API from a workspace on another shard is not supported yet (docs/operations.md, \"Shards\")", c, o.Shards.Self)
+		})
+	}
 	var parentAccess func(context.Context, logicalcluster.Name, user.Info) (bool, bool)
 	if pa := shards.NewParentAccess(o.Shards, clusters.OwnerShard); pa != nil {
 		parentAccess = pa.Allowed

@@ -124,6 +124,14 @@ func (p *Plugin) checkSchemaGroup(a admission.Attributes) error {
 // SetBound gives the plugin the bound definitions of each cluster.
 func SetBound(f BoundFunc) { instance.bound.Store(&f) }
 
+// elsewhere, when set, says why a workspace is not on this shard ("" when
+// it is): in an installation of several shards, an APIExport of another
+// shard cannot be bound yet.
+var elsewhere atomic.Pointer[func(logicalcluster.Name) string]
+
+// SetElsewhere gives the plugin the check of workspaces on other shards.
+func SetElsewhere(f func(logicalcluster.Name) string) { elsewhere.Store(&f) }
+
 // SetUsers gives the plugin who depends on exports and schemas.
 func SetUsers(u Users) { instance.users.Store(&u) }
 
@@ -261,6 +269,11 @@ func MayBind(ctx context.Context, authz authorizer.Authorizer, u user.Info, path
 	provider, err := logicalcluster.Parse(path)
 	if err != nil || provider.IsWildcard() {
 		return fmt.Errorf("%q is not a workspace path (like root:platform)", path)
+	}
+	if f := elsewhere.Load(); f != nil {
+		if why := (*f)(provider); why != "" {
+			return fmt.Errorf("APIExport %s of workspace %s cannot be bound here: %s", name, path, why)
+		}
 	}
 	// Checked in the provider's workspace for the identity the request
 	// acts as and, when it impersonates, the one it proved (impersonation

@@ -167,6 +167,14 @@ watching:
 	if err == nil || !strings.Contains(out, "no shard has this name; the shards are: root, shard-1, shard-2") {
 		t.Errorf("a workspace on an unknown shard: %v\n%s", err, out)
 	}
+	out, err = p0.KubectlErr("root:team-b:stay", `apiVersion: apis.kcp.io/v1alpha1
+kind: APIBinding
+metadata: {name: widgets}
+spec: {reference: {export: {path: "root:team-a", name: widgets}}}
+`, "apply", "-f", "-")
+	if err == nil || !strings.Contains(out, "not on this shard (shard-1), and binding an API from a workspace on another shard is not supported yet") {
+		t.Errorf("binding an export of another shard: %v\n%s", err, out)
+	}
 	out, err = p0.KubectlErr("root", "", "patch", "workspace", "team-a", "--type=merge", "-p", `{"spec":{"shard":"shard-1"}}`)
 	if err == nil || !strings.Contains(out, "the shard of a workspace cannot change") {
 		t.Errorf("changing a workspace's shard: %v\n%s", err, out)
