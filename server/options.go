@@ -188,8 +188,9 @@ func NewOptions() *Options {
 
 // DefaultRestoreWritesPerSecond is --restore-writes-per-second's default:
 // half of what a restore wrote unbounded on SQLite on 2 cores (about 2,000
-// a second), which brought another tenant's p99 near its idle value
-// (docs/performance.md, "restore"); PostgreSQL restores ran below it.
+// a second, docs/performance.md, "restore"), so that a restore leaves the
+// processor to the other tenants; PostgreSQL restores measured there ran
+// below it (about 800 a second), so it changes little on PostgreSQL.
 const DefaultRestoreWritesPerSecond = 1000
 
 // maxObjectCountPeriod is the longest --object-count-period: upstream's
