@@ -186,7 +186,9 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 			} else {
 				klog.ErrorS(err, "one-target status controller")
 			}
-			if c, err := workspacerestore.NewController(hc.LoopbackClientConfig, history, restores, clusters.Frozen); err == nil {
+			// One bound for all restores of this server (the controller's
+			// workers write through the same paced writer).
+			if c, err := workspacerestore.NewController(hc.LoopbackClientConfig, history, restore.Paced(restores, o.RestoreWritesPerSecond), clusters.Frozen); err == nil {
 				go c.Run(ctx, 2)
 			} else {
 				klog.ErrorS(err, "workspace restore controller")

@@ -8,6 +8,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -66,6 +67,9 @@ type Options struct {
 	// ChangeHistory records every object change in kcp_changes.
 	ChangeHistory          bool
 	ChangeHistoryRetention time.Duration
+	// RestoreWritesPerSecond bounds the writes of all WorkspaceRestores
+	// together (storage/restore.Paced); 0: no bound.
+	RestoreWritesPerSecond float64
 	// KineCompactInterval and KineCompactMinRetain tune kine's compaction
 	// of old revisions.
 	KineCompactInterval  time.Duration
@@ -188,12 +192,19 @@ func NewOptions() *Options {
 	up.Authentication.TokenFailureCacheTTL = 0
 	tg := satokens.New()
 	up.Authentication.ServiceAccounts.OptionalTokenGetter = tg.TokenGetterFunc()
-	*opts = Options{RootDir: ".kcp", DatastoreNotify: true, DatastoreMaxConnections: datastore.DefaultMaxConnections, ChangeHistoryRetention: 30 * 24 * time.Hour, AuditRetention: 30 * 24 * time.Hour,
+	*opts = Options{RootDir: ".kcp", DatastoreNotify: true, DatastoreMaxConnections: datastore.DefaultMaxConnections, ChangeHistoryRetention: 30 * 24 * time.Hour, RestoreWritesPerSecond: DefaultRestoreWritesPerSecond, AuditRetention: 30 * 24 * time.Hour,
 		KineCompactInterval: 5 * time.Minute, KineCompactMinRetain: 1000, CRDHandlerIdle: 10 * time.Minute, TenantMaxInflight: max(4, 2*runtime.GOMAXPROCS(0)), TenantMaxStartingWatches: max(4, 2*runtime.GOMAXPROCS(0)), MemoryLimitRatio: 0.9, Upstream: up, TokenGetter: tg, CRDLimits: &crdLimits, Outbound: policy,
 		SyncTargetHeartbeatTimeout: 20 * time.Second, PlacementEvictionDelay: 5 * time.Second, PlacementEvictionRate: 0.1, PodStreams: podstreams.DefaultLimits,
 		GCDiscoveryPeriod: 30 * time.Second, Shards: membership}
 	return opts
 }
+
+// DefaultRestoreWritesPerSecond is --restore-writes-per-second's default:
+// half of what a restore wrote unbounded on SQLite on 2 cores (about 2,000
+// a second, docs/performance.md, "restore"), so that a restore leaves the
+// processor to the other tenants; PostgreSQL restores measured there ran
+// below it (about 800 a second), so it changes little on PostgreSQL.
+const DefaultRestoreWritesPerSecond = 1000
 
 // maxObjectCountPeriod is the longest --object-count-period: upstream's
 // priority and fairness takes a resource's count as stale after 3 minutes,
@@ -221,6 +232,8 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"Record every create, update and delete of every object, per logical cluster, in the SQL table kcp_changes (kept past kine's compaction; see docs/sql-auditing.md). Applies to the whole datastore, for all replicas.")
 	fs.DurationVar(&o.ChangeHistoryRetention, "change-history-retention", o.ChangeHistoryRetention,
 		"How long the change history keeps a change; 0 keeps everything.")
+	fs.Float64Var(&o.RestoreWritesPerSecond, "restore-writes-per-second", o.RestoreWritesPerSecond,
+		"The most objects per second that workspace restores (WorkspaceRestore, kcp restore) write, all restores of this server together. Every restored object is a write and a watch event that the server's caches and controllers handle, so an unbounded restore (about 2,000 objects a second on SQLite on 2 cores) slows every other tenant while it runs; a lower bound keeps their latency and makes a restore take longer (10,000 objects at 500 a second: 20 s). 0: no bound, the restore writes as fast as the datastore takes its background writes.")
 	fs.BoolVar(&o.AuditToDatastore, "audit-to-datastore", o.AuditToDatastore,
 		"Write audit events (user, groups, verb, resource, logical cluster, namespace, name, response code, time) into the SQL table audit_events, in batches. Which requests are recorded is set by --audit-policy-file.")
 	fs.DurationVar(&o.AuditRetention, "audit-retention", o.AuditRetention, "How long audit_events keeps an event; 0 keeps everything.")
@@ -301,6 +314,8 @@ type CompletedOptions struct {
 	StoreDefaults              bool
 	ChangeHistory              bool
 	Retention                  time.Duration
+	// RestoreWritesPerSecond: see Options.
+	RestoreWritesPerSecond float64
 	// kine's compaction (interval, newest revisions kept)
 	CompactInterval  time.Duration
 	CompactMinRetain int64
@@ -403,7 +418,7 @@ func (o *Options) Complete(ctx context.Context) (*CompletedOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, DatastoreMaxConnections: o.DatastoreMaxConnections, StoreDefaults: o.StoreDefaults, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, TenantMaxInflight: o.TenantMaxInflight, TenantMaxStartingWatches: o.TenantMaxStartingWatches, MemoryLimitRatio: o.MemoryLimitRatio, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
+	return &CompletedOptions{RootDir: root, Datastore: ds, DatastoreNotify: o.DatastoreNotify, DatastoreMaxConnections: o.DatastoreMaxConnections, StoreDefaults: o.StoreDefaults, ChangeHistory: o.ChangeHistory, Retention: o.ChangeHistoryRetention, RestoreWritesPerSecond: o.RestoreWritesPerSecond, AuditToDB: o.AuditToDatastore, CompactInterval: o.KineCompactInterval, CompactMinRetain: o.KineCompactMinRetain, AuditRetention: o.AuditRetention, CRDHandlerIdle: o.CRDHandlerIdle, TenantMaxInflight: o.TenantMaxInflight, TenantMaxStartingWatches: o.TenantMaxStartingWatches, MemoryLimitRatio: o.MemoryLimitRatio, PKI: files, Upstream: completed, ServerURL: serverURL, TokenGetter: o.TokenGetter, Outbound: o.outboundPolicy(),
 		SyncTargetHeartbeatTimeout: o.SyncTargetHeartbeatTimeout, PushMode: o.PushMode, PlacementEvictionDelay: o.PlacementEvictionDelay, PlacementEvictionRate: o.PlacementEvictionRate, PodStreams: o.PodStreams, GCDiscoveryPeriod: o.GCDiscoveryPeriod,
 		WorkspaceLimits: o.WorkspaceLimits, Shards: o.Shards, WorkspaceURL: workspaceURL}, nil
 }
@@ -428,6 +443,9 @@ func (c *CompletedOptions) Validate() []error {
 	}
 	if c.PlacementEvictionRate < 0 {
 		errs = append(errs, fmt.Errorf("--placement-eviction-rate must not be negative (0: no bound), got %v", c.PlacementEvictionRate))
+	}
+	if !(c.RestoreWritesPerSecond >= 0) || math.IsInf(c.RestoreWritesPerSecond, 1) {
+		errs = append(errs, fmt.Errorf("--restore-writes-per-second must be 0 (no bound) or a positive number, got %v", c.RestoreWritesPerSecond))
 	}
 	if c.GCDiscoveryPeriod < time.Second {
 		errs = append(errs, fmt.Errorf("--garbage-collector-discovery-period must be at least 1s, got %s", c.GCDiscoveryPeriod))

@@ -26,11 +26,14 @@ var (
 	restoreOnly       = flag.Bool("restore", false, "only measure workspace restores (issue 54): per datastore and size, a workspace's config maps are all overwritten and the workspace restored to the moment before; restore time, another tenant's write latency meanwhile, and the update rate with and without --change-history")
 	restoreSizes      = flag.String("restore-sizes", "1000,10000", "objects per restored workspace in -restore (comma-separated)")
 	restoreDatastores = flag.String("restore-datastores", "sqlite,postgres", "datastores of -restore")
+	restorePaces      = flag.String("restore-writes-per-second", "0", "kcp start --restore-writes-per-second of -restore's server (comma-separated: each size is restored once per value; 0 is no bound, \"default\" the server's default)")
 )
 
 type restoreResult struct {
 	datastore string
 	objects   int
+	// pace is the server's --restore-writes-per-second ("default": not set).
+	pace string
 	// restore: from the WorkspaceRestore's creation to Succeeded.
 	restore time.Duration
 	writes  int64
@@ -43,9 +46,21 @@ type restoreResult struct {
 }
 
 func benchRestore(log func(string, ...any)) ([]restoreResult, error) {
-	return eachSize(*restoreDatastores, *restoreSizes, "-restore-sizes", "restore", log, func(d string, n int) (restoreResult, error) {
-		return restoreOnce(d, n, log)
+	var out []restoreResult
+	_, err := eachSize(*restoreDatastores, *restoreSizes, "-restore-sizes", "restore", log, func(d string, n int) (restoreResult, error) {
+		for i, pace := range strings.Split(*restorePaces, ",") {
+			pace = strings.TrimSpace(pace)
+			log("-- restore-writes-per-second %s", pace)
+			// The update rate without the history once per size.
+			r, err := restoreOnce(d, n, pace, i == 0, log)
+			if err != nil {
+				return r, err
+			}
+			out = append(out, r)
+		}
+		return restoreResult{}, nil
 	})
+	return out, err
 }
 
 // eachSize runs once per datastore and size of two comma-separated flag
@@ -170,10 +185,10 @@ func probe(c *kubernetes.Clientset, prefix string, stop <-chan struct{}) []time.
 	}
 }
 
-func restoreOnce(d string, n int, log func(string, ...any)) (restoreResult, error) {
-	r := restoreResult{datastore: d, objects: n}
+func restoreOnce(d string, n int, pace string, plain bool, log func(string, ...any)) (restoreResult, error) {
+	r := restoreResult{datastore: d, objects: n, pace: pace}
 	// The update rate without the history, on a server of its own.
-	{
+	if plain {
 		s, stop, err := restoreServer(d, nil)
 		if err != nil {
 			return r, err
@@ -189,7 +204,11 @@ func restoreOnce(d string, n int, log func(string, ...any)) (restoreResult, erro
 		}
 		log("updates without history: %.0f/s", r.updatesWithout)
 	}
-	s, stop, err := restoreServer(d, []string{"--change-history"})
+	args := []string{"--change-history"}
+	if pace != "default" {
+		args = append(args, "--restore-writes-per-second="+pace)
+	}
+	s, stop, err := restoreServer(d, args)
 	if err != nil {
 		return r, err
 	}
@@ -269,13 +288,21 @@ func pct(lat []time.Duration, p float64) time.Duration {
 
 func renderRestore(rs []restoreResult) string {
 	var b strings.Builder
-	b.WriteString("| datastore | objects restored | restore (create -> Succeeded) | writes/s | another tenant's create p50 / p99, before | during the restore | updates/s with history | without |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| datastore | --restore-writes-per-second | objects restored | restore (create -> Succeeded) | writes/s | another tenant's create p50 / p99, before | during the restore | updates/s with history | without |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %s | %d | %s | %.0f | %s / %s (%d) | %s / %s (%d) | %.0f | %.0f |\n", r.datastore, r.writes, r.restore.Round(10*time.Millisecond),
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %.0f | %s / %s (%d) | %s / %s (%d) | %.0f | %s |\n", r.datastore, r.pace, r.writes, r.restore.Round(10*time.Millisecond),
 			float64(r.writes)/r.restore.Seconds(),
 			pct(r.otherBefore, .5).Round(100*time.Microsecond), pct(r.otherBefore, .99).Round(100*time.Microsecond), len(r.otherBefore),
 			pct(r.otherDuring, .5).Round(100*time.Microsecond), pct(r.otherDuring, .99).Round(100*time.Microsecond), len(r.otherDuring),
-			r.updatesWith, r.updatesWithout)
+			r.updatesWith, without(r.updatesWithout))
 	}
 	return b.String()
+}
+
+// without is the update rate without the history, measured once per size.
+func without(rate float64) string {
+	if rate == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", rate)
 }

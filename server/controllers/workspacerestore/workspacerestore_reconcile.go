@@ -363,7 +363,13 @@ func (r *reconciler) run(ctx context.Context, parent logicalcluster.Name, wr *un
 		if len(plan.Changes) == 0 {
 			return written, nil, nil
 		}
-		setPhase(wr, tenancy.RestoreRunning, fmt.Sprintf("restoring %s to revision %d: %d writes (pass %d)", child, rev, len(plan.Changes), pass+1))
+		msg := fmt.Sprintf("restoring %s to revision %d: %d writes (pass %d)", child, rev, len(plan.Changes), pass+1)
+		if p, ok := r.writer.(*restore.PacedWriter); ok {
+			// Why a restore takes the time it takes: the server's bound,
+			// shared by the restores running at once.
+			msg += fmt.Sprintf(", at most %g writes a second (the server's --restore-writes-per-second)", p.PerSecond)
+		}
+		setPhase(wr, tenancy.RestoreRunning, msg)
 		last := time.Time{}
 		progress := func(done, total int) {
 			_ = unstructured.SetNestedField(wr.Object, int64(done), "status", "progress", "done")
