@@ -24,8 +24,8 @@ import (
 
 	"github.com/kcpsql/kcp/migrations"
 	"github.com/kcpsql/kcp/schema/tenancy"
-	apibindingadmission "github.com/kcpsql/kcp/server/admission/apibinding"
 	"github.com/kcpsql/kcp/server/admission/apibinding"
+	apibindingadmission "github.com/kcpsql/kcp/server/admission/apibinding"
 	"github.com/kcpsql/kcp/server/admission/crdlimits"
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
 	"github.com/kcpsql/kcp/server/admission/workspacelimits"

@@ -41,7 +41,9 @@ func TestTakeInPages(t *testing.T) {
 			key := func(cluster string, i int) string {
 				return fmt.Sprintf("/registry/core/configmaps/%s/apps/cm-%04d", cluster, i)
 			}
-			value := func(i, v int) []byte { return []byte(fmt.Sprintf(`{"kind":"ConfigMap","data":{"i":"%d","v":"%d"}}`, i, v)) }
+			value := func(i, v int) []byte {
+				return []byte(fmt.Sprintf(`{"kind":"ConfigMap","data":{"i":"%d","v":"%d"}}`, i, v))
+			}
 			const n = 450
 			revs := make([]int64, n)
 			for i := range n {
