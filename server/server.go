@@ -24,7 +24,6 @@ import (
 
 	"github.com/kcpsql/kcp/migrations"
 	"github.com/kcpsql/kcp/schema/tenancy"
-	"github.com/kcpsql/kcp/server/admission/apibinding"
 	apibindingadmission "github.com/kcpsql/kcp/server/admission/apibinding"
 	"github.com/kcpsql/kcp/server/admission/crdlimits"
 	placementadmission "github.com/kcpsql/kcp/server/admission/placement"
@@ -144,7 +143,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	rbac, clusters := clusterrbac.New(), logicalclusters.New()
 	clusters.ReadStored(kine.Range, kine.Watch)
 	if o.Shards.Sharded() {
-		apibinding.SetElsewhere(func(c logicalcluster.Name) string {
+		apibindingadmission.SetElsewhere(func(c logicalcluster.Name) string {
 			if exists, _ := clusters.State(c); exists {
 				return ""
 			}
