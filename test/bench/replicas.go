@@ -78,14 +78,8 @@ func startReplica(a *server, dir string, extra ...string) (*server, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	for _, f := range []string{"ca.crt", "ca.key", "admin.crt", "admin.key", "service-account.key"} {
-		b, err := os.ReadFile(filepath.Join(a.dir, f))
-		if err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
-			return nil, err
-		}
+	if err := copyIdentity(a.dir, dir); err != nil {
+		return nil, err
 	}
 	b := &server{dir: dir, port: freePort(), ds: a.ds, extra: extra}
 	_, err := b.start()
@@ -138,4 +132,20 @@ func runLatency(log func(string, ...any)) ([]latencyResult, error) {
 		}
 	}
 	return out, nil
+}
+
+// copyIdentity copies what servers of one installation share (the CA,
+// the admin's certificate and the service-account key) from one root
+// directory into another.
+func copyIdentity(from, to string) error {
+	for _, f := range []string{"ca.crt", "ca.key", "admin.crt", "admin.key", "service-account.key"} {
+		b, err := os.ReadFile(filepath.Join(from, f))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(to, f), b, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -85,24 +85,16 @@ func startShards(n int, log func(string, ...any)) (*shardSet, error) {
 		fmt.Fprintf(&b, "- {name: %s, url: 'https://127.0.0.1:%d'}\n", name, sh.port)
 	}
 	fmt.Fprintf(&b, "externalURL: https://127.0.0.1:%d\n", set.proxyP)
-	for _, d := range append([]string{set.proxyD}, func() []string {
-		var out []string
-		for _, sh := range set.shards {
-			out = append(out, sh.dir)
-		}
-		return out
-	}()...) {
+	dirs := []string{set.proxyD}
+	for _, sh := range set.shards {
+		dirs = append(dirs, sh.dir)
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return set, err
 		}
-		for _, f := range []string{"ca.crt", "ca.key", "admin.crt", "admin.key", "service-account.key"} {
-			raw, err := os.ReadFile(filepath.Join(pki.dir, f))
-			if err != nil {
-				return set, err
-			}
-			if err := os.WriteFile(filepath.Join(d, f), raw, 0o600); err != nil {
-				return set, err
-			}
+		if err := copyIdentity(pki.dir, d); err != nil {
+			return set, err
 		}
 	}
 	stopPKI()

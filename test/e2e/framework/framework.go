@@ -262,8 +262,11 @@ func (s *Server) Stop() {
 }
 
 // LogTail returns the last n lines of the server log.
-func (s *Server) LogTail(n int) string {
-	b, _ := os.ReadFile(s.LogFile)
+func (s *Server) LogTail(n int) string { return logTail(s.LogFile, n) }
+
+// logTail returns the last n lines of a log file.
+func logTail(file string, n int) string {
+	b, _ := os.ReadFile(file)
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]

@@ -46,15 +46,7 @@ func StartShards(t testing.TB, datastores []string, proxies int, extraArgs ...st
 	}
 	for range proxies {
 		p := &FrontProxy{t: t, RootDir: t.TempDir(), Port: FreePort(t)}
-		for _, f := range []string{"ca.crt", "ca.key"} {
-			b, err := os.ReadFile(filepath.Join(pki.RootDir, f))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(p.RootDir, f), b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
+		copyPKI(t, pki.RootDir, p.RootDir)
 		p.Kubeconfig = filepath.Join(p.RootDir, "admin.kubeconfig")
 		p.LogFile = filepath.Join(p.RootDir, "front-proxy.log")
 		in.Proxies = append(in.Proxies, p)
@@ -144,14 +136,7 @@ func (p *FrontProxy) Stop() {
 }
 
 // LogTail returns the last n lines of the proxy's log.
-func (p *FrontProxy) LogTail(n int) string {
-	b, _ := os.ReadFile(p.LogFile)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func (p *FrontProxy) LogTail(n int) string { return logTail(p.LogFile, n) }
 
 // URL is the proxy's base URL.
 func (p *FrontProxy) URL() string { return fmt.Sprintf("https://127.0.0.1:%d", p.Port) }
