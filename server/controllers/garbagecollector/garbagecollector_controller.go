@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
@@ -42,6 +44,28 @@ var skipped = sets.New(
 	schema.GroupResource{Resource: "events"},
 	schema.GroupResource{Group: "events.k8s.io", Resource: "events"},
 )
+
+// watchedResources is what an operator checks to see that the collector
+// lets go of custom resources whose last CRD is gone (issue 50 item 7):
+// each is a reflector listing and watching across all clusters.
+var watchedResources = metrics.NewGauge(&metrics.GaugeOpts{
+	Name:           "kcp_garbage_collector_watched_resources",
+	Help:           "Resources (built-in and custom, across all workspaces) the garbage collector runs a watch of. A custom resource is dropped two discoveries after the last CRD serving it in any workspace is deleted.",
+	StabilityLevel: metrics.ALPHA,
+})
+
+func init() { legacyregistry.MustRegister(watchedResources) }
+
+// countWatched sets watchedResources; c.mu is held.
+func (c *Controller) countWatched() {
+	n := 0
+	for _, info := range c.resources {
+		if info.stop != nil {
+			n++
+		}
+	}
+	watchedResources.Set(float64(n))
+}
 
 // resourceInfo is one watched resource.
 type resourceInfo struct {
@@ -198,6 +222,7 @@ func (c *Controller) forget(seen sets.Set[schema.GroupVersionResource]) {
 		}
 		klog.V(2).InfoS("garbage collector stopped watching a resource no longer served", "resource", gvr)
 	}
+	c.countWatched()
 }
 
 // unwatched are resources the collector knows, and reads objects of as
@@ -233,6 +258,7 @@ func (c *Controller) watch(ctx context.Context, gvr schema.GroupVersionResource,
 	}
 	_, ctrl := clusterinformer.NewShared(lw, &metav1.PartialObjectMetadata{}, c.consumer(info, trim))
 	ctx, info.stop = context.WithCancel(ctx)
+	c.countWatched()
 	go ctrl.RunWithContext(ctx)
 }
 
