@@ -143,12 +143,17 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	rbac, clusters := clusterrbac.New(), logicalclusters.New()
 	clusters.ReadStored(kine.Range, kine.Watch)
 	if o.Shards.Sharded() {
-		apibindingadmission.SetElsewhere(func(c logicalcluster.Name) string {
+		// References from a workspace to another one that only work
+		// within a shard for now refuse a workspace of another shard with
+		// the reason, not as if it did not exist.
+		elsewhere := func(c logicalcluster.Name) string {
 			if exists, _ := clusters.State(c); exists {
 				return ""
 			}
-			return fmt.Sprintf("workspace %s is not on this shard (%s), and binding an API from a workspace on another shard is not supported yet (docs/operations.md, \"Shards\")", c, o.Shards.Self)
-		})
+			return fmt.Sprintf("workspace %s is not on this shard (%s)", c, o.Shards.Self)
+		}
+		apibindingadmission.SetElsewhere(elsewhere)
+		placementadmission.SetElsewhere(elsewhere)
 	}
 	var parentAccess func(context.Context, logicalcluster.Name, user.Info) (bool, bool)
 	if pa := shards.NewParentAccess(o.Shards, clusters.OwnerShard); pa != nil {

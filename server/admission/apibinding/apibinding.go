@@ -272,7 +272,7 @@ func MayBind(ctx context.Context, authz authorizer.Authorizer, u user.Info, path
 	}
 	if f := elsewhere.Load(); f != nil {
 		if why := (*f)(provider); why != "" {
-			return fmt.Errorf("APIExport %s of workspace %s cannot be bound here: %s", name, path, why)
+			return fmt.Errorf("APIExport %s of workspace %s cannot be bound here: %s, and binding an API from a workspace on another shard is not supported yet (docs/operations.md, \"Shards\")", name, path, why)
 		}
 	}
 	// Checked in the provider's workspace for the identity the request

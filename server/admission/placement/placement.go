@@ -147,6 +147,14 @@ func Start(ctx context.Context, loopback *rest.Config) error {
 	return nil
 }
 
+// elsewhere, when set, says why a workspace is not on this shard ("" when
+// it is): in an installation of several shards, a Placement cannot use a
+// location of another shard yet.
+var elsewhere atomic.Pointer[func(logicalcluster.Name) string]
+
+// SetElsewhere gives the plugin the check of workspaces on other shards.
+func SetElsewhere(f func(logicalcluster.Name) string) { elsewhere.Store(&f) }
+
 // Decode reads a Placement from its unstructured form.
 func Decode(obj *unstructured.Unstructured) (*workload.Placement, error) {
 	var p workload.Placement
@@ -468,6 +476,11 @@ func (p *Plugin) validatePlacement(ctx context.Context, a admission.Attributes) 
 	loc, err := logicalcluster.Parse(pl.Spec.LocationWorkspace)
 	if err != nil || loc.IsWildcard() {
 		return admission.NewForbidden(a, fmt.Errorf("spec.locationWorkspace %q is not a workspace path (for example root:compute)", pl.Spec.LocationWorkspace))
+	}
+	if f := elsewhere.Load(); f != nil {
+		if why := (*f)(loc); why != "" {
+			return admission.NewForbidden(a, fmt.Errorf("spec.locationWorkspace %s: %s, and placing onto the SyncTargets of a location on another shard is not supported yet (docs/operations.md, \"Shards\"); use a location workspace on this shard", loc, why))
+		}
 	}
 	if pl.Spec.LocationSelector != nil {
 		if _, err := metav1.LabelSelectorAsSelector(pl.Spec.LocationSelector); err != nil {

@@ -175,6 +175,19 @@ spec: {reference: {export: {path: "root:team-a", name: widgets}}}
 	if err == nil || !strings.Contains(out, "not on this shard (shard-1), and binding an API from a workspace on another shard is not supported yet") {
 		t.Errorf("binding an export of another shard: %v\n%s", err, out)
 	}
+	// A Placement whose location is on another shard: refused with the
+	// reason, not as if the location did not exist, and nothing stored.
+	out, err = p0.KubectlErr("root:team-b:stay", `apiVersion: workload.kcp.io/v1alpha1
+kind: Placement
+metadata: {name: elsewhere}
+spec: {locationWorkspace: "root:team-a", namespaceSelector: {}}
+`, "apply", "-f", "-")
+	if err == nil || !strings.Contains(out, "spec.locationWorkspace root:team-a: workspace root:team-a is not on this shard (shard-1), and placing onto the SyncTargets of a location on another shard is not supported yet") {
+		t.Errorf("a Placement with a location on another shard: %v\n%s", err, out)
+	}
+	if out, err := p0.KubectlErr("root:team-b:stay", "", "get", "placements", "-o", "name"); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("placements after the refusal: %v\n%s", err, out)
+	}
 	out, err = p0.KubectlErr("root", "", "patch", "workspace", "team-a", "--type=merge", "-p", `{"spec":{"shard":"shard-1"}}`)
 	if err == nil || !strings.Contains(out, "the shard of a workspace cannot change") {
 		t.Errorf("changing a workspace's shard: %v\n%s", err, out)
