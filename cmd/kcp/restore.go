@@ -56,7 +56,7 @@ watches see the changes as events, so controllers, placement and syncers
 react as to any change. The workspace is frozen (read-only for everyone but
 kcp) while it runs; a restore that stops half way keeps it frozen and goes on
 when kcp runs again. The server bounds how fast restores write (kcp start
---restore-writes-per-second, default 1000 objects a second), so that other
+--restore-writes-per-second, default 500 objects a second), so that other
 tenants keep their latency; the progress shows how far it is.
 
 This command is a client of the API: it creates a WorkspaceRestore in the

@@ -26,6 +26,7 @@ var (
 	restoreOnly       = flag.Bool("restore", false, "only measure workspace restores (issue 54): per datastore and size, a workspace's config maps are all overwritten and the workspace restored to the moment before; restore time, another tenant's write latency meanwhile, and the update rate with and without --change-history")
 	restoreSizes      = flag.String("restore-sizes", "1000,10000", "objects per restored workspace in -restore (comma-separated)")
 	restoreDatastores = flag.String("restore-datastores", "sqlite,postgres", "datastores of -restore")
+	restoreIdleProbe  = flag.Duration("restore-idle-probe", 20*time.Second, "how long -restore measures another tenant's create latency before the restore (the idle baseline)")
 	restorePaces      = flag.String("restore-writes-per-second", "0", "kcp start --restore-writes-per-second of -restore's server (comma-separated: each size is restored once per value; 0 is no bound, \"default\" the server's default)")
 )
 
@@ -169,17 +170,25 @@ func inParallel(n int, f func(int) error) error {
 // probe writes config maps in cluster one after another until stop,
 // returning each write's latency.
 func probe(c *kubernetes.Clientset, prefix string, stop <-chan struct{}) []time.Duration {
+	lat, _ := probeAt(c, prefix, stop)
+	return lat
+}
+
+// probeAt is probe that also returns when each sample started.
+func probeAt(c *kubernetes.Clientset, prefix string, stop <-chan struct{}) ([]time.Duration, []time.Time) {
 	var lat []time.Duration
+	var at []time.Time
 	ctx := context.Background()
 	for i := 0; ; i++ {
 		select {
 		case <-stop:
-			return lat
+			return lat, at
 		default:
 		}
 		t0 := time.Now()
 		if _, err := c.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", prefix, i)}}, metav1.CreateOptions{}); err == nil {
 			lat = append(lat, time.Since(t0))
+			at = append(at, t0)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -231,7 +240,7 @@ func restoreOnce(d string, n int, pace string, plain bool, log func(string, ...a
 		return r, err
 	}
 	stopProbe := make(chan struct{})
-	go func() { time.Sleep(5 * time.Second); close(stopProbe) }()
+	go func() { time.Sleep(*restoreIdleProbe); close(stopProbe) }()
 	r.otherBefore = probe(other, "before", stopProbe)
 
 	d2, err := s.dynamic("root")
@@ -242,7 +251,12 @@ func restoreOnce(d string, n int, pace string, plain bool, log func(string, ...a
 	ctx := context.Background()
 	duringStop := make(chan struct{})
 	during := make(chan []time.Duration)
-	go func() { during <- probe(other, "during", duringStop) }()
+	var duringAt []time.Time
+	go func() {
+		lat, at := probeAt(other, "during", duringStop)
+		duringAt = at
+		during <- lat
+	}()
 	t0 := time.Now()
 	if _, err := restores.Create(ctx, &unstructured.Unstructured{Object: map[string]interface{}{
 		"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "WorkspaceRestore",
@@ -271,10 +285,26 @@ func restoreOnce(d string, n int, pace string, plain bool, log func(string, ...a
 				return r, fmt.Errorf("the restore failed: %s", msg)
 			}
 			log("restore: %s (%s)", r.restore.Round(time.Millisecond), msg)
+			log("another tenant's slowest creates during it (since the restore's create): %s", slowest(r.otherDuring, duringAt, t0, 6))
 			return r, nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// slowest names the n slowest samples with when each started after t0:
+// where in a restore (planning, writes, the end) the tail comes from.
+func slowest(lat []time.Duration, at []time.Time, t0 time.Time, n int) string {
+	idx := make([]int, len(lat))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return lat[idx[a]] > lat[idx[b]] })
+	var parts []string
+	for _, i := range idx[:min(n, len(idx))] {
+		parts = append(parts, fmt.Sprintf("%s at +%.2fs", lat[i].Round(100*time.Microsecond), at[i].Sub(t0).Seconds()))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func pct(lat []time.Duration, p float64) time.Duration {
