@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -78,8 +79,8 @@ func New(ctx context.Context, cfg *shards.Config, cred Credentials) (*Proxy, err
 		return nil, err
 	}
 	p := &Proxy{cfg: cfg, targets: map[string]*url.URL{}, routes: newRoutes(), waiting: make(chan struct{}, maxWaiting)}
-	p.vouched = transport(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
-	p.plain = transport(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	p.vouched = transports(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	p.plain = transports(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 	for _, s := range cfg.Shards {
 		u, err := url.Parse(s.URL)
 		if err != nil {
@@ -93,19 +94,41 @@ func New(ctx context.Context, cfg *shards.Config, cred Credentials) (*Proxy, err
 	return p, nil
 }
 
-// transport is an HTTP/1.1 transport (upgraded streams need one) that
-// keeps many connections per shard open: every watch holds one.
-func transport(tc *tls.Config) http.RoundTripper {
-	return &http.Transport{
+// byUpgrade sends ordinary requests, watches included, to a shard over
+// HTTP/2, where thousands of watches share a few connections, and upgraded
+// streams (exec, attach, port-forward), which HTTP/2 cannot carry, over
+// HTTP/1.1, one connection each.
+type byUpgrade struct{ h2, h1 http.RoundTripper }
+
+func (b byUpgrade) RoundTrip(r *http.Request) (*http.Response, error) {
+	if httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade") {
+		return b.h1.RoundTrip(r)
+	}
+	return b.h2.RoundTrip(r)
+}
+
+// transports is the pair of transports towards the shards for one client
+// identity (tc's certificate, or none).
+func transports(tc *tls.Config) http.RoundTripper {
+	return byUpgrade{h2: transport(tc.Clone(), true), h1: transport(tc.Clone(), false)}
+}
+
+// transport is an HTTP/2 transport (h2) or an HTTP/1.1 one that keeps many
+// connections per shard open (upgraded streams hold one each).
+func transport(tc *tls.Config, h2 bool) http.RoundTripper {
+	t := &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		TLSClientConfig:     tc,
 		TLSHandshakeTimeout: 10 * time.Second,
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
-		// No HTTP/2 towards the shards: an upgraded stream needs HTTP/1.1.
-		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
+		ForceAttemptHTTP2:   h2,
 	}
+	if !h2 {
+		t.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	}
+	return t
 }
 
 // Ready reports whether the proxy knows every shard's workspaces.
