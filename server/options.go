@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -131,7 +132,9 @@ type Options struct {
 	ShardName      string
 	ShardsFile     string
 	WorkspaceShard string
-	Shards         *shards.Membership
+	// WorkspaceShardPolicy: --workspace-shard-policy (shards.Policies).
+	WorkspaceShardPolicy string
+	Shards               *shards.Membership
 }
 
 // clusterUnawarePlugins read their configuration through informers of the
@@ -178,7 +181,7 @@ func NewOptions() *Options {
 	policy := &outbound.Policy{}
 	membership := &shards.Membership{}
 	opts := &Options{Shards: membership}
-	workspaceshard.Register(up.Admission.GenericAdmission.Plugins, membership, &opts.WorkspaceShard)
+	workspaceshard.Register(up.Admission.GenericAdmission.Plugins, membership, &opts.WorkspaceShard, &opts.WorkspaceShardPolicy)
 	webhookurls.Register(up.Admission.GenericAdmission.Plugins, policy)
 	clusteradmission.Register(up.Admission.GenericAdmission.Plugins, policy)
 	// Namespace lifecycle first, as upstream orders its own plugin.
@@ -284,7 +287,9 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"Make this server one shard of several that serve one workspace tree behind kcp front-proxy, each on a database of its own. The file (YAML) lists every shard: shards: [{name: root, url: https://host:port}, ...] and externalURL, the front proxy's address that Workspaces report in status.URL. Every shard and front proxy reads the same file and shares one CA and service-account key (copy ca.crt, ca.key and service-account.key into each --root-dir before the first start); the shard named root holds the root workspace. See docs/operations.md, \"Shards\".")
 	sh.StringVar(&o.ShardName, "shard-name", o.ShardName, "This server's name in --shards-file.")
 	sh.StringVar(&o.WorkspaceShard, "workspace-shard", o.WorkspaceShard,
-		"The shard a new workspace goes to when its Workspace does not name one (spec.shard). Empty: its parent's shard, which needs no call between shards.")
+		"The shard a new workspace goes to when its Workspace does not name one (spec.shard). Empty: as --workspace-shard-policy chooses.")
+	sh.StringVar(&o.WorkspaceShardPolicy, "workspace-shard-policy", o.WorkspaceShardPolicy,
+		"Where a new workspace goes when neither its Workspace (spec.shard) nor --workspace-shard names a shard: parent (the shard of its parent, which needs no call between shards) or least-full (the shard that holds the fewest workspaces among those that answer within 2 s; each shard is asked at most every 10 s, and the choices in between count themselves). Decided by the parent's shard, so set it on every shard.")
 	var up cliflag.NamedFlagSets
 	o.Upstream.AddFlags(&up)
 	for _, name := range up.Order {
@@ -473,8 +478,8 @@ func (o *Options) outboundPolicy() *outbound.Policy {
 // workspaces are reached at.
 func (o *Options) completeShards(files pki.Files, serverURL string) (string, error) {
 	if o.ShardsFile == "" {
-		if o.ShardName != "" || o.WorkspaceShard != "" {
-			return "", fmt.Errorf("--shard-name and --workspace-shard need --shards-file")
+		if o.ShardName != "" || o.WorkspaceShard != "" || (o.WorkspaceShardPolicy != "" && o.WorkspaceShardPolicy != shards.PolicyParent) {
+			return "", fmt.Errorf("--shard-name, --workspace-shard and --workspace-shard-policy need --shards-file")
 		}
 		return serverURL, nil
 	}
@@ -487,6 +492,12 @@ func (o *Options) completeShards(files pki.Files, serverURL string) (string, err
 	}
 	if _, ok := cfg.Get(o.ShardName); !ok {
 		return "", fmt.Errorf("--shard-name %q is not in %s (it has: %s)", o.ShardName, o.ShardsFile, strings.Join(cfg.Names(), ", "))
+	}
+	if o.WorkspaceShardPolicy != "" && !slices.Contains(shards.Policies, o.WorkspaceShardPolicy) {
+		return "", fmt.Errorf("--workspace-shard-policy %q is not one of: %s", o.WorkspaceShardPolicy, strings.Join(shards.Policies, ", "))
+	}
+	if o.WorkspaceShard != "" && o.WorkspaceShardPolicy == shards.PolicyLeastFull {
+		return "", fmt.Errorf("--workspace-shard %s names the shard of every new workspace, --workspace-shard-policy least-full chooses one: give one of them", o.WorkspaceShard)
 	}
 	if _, ok := cfg.Get(o.WorkspaceShard); o.WorkspaceShard != "" && !ok {
 		return "", fmt.Errorf("--workspace-shard %q is not in %s (it has: %s)", o.WorkspaceShard, o.ShardsFile, strings.Join(cfg.Names(), ", "))

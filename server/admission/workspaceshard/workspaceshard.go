@@ -6,9 +6,11 @@
 //     then ignored would be a lie;
 //   - a name that is not in the shards file is refused, with the names that
 //     are;
-//   - without spec.shard a new workspace goes where --workspace-shard says
-//     (default: the shard of its parent, which needs no call between
-//     shards), and the choice is recorded in spec.shard;
+//   - without spec.shard a new workspace goes where --workspace-shard says,
+//     else where --workspace-shard-policy chooses: the shard of its parent
+//     (parent, the default, which needs no call between shards) or the
+//     shard holding the fewest workspaces (least-full); the choice is
+//     recorded in spec.shard;
 //   - spec.shard never changes afterwards (moving a workspace is an
 //     operator's move, not an edit).
 package workspaceshard
@@ -18,12 +20,14 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/server/shards"
@@ -35,16 +39,21 @@ const PluginName = "kcp.io/WorkspaceShard"
 type plugin struct {
 	*admission.Handler
 	m *shards.Membership
-	// defaultShard is where a workspace without spec.shard goes ("": its
-	// parent's shard, this one).
+	// defaultShard is where a workspace without spec.shard goes ("": as
+	// policy says).
 	defaultShard *string
+	// policy is --workspace-shard-policy (shards.Policies; "": parent).
+	policy *string
+
+	leastFullOnce sync.Once
+	leastFull     *shards.LeastFull
 }
 
 // Register adds the plugin; m and defaultShard are filled in when the
 // options are completed.
-func Register(plugins *admission.Plugins, m *shards.Membership, defaultShard *string) {
+func Register(plugins *admission.Plugins, m *shards.Membership, defaultShard, policy *string) {
 	plugins.Register(PluginName, func(io.Reader) (admission.Interface, error) {
-		return &plugin{Handler: admission.NewHandler(admission.Create, admission.Update), m: m, defaultShard: defaultShard}, nil
+		return &plugin{Handler: admission.NewHandler(admission.Create, admission.Update), m: m, defaultShard: defaultShard, policy: policy}, nil
 	})
 }
 
@@ -67,7 +76,7 @@ func shardOf(obj interface{}) (*unstructured.Unstructured, string) {
 }
 
 // Admit records the shard of a new workspace.
-func (p *plugin) Admit(_ context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	if !p.applies(a) || a.GetOperation() != admission.Create || !p.m.Sharded() {
 		return nil
 	}
@@ -76,8 +85,14 @@ func (p *plugin) Admit(_ context.Context, a admission.Attributes, _ admission.Ob
 		return nil
 	}
 	s = p.m.Self
-	if p.defaultShard != nil && *p.defaultShard != "" {
+	switch {
+	case p.defaultShard != nil && *p.defaultShard != "":
 		s = *p.defaultShard
+	case p.policy != nil && *p.policy == shards.PolicyLeastFull:
+		p.leastFullOnce.Do(func() { p.leastFull = shards.NewLeastFull(p.m) })
+		var counts map[string]int64
+		s, counts = p.leastFull.Choose(ctx)
+		klog.V(2).InfoS("new workspace placed on the least full shard", "workspace", a.GetName(), "shard", s, "workspaces", counts)
 	}
 	return unstructured.SetNestedField(u.Object, s, "spec", "shard")
 }
