@@ -368,13 +368,26 @@ func (x *Index) resolveOne(r *Binding, b *apis.APIBinding) {
 		return
 	}
 	for _, def := range e.Definitions {
-		crd := def.DeepCopy()
-		crd.Annotations[logicalcluster.Annotation] = string(r.Cluster)
-		crd.Annotations[apis.BindingAnnotation] = b.Name
-		r.Definitions = append(r.Definitions, crd)
+		r.Definitions = append(r.Definitions, consumerDefinition(def, r.Cluster, b.Name))
 	}
 	r.Resources = e.Resources
 	r.Bound, r.Reason, r.Message = true, "Bound", fmt.Sprintf("%d resource(s) of APIExport %s:%s served", len(r.Definitions), ref.Path, ref.Name)
+}
+
+// consumerDefinition is an export's definition as a consumer is served
+// it: its own metadata (the consumer's cluster and binding in the
+// annotations) over the export's spec and status, which are shared, not
+// copied: a binding holds no copy of the schema. Definitions are
+// read-only once made (whoever changes one copies it first, as
+// crdserving's servable does), like objects from an informer's cache.
+func consumerDefinition(def *apiextensionsv1.CustomResourceDefinition, cluster logicalcluster.Name, binding string) *apiextensionsv1.CustomResourceDefinition {
+	crd := &apiextensionsv1.CustomResourceDefinition{TypeMeta: def.TypeMeta, ObjectMeta: *def.ObjectMeta.DeepCopy(), Spec: def.Spec, Status: def.Status}
+	if crd.Annotations == nil {
+		crd.Annotations = map[string]string{}
+	}
+	crd.Annotations[logicalcluster.Annotation] = string(cluster)
+	crd.Annotations[apis.BindingAnnotation] = binding
+	return crd
 }
 
 // SameSelector compares two claim selectors by meaning (nil and empty

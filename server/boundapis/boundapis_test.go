@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kcpsql/kcp/schema/apis"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
 
 func schemaOf(name string, versions ...apiextensionsv1.CustomResourceDefinitionVersion) *apis.APIResourceSchema {
@@ -89,5 +90,35 @@ func TestSameSelector(t *testing.T) {
 		if got := SameSelector(c.a, c.b); got != c.want {
 			t.Errorf("SameSelector(%v, %v) = %v, want %v", c.a, c.b, got, c.want)
 		}
+	}
+}
+
+// TestConsumerDefinition: a consumer's definition names its cluster and
+// binding, leaves the export's own untouched and holds no copy of the
+// schema.
+func TestConsumerDefinition(t *testing.T) {
+	def, err := Definition(schemaOf("v1.widgets.example.com", apiextensionsv1.CustomResourceDefinitionVersion{Name: "v1", Served: true, Storage: true, Schema: objectSchema}), "abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	def.Annotations[logicalcluster.Annotation] = "root:platform"
+	a := consumerDefinition(def, "root:team-a", "widgets")
+	b := consumerDefinition(def, "root:team-b", "widgets-b")
+	for _, c := range []struct {
+		crd              *apiextensionsv1.CustomResourceDefinition
+		cluster, binding string
+	}{{a, "root:team-a", "widgets"}, {b, "root:team-b", "widgets-b"}, {def, "root:platform", ""}} {
+		if got := c.crd.Annotations[logicalcluster.Annotation]; got != c.cluster {
+			t.Errorf("cluster annotation %q, want %q", got, c.cluster)
+		}
+		if got := c.crd.Annotations[apis.BindingAnnotation]; got != c.binding {
+			t.Errorf("binding annotation %q, want %q", got, c.binding)
+		}
+		if c.crd.Annotations[apis.IdentityAnnotation] != "abc" || c.crd.UID != def.UID || c.crd.Name != def.Name {
+			t.Errorf("identity, UID or name not the export's: %+v", c.crd.ObjectMeta)
+		}
+	}
+	if &a.Spec.Versions[0] != &def.Spec.Versions[0] || a.Spec.Versions[0].Schema != def.Spec.Versions[0].Schema {
+		t.Error("the consumer's definition holds a copy of the export's versions and schema")
 	}
 }

@@ -6,8 +6,10 @@
 // cluster|name). Serving state is built lazily: the first request for a
 // custom resource in a cluster builds a handler for that cluster from
 // apiextensions-apiserver's exported CRD handler, over a read-only view of
-// the shared informer that shows only that cluster's CRDs. Handlers of idle
-// clusters are dropped by one sweeper; nothing runs per cluster.
+// the shared informer that shows only that cluster's CRDs. The definitions
+// of an APIExport are served by one handler per export, shared by all its
+// consumers and its view (handlerScope). Idle handlers are dropped by one
+// sweeper; nothing runs per cluster.
 //
 // kcp's own APIs (tenancy.kcp.io) are "system CRDs": they live in the
 // logical cluster SystemCluster, are served by the upstream apiextensions
@@ -92,8 +94,10 @@ type Server struct {
 }
 
 // scope is what one upstream handler serves: a cluster's definitions, one
-// per name across all clusters, or (identity set, across all clusters) the
+// per name across all clusters, or (identity set, cluster Wildcard) the
 // definitions of one APIExport, whose objects are kept apart by identity.
+// That last handler serves the export's view across all consumers and
+// every consumer's own requests for the export's resources (handlerScope).
 type scope struct {
 	cluster  logicalcluster.Name
 	identity string
@@ -550,6 +554,28 @@ func (s *Server) handlerFor(sc scope) (http.Handler, error) {
 	return v.handler, nil
 }
 
+// handlerScope is the scope whose handler serves a resource request of
+// sc. A resource a cluster is served through an APIBinding is served by
+// the handler of its export, one for all consumers and the export's view:
+// what that handler holds does not depend on the consumer. Its definitions
+// are the export's (a consumer's differ only in annotations the upstream
+// handler does not read), its storage is the export identity's key range
+// and takes the logical cluster from each request's context (clusterstore),
+// with no cache of its own (custom resources have no watch cache), and
+// admission and authorization see each request's cluster. So a consumer
+// still reads and writes only its own objects, and a binding costs no
+// serving state. Everything else (a cluster's own CRDs, which win over a
+// binding, and requests across all clusters) keeps the handler of sc.
+func (s *Server) handlerScope(sc scope, gr schema.GroupResource) scope {
+	if sc.identity != "" {
+		return scope{cluster: logicalcluster.Wildcard, identity: sc.identity}
+	}
+	if id := s.BoundIdentity(sc.cluster, gr); id != "" {
+		return scope{cluster: logicalcluster.Wildcard, identity: id}
+	}
+	return sc
+}
+
 // ActiveClusters is the number of clusters with a built handler.
 func (s *Server) ActiveClusters() int {
 	s.mu.Lock()
@@ -624,7 +650,7 @@ func (s *Server) Wrap(inner http.Handler) http.Handler {
 				_ = json.NewEncoder(w).Encode(st)
 				return
 			}
-			h, err := s.handlerFor(sc)
+			h, err := s.handlerFor(s.handlerScope(sc, schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}))
 			if err != nil {
 				klog.ErrorS(err, "building the CRD handler", "cluster", cluster)
 				http.Error(w, "the server could not serve custom resources in this logical cluster", http.StatusInternalServerError)

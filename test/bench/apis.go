@@ -5,6 +5,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,15 +23,18 @@ var (
 	apisOnly      = flag.Bool("apis", false, "run only the API-sharing benchmark (one export, -apis-consumers workspaces binding it, -apis-objects bound objects across them)")
 	apisConsumers = flag.Int("apis-consumers", 1000, "consumer workspaces that bind the export")
 	apisObjects   = flag.Int("apis-objects", 100000, "bound objects created across the consumers, listed through the provider's view")
+	apisBefore    = flag.String("apis-before", "", "a kcp binary of an earlier build to run the API-sharing benchmark with first, side by side")
 )
 
 var benchDatabases = schema.GroupVersionResource{Group: "platform.example.com", Version: "v1", Resource: "databases"}
 
 type apisResult struct {
+	bin                        string // kcp binary; "" is -kcp
 	consumers, objects         int
 	bindP50, bindP99, bindMax  time.Duration
 	bindAll                    time.Duration
 	heapBefore, heapAfter      float64
+	heapUsed                   float64 // after one request in each consumer, before binding
 	gorBefore, gorAfter        int
 	heapObjects                float64
 	createsPerSec              float64
@@ -43,9 +48,14 @@ type apisResult struct {
 // latency: APIBinding created until a list of the resource answers in the
 // consumer); the server's live heap and goroutines before and after; then
 // objects across the consumers and lists through the provider's view.
-func benchAPIs(log func(string, ...any)) (apisResult, error) {
-	r := apisResult{consumers: *apisConsumers, objects: *apisObjects}
-	s, stop, err := startInTemp("apis", "")
+// With -profile-dir, heap profiles before and after binding.
+func benchAPIs(bin string, log func(string, ...any)) (apisResult, error) {
+	r := apisResult{bin: bin, consumers: *apisConsumers, objects: *apisObjects}
+	label := "this"
+	if bin != "" {
+		label = "before"
+	}
+	s, stop, err := startInTemp("apis", bin)
 	if err != nil {
 		return r, err
 	}
@@ -108,6 +118,19 @@ func benchAPIs(log func(string, ...any)) (apisResult, error) {
 			return r, err
 		}
 	}
+	// One request in each consumer first: what a workspace keeps once it
+	// has been used at all (per-tenant request state) is not the binding's.
+	if err := parallel(r.consumers, func(i int) error {
+		_, err := consumers[i].Resource(apis.BindingsResource).List(ctx, metav1.ListOptions{})
+		return err
+	}); err != nil {
+		return r, err
+	}
+	time.Sleep(3 * time.Second)
+	r.heapUsed = s.liveHeapMiB()
+	s.writeProfile("apis-"+label+"-heap-unbound.pb.gz", log, "heap", "gc", "1")
+	log("each consumer used once: live heap %.0f MiB", r.heapUsed)
+
 	var mu sync.Mutex
 	var lat []time.Duration
 	t0 := time.Now()
@@ -138,6 +161,7 @@ func benchAPIs(log func(string, ...any)) (apisResult, error) {
 	r.bindP50, r.bindP99, r.bindMax = percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 1)
 	time.Sleep(3 * time.Second)
 	r.heapAfter, r.gorAfter = s.liveHeapMiB(), s.goroutines()
+	s.writeProfile("apis-"+label+"-heap-bound.pb.gz", log, "heap", "gc", "1")
 	log("bound: p50 %s p99 %s; live heap %.0f MiB, %d goroutines", r.bindP50, r.bindP99, r.heapAfter, r.gorAfter)
 
 	per := r.objects / r.consumers
@@ -249,18 +273,51 @@ func (s *server) dynamic(cluster string) (dynamic.Interface, error) {
 	return dynamic.NewForConfig(cfg)
 }
 
-func renderAPIs(r apisResult) string {
+func renderAPIs(rs []apisResult) string {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "| measure | value |\n|---|---|\n")
-	fmt.Fprintf(&b, "| bind latency (APIBinding created -> list answers in the consumer), p50 / p99 / max, %d consumers, %d at a time | %s / %s / %s |\n", r.consumers, *clients, ms(r.bindP50), ms(r.bindP99), ms(r.bindMax))
-	fmt.Fprintf(&b, "| all %d consumers bound and served | %.1f s |\n", r.consumers, r.bindAll.Seconds())
-	fmt.Fprintf(&b, "| live heap: workspaces -> + bindings (each served once) | %.0f -> %.0f MiB (%.1f KiB per binding) |\n", r.heapBefore, r.heapAfter, (r.heapAfter-r.heapBefore)*1024/float64(r.consumers))
-	fmt.Fprintf(&b, "| goroutines: before -> after binding | %d -> %d |\n", r.gorBefore, r.gorAfter)
-	fmt.Fprintf(&b, "| bound objects created (%d consumers, %d each) | %.0f/s; live heap after %.0f MiB |\n", r.consumers, r.objects/r.consumers, r.createsPerSec, r.heapObjects)
-	fmt.Fprintf(&b, "| provider's view: one list of all %d objects (3 runs) | %s / %s / %s |\n", r.objects, ms(r.viewList[0]), ms(r.viewList[1]), ms(r.viewList[2]))
-	fmt.Fprintf(&b, "| provider's view: the same in pages of 500 | %s |\n", ms(r.viewPaged))
-	fmt.Fprintf(&b, "| provider's view: watch opened from a list's resourceVersion; a consumer's write -> event | %s; %s |\n", ms(r.viewWatchOpen), ms(r.viewWatchEv))
-	fmt.Fprintf(&b, "| a consumer lists its own %d databases, p50 / p99 (200) | %s / %s |\n", r.objects/r.consumers, ms(r.consumerP50), ms(r.consumerP99))
+	b.WriteString("| measure |")
+	for _, r := range rs {
+		if r.bin == "" {
+			b.WriteString(" this build |")
+		} else {
+			fmt.Fprintf(&b, " before (%s) |", filepath.Base(r.bin))
+		}
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(rs)) + "\n")
+	row := func(name string, cell func(r apisResult) string) {
+		b.WriteString("| " + name + " |")
+		for _, r := range rs {
+			b.WriteString(" " + cell(r) + " |")
+		}
+		b.WriteString("\n")
+	}
+	r0 := rs[0]
+	perBinding := func(from, to float64) float64 { return (to - from) * 1024 / float64(r0.consumers) }
+	row(fmt.Sprintf("bind latency (APIBinding created -> list answers in the consumer), p50 / p99 / max, %d consumers, %d at a time", r0.consumers, *clients), func(r apisResult) string {
+		return ms(r.bindP50) + " / " + ms(r.bindP99) + " / " + ms(r.bindMax)
+	})
+	row(fmt.Sprintf("all %d consumers bound and served", r0.consumers), func(r apisResult) string { return fmt.Sprintf("%.1f s", r.bindAll.Seconds()) })
+	row("live heap: workspaces -> each used once -> + bindings (each served once)", func(r apisResult) string {
+		return fmt.Sprintf("%.0f -> %.0f -> %.0f MiB", r.heapBefore, r.heapUsed, r.heapAfter)
+	})
+	row("live heap per binding (from the used workspaces)", func(r apisResult) string { return fmt.Sprintf("%.1f KiB", perBinding(r.heapUsed, r.heapAfter)) })
+	row("live heap per binding with the workspace's first request (as measured before issue 56)", func(r apisResult) string {
+		return fmt.Sprintf("%.1f KiB", perBinding(r.heapBefore, r.heapAfter))
+	})
+	row("goroutines: before -> after binding", func(r apisResult) string { return fmt.Sprintf("%d -> %d", r.gorBefore, r.gorAfter) })
+	row(fmt.Sprintf("bound objects created (%d consumers, %d each)", r0.consumers, r0.objects/r0.consumers), func(r apisResult) string {
+		return fmt.Sprintf("%.0f/s; live heap after %.0f MiB", r.createsPerSec, r.heapObjects)
+	})
+	row(fmt.Sprintf("provider's view: one list of all %d objects (3 runs)", r0.objects), func(r apisResult) string {
+		return ms(r.viewList[0]) + " / " + ms(r.viewList[1]) + " / " + ms(r.viewList[2])
+	})
+	row("provider's view: the same in pages of 500", func(r apisResult) string { return ms(r.viewPaged) })
+	row("provider's view: watch opened from a list's resourceVersion; a consumer's write -> event", func(r apisResult) string {
+		return ms(r.viewWatchOpen) + "; " + ms(r.viewWatchEv)
+	})
+	row(fmt.Sprintf("a consumer lists its own %d databases, p50 / p99 (200)", r0.objects/r0.consumers), func(r apisResult) string {
+		return ms(r.consumerP50) + " / " + ms(r.consumerP99)
+	})
 	return b.String()
 }

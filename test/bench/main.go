@@ -182,12 +182,20 @@ func main() {
 		return
 	}
 	if *apisOnly {
-		r, err := benchAPIs(log)
-		if err != nil {
-			log("API-sharing benchmark failed: %v", err)
-			os.Exit(1)
+		var rs []apisResult
+		bins := []string{""}
+		if *apisBefore != "" {
+			bins = []string{*apisBefore, ""}
 		}
-		fmt.Print(renderAPIs(r))
+		for _, bin := range bins {
+			r, err := benchAPIs(bin, log)
+			if err != nil {
+				log("API-sharing benchmark failed: %v", err)
+				os.Exit(1)
+			}
+			rs = append(rs, r)
+		}
+		fmt.Print(renderAPIs(rs))
 		return
 	}
 	if *scaleOnly {
