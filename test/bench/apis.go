@@ -33,8 +33,10 @@ type apisResult struct {
 	gorBefore, gorAfter        int
 	heapObjects                float64
 	createsPerSec              float64
+	viewInformer               []time.Duration
 	viewList                   []time.Duration
 	viewPaged                  time.Duration
+	heapView                   float64
 	consumerP50, consumerP99   time.Duration
 	viewWatchOpen, viewWatchEv time.Duration
 }
@@ -164,8 +166,10 @@ func benchAPIs(log func(string, ...any)) (apisResult, error) {
 	r.heapObjects = s.liveHeapMiB()
 	log("%d databases: %.0f/s; live heap %.0f MiB", r.objects, r.createsPerSec, r.heapObjects)
 
-	// The provider's view, as a controller's informer starts: a full list
-	// across all consumers, then the same in pages of 500.
+	// The provider's view, as a controller starts: an informer (its list
+	// and watch) until it has synced, twice (the first is the view's first
+	// request: the server builds what serves it); then full lists across
+	// all consumers, and the same in pages of 500.
 	cfg, err := s.config("root")
 	if err != nil {
 		return r, err
@@ -174,6 +178,31 @@ func benchAPIs(log func(string, ...any)) (apisResult, error) {
 	view, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(cfg))
 	if err != nil {
 		return r, err
+	}
+	root, err := s.client("root")
+	if err != nil {
+		return r, err
+	}
+	profiled := cpuProfile(root, "apis-view.pprof", "the view's informers and lists", log)
+	for range 2 {
+		inf, err := clusterinformer.Dynamic(cfg, benchDatabases)
+		if err != nil {
+			return r, err
+		}
+		infCtx, stopInf := context.WithCancel(ctx)
+		t := time.Now()
+		inf.Start(infCtx)
+		err = inf.WaitForCacheSync(infCtx)
+		d := time.Since(t)
+		n := len(inf.Indexer().ListKeys())
+		stopInf()
+		if err != nil {
+			return r, fmt.Errorf("an informer on the view: %v", err)
+		}
+		if n != r.objects {
+			return r, fmt.Errorf("an informer on the view holds %d databases, want %d", n, r.objects)
+		}
+		r.viewInformer = append(r.viewInformer, d)
 	}
 	for range 3 {
 		t := time.Now()
@@ -202,7 +231,10 @@ func benchAPIs(log func(string, ...any)) (apisResult, error) {
 		return r, fmt.Errorf("paging through the view gave %d databases, want %d", n, r.objects)
 	}
 	r.viewPaged = time.Since(t)
-	log("view: full list %v, paged %v", r.viewList, r.viewPaged)
+	profiled()
+	r.heapView = s.liveHeapMiB()
+	s.writeProfile("apis-view-heap.pprof", log, "heap", "gc", "1")
+	log("view: informer synced %v, full list %v, paged %v; live heap %.0f MiB", r.viewInformer, r.viewList, r.viewPaged, r.heapView)
 
 	// A watch through the view: open it from the list's resource version,
 	// then one write in a consumer until the watch delivers it.
@@ -258,8 +290,11 @@ func renderAPIs(r apisResult) string {
 	fmt.Fprintf(&b, "| live heap: workspaces -> + bindings (each served once) | %.0f -> %.0f MiB (%.1f KiB per binding) |\n", r.heapBefore, r.heapAfter, (r.heapAfter-r.heapBefore)*1024/float64(r.consumers))
 	fmt.Fprintf(&b, "| goroutines: before -> after binding | %d -> %d |\n", r.gorBefore, r.gorAfter)
 	fmt.Fprintf(&b, "| bound objects created (%d consumers, %d each) | %.0f/s; live heap after %.0f MiB |\n", r.consumers, r.objects/r.consumers, r.createsPerSec, r.heapObjects)
-	fmt.Fprintf(&b, "| provider's view: one list of all %d objects (3 runs) | %s / %s / %s |\n", r.objects, ms(r.viewList[0]), ms(r.viewList[1]), ms(r.viewList[2]))
-	fmt.Fprintf(&b, "| provider's view: the same in pages of 500 | %s |\n", ms(r.viewPaged))
+	perSec := func(d time.Duration) string { return fmt.Sprintf("%.0f/s", float64(r.objects)/d.Seconds()) }
+	fmt.Fprintf(&b, "| provider's view: an informer (list and watch) until synced, the view's first request; then again | %s (%s); %s (%s) |\n", ms(r.viewInformer[0]), perSec(r.viewInformer[0]), ms(r.viewInformer[1]), perSec(r.viewInformer[1]))
+	fmt.Fprintf(&b, "| provider's view: one list of all %d objects (3 runs) | %s / %s / %s (%s at the median) |\n", r.objects, ms(r.viewList[0]), ms(r.viewList[1]), ms(r.viewList[2]), perSec(percentile(r.viewList, 0.5)))
+	fmt.Fprintf(&b, "| provider's view: the same in pages of 500 | %s (%s) |\n", ms(r.viewPaged), perSec(r.viewPaged))
+	fmt.Fprintf(&b, "| live heap after the view's informers and lists (with the objects) | %.0f -> %.0f MiB (%.0f bytes per object) |\n", r.heapObjects, r.heapView, (r.heapView-r.heapObjects)*(1<<20)/float64(r.objects))
 	fmt.Fprintf(&b, "| provider's view: watch opened from a list's resourceVersion; a consumer's write -> event | %s; %s |\n", ms(r.viewWatchOpen), ms(r.viewWatchEv))
 	fmt.Fprintf(&b, "| a consumer lists its own %d databases, p50 / p99 (200) | %s / %s |\n", r.objects/r.consumers, ms(r.consumerP50), ms(r.consumerP99))
 	return b.String()
