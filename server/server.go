@@ -180,7 +180,20 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	crds.AddExtra(boundAPIs)
 	crds.SetExported(boundAPIs.ExportDefinitions)
 	boundAPIs.OnChange(crds.Invalidate)
-	boundAPIs.OnExportChange(func(logicalcluster.Name, string) { crds.InvalidateExports() })
+	boundAPIs.OnExportChange(func(provider logicalcluster.Name, name string) {
+		if !crds.ServesExports() {
+			return // nothing to drop (and no export to look up, at start-up)
+		}
+		// Only that export's view is rebuilt (with its watch cache); an
+		// export's identity comes from its UID, so it stays while the
+		// export exists. A deleted export cannot be looked up any more:
+		// every export's view is dropped.
+		if e, _ := boundAPIs.Export(provider, name); e != nil {
+			crds.InvalidateExport(e.Identity)
+			return
+		}
+		crds.InvalidateExports()
+	})
 	crds.Listen(boundAPIs.CRDHandler())
 	apibindingadmission.SetBound(boundAPIs.Bound)
 	apibindingadmission.SetUsers(apibindingadmission.Users{Consumers: boundAPIs.Consumers, ExportsUsing: boundAPIs.ExportsUsing, ConsumersOutside: boundAPIs.ConsumersOutside})

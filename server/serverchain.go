@@ -112,8 +112,13 @@ func setUpCRDServing(c genericcp.CompletedConfig, ae *apiextensionsapiserver.Cus
 		if r := v.ConversionResolver(); r != nil {
 			resolver = r
 		}
+		getter := x.ExtraConfig.CRDRESTOptionsGetter
+		if v.Export() != "" {
+			// An export's view: one store across all consumers, cached.
+			getter = clusterstore.WrapAcrossClusters(getter)
+		}
 		return apiextensionsapiserver.NewCustomResourceDefinitionHandler(nil, nil, v, notFound,
-			clusterstore.WithIdentity(x.ExtraConfig.CRDRESTOptionsGetter, v.Identity), x.GenericConfig.AdmissionControl, establishing,
+			clusterstore.WithIdentity(getter, v.Identity), x.GenericConfig.AdmissionControl, establishing,
 			x.ExtraConfig.ServiceResolver, resolver, 1, ae.GenericAPIServer.Authorizer,
 			x.GenericConfig.RequestTimeout, time.Duration(x.GenericConfig.MinRequestTimeout)*time.Second,
 			static, x.GenericConfig.MaxRequestBodyBytes)

@@ -165,6 +165,32 @@ func (s *Server) InvalidateExports() {
 	s.drop(dropped)
 }
 
+// InvalidateExport drops the serving state of one APIExport's view (by
+// identity), whose export or schemas changed: the views of other exports
+// keep their watch caches.
+func (s *Server) InvalidateExport(identity string) {
+	s.mu.Lock()
+	var dropped []*View
+	if v := s.views[scope{cluster: logicalcluster.Wildcard, identity: identity}]; v != nil {
+		delete(s.views, v.scope())
+		dropped = append(dropped, v)
+	}
+	s.mu.Unlock()
+	s.drop(dropped)
+}
+
+// ServesExports reports whether any APIExport's view has serving state.
+func (s *Server) ServesExports() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.views {
+		if k.identity != "" {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *Server) drop(dropped []*View) {
 	for _, v := range dropped {
 		v.dead.Store(true)
@@ -347,6 +373,9 @@ type View struct {
 	handlers []cache.ResourceEventHandler
 	dead     atomic.Bool
 	lastUsed atomic.Int64
+	// inflight counts an export view's requests being served (watches
+	// included): such a view is not idle (see sweep).
+	inflight atomic.Int64
 	handler  http.Handler
 }
 
@@ -368,6 +397,11 @@ func (v *View) Identity(gr schema.GroupResource) string {
 	}
 	return v.s.BoundIdentity(v.cluster, gr)
 }
+
+// Export is the identity of the APIExport whose objects the view serves
+// across all its consumers ("" for a cluster's definitions and for
+// requests across clusters without an export).
+func (v *View) Export() string { return v.identity }
 
 func (v *View) scope() scope { return scope{cluster: v.cluster, identity: v.identity} }
 
@@ -530,8 +564,9 @@ func (s *Server) wildcardCRD(name string) (*apiextensionsv1.CustomResourceDefini
 	return out, nil
 }
 
-// handlerFor returns the scope's CRD handler, building it on first use.
-func (s *Server) handlerFor(sc scope) (http.Handler, error) {
+// handlerFor returns the scope's view with its CRD handler, building it on
+// first use.
+func (s *Server) handlerFor(sc scope) (*View, error) {
 	s.mu.Lock()
 	v := s.views[sc]
 	s.mu.Unlock()
@@ -551,7 +586,7 @@ func (s *Server) handlerFor(sc scope) (http.Handler, error) {
 		s.mu.Unlock()
 	}
 	v.lastUsed.Store(time.Now().UnixNano())
-	return v.handler, nil
+	return v, nil
 }
 
 // handlerScope is the scope whose handler serves a resource request of
@@ -560,9 +595,10 @@ func (s *Server) handlerFor(sc scope) (http.Handler, error) {
 // what that handler holds does not depend on the consumer. Its definitions
 // are the export's (a consumer's differ only in annotations the upstream
 // handler does not read), its storage is the export identity's key range
-// and takes the logical cluster from each request's context (clusterstore),
-// with no cache of its own (custom resources have no watch cache), and
-// admission and authorization see each request's cluster. So a consumer
+// and takes the logical cluster from each request's context (clusterstore:
+// its watch cache over all consumers keys every object by its cluster, as
+// the built-in resources' caches do), and admission and authorization see
+// each request's cluster. So a consumer
 // still reads and writes only its own objects, and a binding costs no
 // serving state. Everything else (a cluster's own CRDs, which win over a
 // binding, and requests across all clusters) keeps the handler of sc.
@@ -601,7 +637,12 @@ func (s *Server) sweep(ctx context.Context) {
 		var dropped []*View
 		s.mu.Lock()
 		for c, v := range s.views {
-			if v.lastUsed.Load() < cutoff {
+			// An export's view holds the watch cache of the export's
+			// objects in all consumers: while a provider watches it, it
+			// stays (a new cache would start from the current revision,
+			// and the provider's next watch, from an older one, would
+			// have to list everything again).
+			if v.lastUsed.Load() < cutoff && v.inflight.Load() == 0 {
 				delete(s.views, c)
 				dropped = append(dropped, v)
 			}
@@ -650,13 +691,21 @@ func (s *Server) Wrap(inner http.Handler) http.Handler {
 				_ = json.NewEncoder(w).Encode(st)
 				return
 			}
-			h, err := s.handlerFor(s.handlerScope(sc, schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}))
+			hs := s.handlerScope(sc, schema.GroupResource{Group: info.APIGroup, Resource: info.Resource})
+			v, err := s.handlerFor(hs)
 			if err != nil {
 				klog.ErrorS(err, "building the CRD handler", "cluster", cluster)
 				http.Error(w, "the server could not serve custom resources in this logical cluster", http.StatusInternalServerError)
 				return
 			}
-			h.ServeHTTP(w, req)
+			if hs.identity != "" {
+				v.inflight.Add(1)
+				defer func() {
+					v.lastUsed.Store(time.Now().UnixNano())
+					v.inflight.Add(-1)
+				}()
+			}
+			v.handler.ServeHTTP(w, req)
 			return
 		}
 		if req.Method != http.MethodGet && req.Method != http.MethodHead {

@@ -43,6 +43,12 @@ type RESTOptionsGetter struct {
 	// they get no object-count poller, which would be a goroutine per
 	// cluster and CRD counting one resource across all clusters anyway.
 	PerCluster bool
+	// AcrossClusters marks stores built on first use, like PerCluster, that
+	// each serve one key range across every cluster (an APIExport's view:
+	// the export's objects in all its consumers). They are few (one per
+	// export resource and version in use) and are kept in upstream's watch
+	// cache when the server enables it (see WrapAcrossClusters).
+	AcrossClusters bool
 	// OnCreate, when set for a resource, completes each new object of it
 	// just before it is stored (after the strategy and admission), for
 	// fields that must be there from the first version every client sees.
@@ -74,6 +80,29 @@ func WrapPerCluster(getter generic.RESTOptionsGetter) generic.RESTOptionsGetter 
 	return RESTOptionsGetter{Delegate: getter, PerCluster: true}
 }
 
+// WrapAcrossClusters is WrapPerCluster for the stores of an APIExport's
+// view, each of which lists and watches one export's key range across all
+// its consumers. Without a cache each list read and decoded every object
+// from the datastore (about 95 µs an object; a provider's informer over
+// 100,000 objects started in 10 s, and paged lists re-read from each
+// page's start). Under upstream's watch cache (--watch-cache) a list is
+// served from memory at a revision the cache has reached, pages come from
+// the cache's snapshots, and a watch from a list's resourceVersion replays
+// from the cache's history, as for built-in resources. The cache is one
+// reflector (one datastore watch) per export resource and version, never
+// one per consumer or binding; it costs one decoded copy of every object of
+// the export (docs/performance.md), and is dropped with the view's
+// handler when idle (crdserving).
+func WrapAcrossClusters(getter generic.RESTOptionsGetter) generic.RESTOptionsGetter {
+	if getter == nil {
+		return nil
+	}
+	if g, ok := getter.(RESTOptionsGetter); ok {
+		getter = g.Delegate
+	}
+	return RESTOptionsGetter{Delegate: getter, PerCluster: true, AcrossClusters: true}
+}
+
 // Wrap returns getter made cluster-aware; wrapping twice is a no-op.
 func Wrap(getter generic.RESTOptionsGetter) generic.RESTOptionsGetter {
 	if getter == nil {
@@ -101,9 +130,11 @@ func (g RESTOptionsGetter) GetRESTOptions(gr schema.GroupResource, example runti
 	// comes from the keys alone. Stores built per cluster (custom resources)
 	// share one connection instead of dialing one per cluster and CRD, and
 	// are not cached: a cache per cluster and CRD would be a goroutine each.
+	// An APIExport's view (AcrossClusters) is cached: one store per export
+	// resource for all its consumers.
 	inner := opts.Decorator
 	cached := inner != nil && !isUndecorated(inner)
-	perCluster := g.PerCluster
+	perCluster := g.PerCluster && !(g.AcrossClusters && cached)
 	onCreate := g.OnCreate[gr]
 	opts.Decorator = func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(runtime.Object) (string, error),
 		newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers,
@@ -121,6 +152,9 @@ func (g RESTOptionsGetter) GetRESTOptions(gr schema.GroupResource, example runti
 			}
 			s, destroy, err = withCacher(&c, resourcePrefix, cacheKeyFunc(resourcePrefix, keyFunc),
 				newFunc, newListFunc, sharedAttrs(getAttrs), triggers, indexers)
+			if err == nil && g.AcrossClusters {
+				s.(*cachedStore).datastoreUntilReady = true
+			}
 		default:
 			s, destroy, err = newRawStorage(config, newFunc, newListFunc, resourcePrefix)
 		}
@@ -146,9 +180,9 @@ func withCacher(config *storagebackend.ConfigForResource, resourcePrefix string,
 	if err != nil {
 		return nil, nil, err
 	}
-	fed, count := &atomic.Uint64{}, &objectCount{}
+	fed, filled, count := &atomic.Uint64{}, &atomic.Uint64{}, &objectCount{}
 	c, err := cacherstorage.NewCacherFromConfig(cacherstorage.Config{
-		Storage: cacheSource{Interface: raw, fed: fed, count: count,
+		Storage: cacheSource{Interface: raw, fed: fed, filled: filled, count: count,
 			prefix: path.Join("/", config.Prefix, resourcePrefix) + "/", codec: config.Codec},
 		Versioner:           storage.APIObjectVersioner{},
 		GroupResource:       config.GroupResource,
@@ -168,7 +202,7 @@ func withCacher(config *storagebackend.ConfigForResource, resourcePrefix string,
 	}
 	delegator := cacherstorage.NewCacheDelegator(c, raw)
 	var once sync.Once
-	return &cachedStore{Interface: delegator, raw: raw, fed: fed, count: count}, func() {
+	return &cachedStore{Interface: delegator, raw: raw, fed: fed, filled: filled, count: count, ready: c.Ready}, func() {
 		once.Do(func() {
 			delegator.Stop()
 			c.Stop()
@@ -182,9 +216,66 @@ func withCacher(config *storagebackend.ConfigForResource, resourcePrefix string,
 // resourceVersion handed to the cache.
 type cachedStore struct {
 	storage.Interface
-	raw   storage.Interface
-	fed   *atomic.Uint64
-	count *objectCount
+	raw storage.Interface
+	fed *atomic.Uint64
+	// filled is the revision of the list the cache last filled itself
+	// from: it has no events before it.
+	filled *atomic.Uint64
+	count  *objectCount
+	ready  func() bool
+	// datastoreUntilReady: while the cache fills (an APIExport's view,
+	// whose cache is built on its first request), lists wait for it (at
+	// most FillWait, then read the datastore) and watches read the
+	// datastore. Upstream answers both 429 meanwhile, which a client
+	// retries after a second or more.
+	datastoreUntilReady bool
+}
+
+// FillWait is how long a list waits for a filling cache of an APIExport's
+// view before it reads the datastore instead. Waiting is the cheaper: the
+// fill reads and decodes every object once, and a list read from the
+// datastore meanwhile would do it all again, and its resourceVersion, older
+// than the cache's first, would make a watch from it answer 410 Gone once
+// the cache serves watches (the client lists again).
+const FillWait = 30 * time.Second
+
+// filling reports whether the cache is filling and requests should wait
+// for it or read the datastore (datastoreUntilReady).
+func (c *cachedStore) filling() bool {
+	return c.datastoreUntilReady && !c.ready()
+}
+
+// beforeFill reports whether a watch from rv starts before the cache's
+// first revision (datastoreUntilReady). The cache would answer 410 Gone,
+// and the client would list everything again; the datastore still has
+// those events unless kine compacted them. That is the case of a provider
+// whose informer listed before the view was rebuilt (idle, or its export
+// changed) and watches again.
+func (c *cachedStore) beforeFill(rv string) bool {
+	if !c.datastoreUntilReady || rv == "" || rv == "0" {
+		return false
+	}
+	n, err := strconv.ParseUint(rv, 10, 64)
+	return err == nil && n < c.filled.Load()
+}
+
+// waitFilled waits until the cache has filled, at most FillWait, and
+// reports whether it has.
+func (c *cachedStore) waitFilled(ctx context.Context) bool {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.NewTimer(FillWait)
+	defer deadline.Stop()
+	for !c.ready() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline.C:
+			return false
+		case <-t.C:
+		}
+	}
+	return true
 }
 
 // Stats counts the objects in the watch cache instead of in the datastore.
@@ -332,6 +423,7 @@ func init() { legacyregistry.MustRegister(consistentListsFromDatastore) }
 type cacheSource struct {
 	storage.Interface
 	fed    *atomic.Uint64
+	filled *atomic.Uint64 // the revision of the last list (nil: not noted)
 	count  *objectCount
 	prefix string // the resource's etcd key prefix, ending in "/"
 	codec  runtime.Codec
@@ -362,6 +454,9 @@ func (s cacheSource) GetList(ctx context.Context, key string, opts storage.ListO
 	sharedList(out)
 	if m, err := meta.ListAccessor(out); err == nil {
 		s.note(m.GetResourceVersion())
+		if n, err := strconv.ParseUint(m.GetResourceVersion(), 10, 64); err == nil && s.filled != nil {
+			s.filled.Store(n)
+		}
 	}
 	if opts.Recursive {
 		s.count.reset(meta.LenList(out))
@@ -582,7 +677,13 @@ func (s *Store) Watch(ctx context.Context, key string, opts storage.ListOptions)
 	if err := checkResourceVersion(opts.ResourceVersion); err != nil {
 		return nil, err
 	}
-	w, err := s.Interface.Watch(ctx, k, opts)
+	from := s.Interface
+	if c, ok := s.Interface.(*cachedStore); ok && (c.filling() || c.beforeFill(opts.ResourceVersion)) {
+		// A watch from the datastore, from the same resourceVersion,
+		// delivers the same events.
+		from = c.raw
+	}
+	w, err := from.Watch(ctx, k, opts)
 	return w, datastoreError(err)
 }
 
@@ -606,9 +707,19 @@ func (s *Store) GetList(ctx context.Context, key string, opts storage.ListOption
 		return err
 	}
 	from := s.Interface
-	if c, ok := s.Interface.(*cachedStore); ok && c.consistentListFromDatastore(opts) {
-		from = c.raw
-		consistentListsFromDatastore.WithLabelValues(s.resource.String()).Inc()
+	if c, ok := s.Interface.(*cachedStore); ok {
+		switch {
+		// Not for an APIExport's view: its lists are of every consumer's
+		// objects, and reading them all from the datastore (seconds at
+		// 100,000) costs far more than waiting for a progress
+		// notification (at most a few hundred milliseconds while other
+		// resources are written).
+		case !c.datastoreUntilReady && c.consistentListFromDatastore(opts):
+			from = c.raw
+			consistentListsFromDatastore.WithLabelValues(s.resource.String()).Inc()
+		case c.filling() && !c.waitFilled(ctx):
+			from = c.raw
+		}
 	}
 	if err := from.GetList(ctx, k, opts, out); err != nil {
 		return datastoreError(err)

@@ -246,3 +246,26 @@ func TestCacheSourceFillsInProcess(t *testing.T) {
 		t.Error("a range ListObjects does not take did not go to the store below")
 	}
 }
+
+// An APIExport's view (datastoreUntilReady): a watch from before the
+// revision the cache filled itself from goes to the datastore, which still
+// has those events, instead of the cache, which would answer 410 Gone; other
+// stores keep upstream's behaviour.
+func TestWatchBeforeFillReadsTheDatastore(t *testing.T) {
+	filled := &atomic.Uint64{}
+	filled.Store(100)
+	view := &cachedStore{filled: filled, datastoreUntilReady: true, ready: func() bool { return true }}
+	builtin := &cachedStore{filled: filled, ready: func() bool { return true }}
+	for rv, want := range map[string]bool{"": false, "0": false, "99": true, "1": true, "100": false, "101": false, "x": false} {
+		if got := view.beforeFill(rv); got != want {
+			t.Errorf("an export view's watch from %q reads the datastore: %v, want %v", rv, got, want)
+		}
+		if builtin.beforeFill(rv) {
+			t.Errorf("a built-in resource's watch from %q reads the datastore", rv)
+		}
+	}
+	filling := &cachedStore{filled: filled, datastoreUntilReady: true, ready: func() bool { return false }}
+	if !filling.filling() || (&cachedStore{filled: filled, ready: func() bool { return false }}).filling() {
+		t.Error("only an export view's store reads the datastore while its cache fills")
+	}
+}

@@ -32,6 +32,11 @@ import (
 // shareMaps replaces the small maps of obj (labels, annotations, a config
 // map's data) by shared maps of equal content.
 func shareMaps(obj runtime.Object) {
+	if _, ok := obj.(runtime.Unstructured); ok {
+		// Its maps are map[string]interface{}: setting a shared
+		// map[string]string would only copy it into a new one.
+		return
+	}
 	if m, err := meta.Accessor(obj); err == nil {
 		if l := m.GetLabels(); len(l) > 0 {
 			m.SetLabels(sharedmaps.Of(l))

@@ -38,8 +38,10 @@ type apisResult struct {
 	gorBefore, gorAfter        int
 	heapObjects                float64
 	createsPerSec              float64
+	viewInformer               []time.Duration
 	viewList                   []time.Duration
 	viewPaged                  time.Duration
+	heapView                   float64
 	consumerP50, consumerP99   time.Duration
 	viewWatchOpen, viewWatchEv time.Duration
 }
@@ -188,8 +190,10 @@ func benchAPIs(bin string, log func(string, ...any)) (apisResult, error) {
 	r.heapObjects = s.liveHeapMiB()
 	log("%d databases: %.0f/s; live heap %.0f MiB", r.objects, r.createsPerSec, r.heapObjects)
 
-	// The provider's view, as a controller's informer starts: a full list
-	// across all consumers, then the same in pages of 500.
+	// The provider's view, as a controller starts: an informer (its list
+	// and watch) until it has synced, twice (the first is the view's first
+	// request: the server builds what serves it); then full lists across
+	// all consumers, and the same in pages of 500.
 	cfg, err := s.config("root")
 	if err != nil {
 		return r, err
@@ -198,6 +202,31 @@ func benchAPIs(bin string, log func(string, ...any)) (apisResult, error) {
 	view, err := dynamic.NewForConfig(clusterinformer.WildcardConfig(cfg))
 	if err != nil {
 		return r, err
+	}
+	root, err := s.client("root")
+	if err != nil {
+		return r, err
+	}
+	profiled := cpuProfile(root, "apis-view.pprof", "the view's informers and lists", log)
+	for range 2 {
+		inf, err := clusterinformer.Dynamic(cfg, benchDatabases)
+		if err != nil {
+			return r, err
+		}
+		infCtx, stopInf := context.WithCancel(ctx)
+		t := time.Now()
+		inf.Start(infCtx)
+		err = inf.WaitForCacheSync(infCtx)
+		d := time.Since(t)
+		n := len(inf.Indexer().ListKeys())
+		stopInf()
+		if err != nil {
+			return r, fmt.Errorf("an informer on the view: %v", err)
+		}
+		if n != r.objects {
+			return r, fmt.Errorf("an informer on the view holds %d databases, want %d", n, r.objects)
+		}
+		r.viewInformer = append(r.viewInformer, d)
 	}
 	for range 3 {
 		t := time.Now()
@@ -226,7 +255,10 @@ func benchAPIs(bin string, log func(string, ...any)) (apisResult, error) {
 		return r, fmt.Errorf("paging through the view gave %d databases, want %d", n, r.objects)
 	}
 	r.viewPaged = time.Since(t)
-	log("view: full list %v, paged %v", r.viewList, r.viewPaged)
+	profiled()
+	r.heapView = s.liveHeapMiB()
+	s.writeProfile("apis-view-heap.pprof", log, "heap", "gc", "1")
+	log("view: informer synced %v, full list %v, paged %v; live heap %.0f MiB", r.viewInformer, r.viewList, r.viewPaged, r.heapView)
 
 	// A watch through the view: open it from the list's resource version,
 	// then one write in a consumer until the watch delivers it.
@@ -309,10 +341,19 @@ func renderAPIs(rs []apisResult) string {
 	row(fmt.Sprintf("bound objects created (%d consumers, %d each)", r0.consumers, r0.objects/r0.consumers), func(r apisResult) string {
 		return fmt.Sprintf("%.0f/s; live heap after %.0f MiB", r.createsPerSec, r.heapObjects)
 	})
-	row(fmt.Sprintf("provider's view: one list of all %d objects (3 runs)", r0.objects), func(r apisResult) string {
-		return ms(r.viewList[0]) + " / " + ms(r.viewList[1]) + " / " + ms(r.viewList[2])
+	perSec := func(r apisResult, d time.Duration) string {
+		return fmt.Sprintf("%.0f/s", float64(r.objects)/d.Seconds())
+	}
+	row("provider's view: an informer (list and watch) until synced, the view's first request; then again", func(r apisResult) string {
+		return fmt.Sprintf("%s (%s); %s (%s)", ms(r.viewInformer[0]), perSec(r, r.viewInformer[0]), ms(r.viewInformer[1]), perSec(r, r.viewInformer[1]))
 	})
-	row("provider's view: the same in pages of 500", func(r apisResult) string { return ms(r.viewPaged) })
+	row(fmt.Sprintf("provider's view: one list of all %d objects (3 runs)", r0.objects), func(r apisResult) string {
+		return fmt.Sprintf("%s / %s / %s (%s at the median)", ms(r.viewList[0]), ms(r.viewList[1]), ms(r.viewList[2]), perSec(r, percentile(r.viewList, 0.5)))
+	})
+	row("provider's view: the same in pages of 500", func(r apisResult) string { return fmt.Sprintf("%s (%s)", ms(r.viewPaged), perSec(r, r.viewPaged)) })
+	row("live heap after the view's informers and lists (with the objects)", func(r apisResult) string {
+		return fmt.Sprintf("%.0f -> %.0f MiB (%.0f bytes per object)", r.heapObjects, r.heapView, (r.heapView-r.heapObjects)*(1<<20)/float64(r.objects))
+	})
 	row("provider's view: watch opened from a list's resourceVersion; a consumer's write -> event", func(r apisResult) string {
 		return ms(r.viewWatchOpen) + "; " + ms(r.viewWatchEv)
 	})
