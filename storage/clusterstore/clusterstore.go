@@ -709,15 +709,19 @@ func (s *Store) GetList(ctx context.Context, key string, opts storage.ListOption
 	from := s.Interface
 	if c, ok := s.Interface.(*cachedStore); ok {
 		switch {
-		// Not for an APIExport's view: its lists are of every consumer's
-		// objects, and reading them all from the datastore (seconds at
-		// 100,000) costs far more than waiting for a progress
-		// notification (at most a few hundred milliseconds while other
-		// resources are written).
-		case !c.datastoreUntilReady && c.consistentListFromDatastore(opts):
+		// Not for a list of an APIExport's view across its consumers: it
+		// holds every consumer's objects, and reading them all from the
+		// datastore (seconds at 100,000) costs far more than waiting for
+		// a progress notification (at most a few hundred milliseconds
+		// while other resources are written). A consumer's own list in
+		// the same store (one handler per export) is small and keeps the
+		// rule.
+		case (!c.datastoreUntilReady || !cluster.IsWildcard()) && c.consistentListFromDatastore(opts):
 			from = c.raw
 			consistentListsFromDatastore.WithLabelValues(s.resource.String()).Inc()
-		case c.filling() && !c.waitFilled(ctx):
+		// While the cache fills, a consumer's own list reads the datastore
+		// at once (a few objects); a list across consumers waits for it.
+		case c.filling() && (!cluster.IsWildcard() || !c.waitFilled(ctx)):
 			from = c.raw
 		}
 	}
