@@ -7,7 +7,9 @@ import (
 	"k8s.io/kubernetes/pkg/capabilities"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"slices"
+	"sync"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -72,6 +74,7 @@ const CacheConsistencyCheckPeriod = time.Hour
 // drains requests and closes the database.
 func Run(ctx context.Context, o *CompletedOptions) error {
 	start := time.Now()
+	stopStartProfile := startProfile()
 	// No tenant's object may end the process (see package panics).
 	panics.Install()
 	// Pods run on physical clusters, never here: whether a tenant's pod may
@@ -259,6 +262,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	chain.GenericAPIServer.AddPostStartHookOrDie("kcp-ready-message", func(hc genericapiserver.PostStartHookContext) error {
 		go func() {
 			if waitReady(hc.Context, hc.LoopbackClientConfig) {
+				stopStartProfile()
 				klog.InfoS("kcp is ready", "server", o.ServerURL, "kubeconfig", o.PKI.AdminKubeconfig(), "datastore", o.Datastore.String(), "took", time.Since(start).Round(time.Millisecond))
 			}
 		}()
@@ -386,4 +390,31 @@ func auditToDatastore(c *genericcp.Config, o *CompletedOptions, db *sql.DB) erro
 		g.AuditBackend = b
 	}
 	return nil
+}
+
+// StartProfileEnv names a file for a CPU profile of the start-up, from the
+// process's start until it is ready (docs/operations.md).
+const StartProfileEnv = "KCP_START_CPU_PROFILE"
+
+func startProfile() func() {
+	path := os.Getenv(StartProfileEnv)
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		klog.ErrorS(err, "no start-up CPU profile", "env", StartProfileEnv)
+		return func() {}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+			klog.InfoS("start-up CPU profile written", "file", path)
+		})
+	}
 }

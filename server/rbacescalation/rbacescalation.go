@@ -9,8 +9,6 @@
 package rbacescalation
 
 import (
-	"fmt"
-
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -48,14 +46,13 @@ type provider struct {
 	authz authorizer.Authorizer
 }
 
-// PostStartHook passes on upstream's hook, which creates the bootstrap
-// roles and bindings in root (the shared ones among them): an embedded
-// interface does not carry the methods of the type behind it.
+// PostStartHook replaces upstream's hook, which creates the bootstrap
+// roles and bindings in root (the shared ones among them), with kcp's
+// (bootstrapHook: the same policy and reconciliation, quicker at start-up).
+// An embedded interface does not carry the methods of the type behind it,
+// so the provider must say it has a hook.
 func (p provider) PostStartHook() (string, genericapiserver.PostStartHookFunc, error) {
-	if h, ok := p.RESTStorageProvider.(genericapiserver.PostStartHookProvider); ok {
-		return h.PostStartHook()
-	}
-	return "", nil, fmt.Errorf("the RBAC storage provider %T has no post-start hook creating the bootstrap roles", p.RESTStorageProvider)
+	return BootstrapHookName, bootstrapHook(), nil
 }
 
 func (p provider) NewRESTStorage(src serverstorage.APIResourceConfigSource, getter genericregistry.RESTOptionsGetter) (genericapiserver.APIGroupInfo, error) {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"sync"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -62,7 +63,12 @@ func retried(ctx context.Context, what string, f func(context.Context) error) er
 	return err
 }
 
+// install writes every CRD at once and waits for all of them: each one
+// alone is a write and then a wait of about 100 ms for the establishing
+// controller, so one after another they were over a second of a cold
+// start. The first error is returned once all are done.
 func install(ctx context.Context, client apiextensionsclient.Interface) error {
+	var crds []*apiextensionsv1.CustomResourceDefinition
 	for _, defs := range []fs.FS{tenancy.CRDs, workload.CRDs, apiresource.CRDs, apis.CRDs} {
 		files, err := fs.Glob(defs, "crds/*.yaml")
 		if err != nil {
@@ -73,13 +79,26 @@ func install(ctx context.Context, client apiextensionsclient.Interface) error {
 			if err != nil {
 				return err
 			}
-			var crd apiextensionsv1.CustomResourceDefinition
-			if err := yaml.UnmarshalStrict(raw, &crd); err != nil {
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if err := yaml.UnmarshalStrict(raw, crd); err != nil {
 				return fmt.Errorf("%s: %v", f, err)
 			}
-			if err := retried(ctx, "installing "+crd.Name, func(ctx context.Context) error { return apply(ctx, client, &crd) }); err != nil {
-				return err
-			}
+			crds = append(crds, crd)
+		}
+	}
+	errs := make([]error, len(crds))
+	var wg sync.WaitGroup
+	for i, crd := range crds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = retried(ctx, "installing "+crd.Name, func(ctx context.Context) error { return apply(ctx, client, crd) })
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -101,8 +120,10 @@ func apply(ctx context.Context, client apiextensionsclient.Interface, crd *apiex
 			return err
 		}
 	}
+	// Read from the watch cache: a consistent read is a datastore query,
+	// and all of kcp's CRDs wait at once.
 	return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		got, err := crds.Get(ctx, crd.Name, metav1.GetOptions{})
+		got, err := crds.Get(ctx, crd.Name, metav1.GetOptions{ResourceVersion: "0"})
 		if err != nil {
 			return false, nil
 		}
@@ -127,7 +148,12 @@ func InstallBuiltInTypes(ctx context.Context, loopback *rest.Config) error {
 	return installBuiltInTypes(ctx, d)
 }
 
+// builtInTypesManager is the field manager of the built-in types' first
+// write.
+const builtInTypesManager = "kcp"
+
 func installBuiltInTypes(ctx context.Context, d dynamic.Interface) error {
+	res := d.Resource(tenancy.WorkspaceTypesResource)
 	for name, description := range tenancy.BuiltInTypes {
 		wt := &unstructured.Unstructured{Object: map[string]interface{}{
 			"apiVersion": tenancy.Group + "/" + tenancy.Version,
@@ -136,10 +162,23 @@ func installBuiltInTypes(ctx context.Context, d dynamic.Interface) error {
 			"spec":       map[string]interface{}{"description": description},
 		}}
 		if err := retried(ctx, "WorkspaceType "+name, func(ctx context.Context) error {
-			_, err := d.Resource(tenancy.WorkspaceTypesResource).Create(ctx, wt, metav1.CreateOptions{})
-			if apierrors.IsAlreadyExists(err) {
-				return nil
+			_, err := res.Get(ctx, name, metav1.GetOptions{})
+			if !apierrors.IsNotFound(err) {
+				return err // there (nil), or ask again
 			}
+			// A missing type is written with a server-side apply, not a
+			// create: upstream's custom resource handler holds every create
+			// in a CRD Established less than 2 s ago for 2 s (so that in a
+			// high-availability setup every API server has seen the CRD
+			// before a client reads the object back), and on a new database
+			// kcp's CRDs were established a moment ago: that wait was two
+			// thirds of a cold start. Here it guards nothing: no replica
+			// answers /readyz, so none serves a client, before its own
+			// kcp-tenancy hook has seen these CRDs Established. Without
+			// force, an apply that finds the type written by someone else a
+			// moment ago with another description is a conflict, retried,
+			// and then the type is found and left alone.
+			_, err = res.Apply(ctx, name, wt, metav1.ApplyOptions{FieldManager: builtInTypesManager})
 			return err
 		}); err != nil {
 			return err

@@ -2,7 +2,9 @@ package systemcrds
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"sync/atomic"
@@ -13,8 +15,10 @@ import (
 	apiextensionsfake "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/fake"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -92,11 +96,22 @@ func TestBuiltInTypesRetryTransientErrors(t *testing.T) {
 	scheme := runtime.NewScheme()
 	d := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{tenancy.WorkspaceTypesResource: "WorkspaceTypeList"})
 	var failed atomic.Int32
-	d.PrependReactor("create", "workspacetypes", func(clienttesting.Action) (bool, runtime.Object, error) {
+	// The fake's tracker does not create on apply; this reactor does, as
+	// the server does, and refuses anything but an apply.
+	d.PrependReactor("patch", "workspacetypes", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		if failed.Add(1) == 1 {
 			return true, nil, apierrors.NewTooManyRequests("the server is warming up", 1)
 		}
-		return false, nil, nil
+		p := a.(clienttesting.PatchAction)
+		if p.GetPatchType() != types.ApplyPatchType {
+			return true, nil, fmt.Errorf("a %s patch, not an apply", p.GetPatchType())
+		}
+		u := &unstructured.Unstructured{}
+		if err := json.Unmarshal(p.GetPatch(), &u.Object); err != nil {
+			return true, nil, err
+		}
+		u.SetName(p.GetName())
+		return true, u, d.Tracker().Create(tenancy.WorkspaceTypesResource, u, "")
 	})
 	if err := installBuiltInTypes(context.Background(), d); err != nil {
 		t.Fatalf("built-in types with a 429 on the way: %v", err)

@@ -129,6 +129,15 @@ func main() {
 		fmt.Print(renderSnapshots(r))
 		return
 	}
+	if *startupRounds > 0 {
+		r, err := benchStartup(log)
+		if err != nil {
+			log("start-up benchmark failed: %v", err)
+			os.Exit(1)
+		}
+		fmt.Print(renderStartup(r))
+		return
+	}
 	if *restoreOnly {
 		r, err := benchRestore(log)
 		if err != nil {
