@@ -96,6 +96,13 @@ func TestFaultWorkspaceBootstrapSQLite(t *testing.T) {
 			}
 			cs := fastClient(t, s)
 			w := createWorkspacesUntilStopped(t, cs, 4)
+			// Some creates acknowledged before the fault, however slow the
+			// machine (on a loaded one 2 s were once not enough for any).
+			framework.Eventually(t, 60*time.Second, "a first workspace create to be acknowledged", func() (bool, string) {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				return len(w.acked) > 0, fmt.Sprintf("failures by code %v", w.codes)
+			})
 			time.Sleep(2 * time.Second)
 			switch fault {
 			case "disk full":
