@@ -2,7 +2,6 @@ package shards
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -91,9 +90,12 @@ func TestMoveWorkspace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cs := p.Client(c)
+			cfg := p.Config(c)
+			cfg.Timeout = 20 * time.Second // a write that hangs is an error, not a stuck test
+			cs := kubernetes.NewForConfigOrDie(cfg)
 			for i := 0; writers.Err() == nil; i++ {
 				name := fmt.Sprintf("w%d-%04d", w, i)
+				sent := time.Now()
 				_, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"by": "writer"}}, metav1.CreateOptions{})
 				mu.Lock()
 				switch {
@@ -102,7 +104,7 @@ func TestMoveWorkspace(t *testing.T) {
 				case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "moving to shard shard-2"):
 					refusals = append(refusals, err.Error())
 				default:
-					otherErrors = append(otherErrors, name+": "+err.Error())
+					otherErrors = append(otherErrors, fmt.Sprintf("%s (sent %s, answered %s): %v", name, sent.UTC().Format("15:04:05.000"), time.Now().UTC().Format("15:04:05.000"), err))
 				}
 				mu.Unlock()
 				time.Sleep(20 * time.Millisecond)
@@ -120,7 +122,7 @@ func TestMoveWorkspace(t *testing.T) {
 	if !strings.HasPrefix(status, "Succeeded ") {
 		t.Fatalf("the move: %s\nsource log:\n%s", status, source.LogTail(40))
 	}
-	t.Logf("move: %s", status)
+	t.Logf("move: %s; %s", status, p.Kubectl("root", "get", "workspacemove", "to-2", "-o", "jsonpath=started {.status.startedAt} frozen {.status.frozenAt} switched {.status.switchedAt} completed {.status.completedAt}"))
 	time.Sleep(2 * time.Second) // writes after the move
 	stopWriters()
 	wg.Wait()
@@ -128,7 +130,8 @@ func TestMoveWorkspace(t *testing.T) {
 	mu.Lock()
 	t.Logf("writes: %d acknowledged, %d refused while frozen, %d other errors", len(acked), len(refusals), len(otherErrors))
 	if len(otherErrors) > 0 {
-		t.Errorf("writes failed other than with the freeze's 403: %v", otherErrors)
+		t.Errorf("writes failed other than with the freeze's 403: %v\n--- front proxy log ---\n%s\n--- old shard log ---\n%s\n--- new shard log ---\n%s",
+			otherErrors, p.LogTail(60), source.LogTail(60), target.LogTail(60))
 	}
 	if len(refusals) > 0 {
 		t.Logf("a refusal: %s", refusals[0])
@@ -208,13 +211,15 @@ func TestMoveWorkspace(t *testing.T) {
 	}
 
 	t.Run("a tenant cannot move a workspace", func(t *testing.T) {
+		in.Shards["root"].GrantAccess("root", "tina", "mover")
 		p.KubectlApply(c, "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: tina-admin}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\nsubjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: tina}]\n")
 		cfg := framework.UserConfig(t, in.Shards["root"], "tina")
 		cfg.Host = p.URL() + "/clusters/" + c
 		tina := kubernetes.NewForConfigOrDie(cfg)
-		if _, err := tina.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{}); err != nil {
-			t.Fatalf("tina, admin of %s, cannot list there: %v", c, err)
-		}
+		framework.Eventually(t, 30*time.Second, "tina, admin of "+c+", to list there", func() (bool, string) {
+			_, err := tina.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
+			return err == nil, fmt.Sprint(err)
+		})
 		cfg.Host = p.URL() + "/clusters/root"
 		d := dynamic.NewForConfigOrDie(cfg)
 		_, err := d.Resource(tenancy.WorkspaceMovesResource).Create(ctx, moveObject("by-tina", "mover", "shard-1"), metav1.CreateOptions{})
@@ -365,4 +370,100 @@ func (m *mirror) run(ctx context.Context) {
 	}
 }
 
-var _ = errors.New
+
+// TestMoveWorkspaceResumesAfterKill kills the parent's shard (which runs
+// the move) with SIGKILL while the move copies: the workspace stays
+// readable (frozen) meanwhile, and the move completes when that shard is
+// back, with every object on the new shard and none on the old one.
+func TestMoveWorkspaceResumesAfterKill(t *testing.T) {
+	in := framework.StartShards(t, []string{"", framework.DatastoreFor(t, framework.Postgres), ""}, 1)
+	root, source, target := in.Shards["root"], in.Shards["shard-1"], in.Shards["shard-2"]
+	p := in.Proxies[0]
+	ctx := context.Background()
+	const c, n = "root:big", 3000
+
+	p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: Workspace\nmetadata: {name: big}\nspec: {shard: shard-1}\n")
+	framework.Eventually(t, 60*time.Second, "workspace big Ready", func() (bool, string) {
+		out, _ := p.KubectlErr("root", "", "get", "workspace", "big", "-o", "jsonpath={.status.phase}")
+		return out == "Ready", out
+	})
+	cs := p.Client(c)
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%04d", i)}, Data: map[string]string{"payload": strings.Repeat("x", 500)}}
+				if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	before, err := cs.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: WorkspaceMove\nmetadata: {name: big-to-2}\nspec: {workspace: big, toShard: shard-2}\n")
+	framework.Eventually(t, 60*time.Second, "the move to be copying", func() (bool, string) {
+		out, _ := p.KubectlErr("root", "", "get", "workspacemove", "big-to-2", "-o", "jsonpath={.status.step} {.status.phase}")
+		return strings.HasPrefix(out, "Copying") || strings.Contains(out, "Succeeded"), out
+	})
+	root.Kill()
+	t.Logf("killed the parent's shard mid-move; the new shard holds %d rows of %s so far", liveRows(t, target, c), c)
+	if liveRows(t, target, c) >= len(before.Items)+5 {
+		t.Logf("the copy had finished before the kill: the test shows resumption of the later steps only")
+	}
+
+	// Meanwhile the workspace is readable through the proxy and refuses
+	// writes with the freeze's message.
+	got, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "cm-0001", metav1.GetOptions{})
+	if err != nil || got.Data["payload"] == "" {
+		t.Errorf("reading the workspace while the move is stopped: %v", err)
+	}
+	_, err = cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "during"}}, metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "moving to shard shard-2") {
+		t.Errorf("a write while the move is stopped: %v, want 403 saying it is moving", err)
+	}
+
+	root.Start()
+	var status string
+	framework.Eventually(t, 120*time.Second, "WorkspaceMove big-to-2 to end", func() (bool, string) {
+		status, _ = p.KubectlErr("root", "", "get", "workspacemove", "big-to-2", "-o", "jsonpath={.status.phase} {.status.message}")
+		return strings.HasPrefix(status, "Succeeded ") || strings.HasPrefix(status, "Failed "), status
+	})
+	if !strings.HasPrefix(status, "Succeeded ") {
+		t.Fatalf("the resumed move: %s", status)
+	}
+	t.Logf("resumed move: %s", status)
+	after, err := target.Client(c).CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uids := map[string]string{}
+	for _, cm := range after.Items {
+		uids[cm.Name] = string(cm.UID)
+	}
+	for _, cm := range before.Items {
+		if uids[cm.Name] != string(cm.UID) {
+			t.Errorf("%s on the new shard: UID %q, want %q", cm.Name, uids[cm.Name], cm.UID)
+		}
+	}
+	if len(after.Items) != len(before.Items) {
+		t.Errorf("the new shard has %d ConfigMaps, the workspace had %d", len(after.Items), len(before.Items))
+	}
+	if n := liveRows(t, source, c); n != 0 {
+		t.Errorf("the old shard still stores %d rows of %s", n, c)
+	}
+	if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{}); err != nil {
+		t.Errorf("writing the moved workspace through the proxy: %v", err)
+	}
+}
