@@ -68,12 +68,14 @@ func (r *routes) storeLocked(c logicalcluster.Name, hs []holder) {
 	}
 }
 
-// choose is the copy requests go to: one not marked moved, else a moved
-// one (which answers 503 until the new shard's copy is seen).
+// choose is the copy requests go to: the newest seen of those not marked
+// moved (a second copy appears only by a move, and its old shard's mark
+// may arrive later), else a moved one (which answers 503 until the new
+// shard's copy is seen).
 func choose(hs []holder) (string, bool) {
-	for _, h := range hs {
-		if !h.moved {
-			return h.shard, true
+	for i := len(hs) - 1; i >= 0; i-- {
+		if !hs[i].moved {
+			return hs[i].shard, true
 		}
 	}
 	if len(hs) > 0 {

@@ -18,8 +18,8 @@ func TestRoutesPreferTheCopyNotMoved(t *testing.T) {
 	}
 	for name, events := range map[string][]ev{
 		"marked, then the new copy, then deleted": {{"a", false, false}, {"a", true, false}, {"b", false, false}, {"a", true, true}},
-		"new copy first":                          {{"a", false, false}, {"b", false, false}, {"a", true, false}, {"a", true, true}},
-		"a late unmarked event of the old copy":   {{"a", false, false}, {"a", true, false}, {"b", false, false}, {"a", false, false}},
+		"new copy first":                        {{"a", false, false}, {"b", false, false}, {"a", true, false}, {"a", true, true}},
+		"a late unmarked event of the old copy": {{"a", false, false}, {"a", true, false}, {"b", false, false}, {"a", false, false}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := newRoutes()

@@ -290,9 +290,9 @@ func diff(got, want map[string]string) string {
 // mirror keeps what a list and watch of ConfigMaps in default shows, as a
 // reflector does.
 type mirror struct {
-	cs                    kubernetes.Interface
-	mu                    sync.Mutex
-	objects               map[string]string // name -> resourceVersion
+	cs                   kubernetes.Interface
+	mu                   sync.Mutex
+	objects              map[string]string // name -> resourceVersion
 	lists, watches, gone int
 }
 
@@ -369,7 +369,6 @@ func (m *mirror) run(ctx context.Context) {
 		w.Stop()
 	}
 }
-
 
 // TestMoveWorkspaceResumesAfterKill kills the parent's shard (which runs
 // the move) with SIGKILL while the move copies: the workspace stays
