@@ -67,6 +67,7 @@ type Server struct {
 	once     sync.Once
 	roots    *x509.CertPool
 	loopback *rest.Config
+	mu       sync.Mutex
 	clients  *clusterinformer.Clients
 }
 
@@ -145,6 +146,9 @@ type Request struct {
 	// Final: export marks the cluster moved first (it stops serving it);
 	// import writes the LogicalCluster last (the new shard serves it).
 	Final bool `json:"final,omitempty"`
+	// Precopy: export while the cluster is still writable (a first copy,
+	// so that the frozen copy after it writes only what changed).
+	Precopy bool `json:"precopy,omitempty"`
 	// Revision (import): the source's revision when it stopped serving.
 	Revision int64 `json:"revision,omitempty"`
 	// Rows (import): the stored rows, key to value.
@@ -265,14 +269,18 @@ func (s *Server) lcClient(c logicalcluster.Name) (dynamic.ResourceInterface, err
 	if s.loopback == nil {
 		return nil, fmt.Errorf("the server is starting")
 	}
+	s.mu.Lock()
 	if s.clients == nil {
 		cs, err := clusterinformer.NewClients(s.loopback)
 		if err != nil {
+			s.mu.Unlock()
 			return nil, err
 		}
 		s.clients = cs
 	}
-	d, err := s.clients.Dynamic(c)
+	clients := s.clients
+	s.mu.Unlock()
+	d, err := clients.Dynamic(c)
 	if err != nil {
 		return nil, err
 	}
@@ -366,8 +374,11 @@ func (s *Server) export(ctx context.Context, req Request) (*Export, error) {
 		return nil, conflict(fmt.Sprintf("shard %s does not hold logical cluster %s", s.Self, req.Cluster))
 	}
 	a := (&unstructured.Unstructured{Object: obj}).GetAnnotations()
-	if a[tenancy.MoveAnnotation] == "" {
+	if a[tenancy.MoveAnnotation] == "" && !req.Precopy {
 		return nil, conflict(fmt.Sprintf("logical cluster %s is not frozen for a move", req.Cluster))
+	}
+	if req.Precopy && req.Final {
+		return nil, conflict("a final export is of a frozen cluster, not a pre-copy")
 	}
 	if req.Final {
 		to, _ := tenancy.ParseMove(a[tenancy.MoveAnnotation])

@@ -134,6 +134,22 @@ func (r *reconciler) move(ctx context.Context, parent logicalcluster.Name, wm *u
 			_ = unstructured.SetNestedField(wm.Object, r.now().UTC().Format(time.RFC3339Nano), "status", "startedAt")
 		}
 		base := movepeer.Request{Cluster: child, Move: moveValue, FromShard: from, ParentShard: r.m.Self}
+		if src.Move == "" {
+			// A first copy while the workspace is still writable: the
+			// frozen copy after it writes only what changed meanwhile,
+			// which keeps the read-only window short.
+			r.step(ctx, parent, wm, "Precopying", fmt.Sprintf("copying %s from shard %s to shard %s while it is writable", child, from, to))
+			pre := base
+			pre.Precopy = true
+			var exp movepeer.Export
+			if err := r.peers.call(ctx, from, "export", pre, &exp); err != nil {
+				return 0, conflictRefused(err)
+			}
+			pre.Rows = exp.Rows
+			if err := r.peers.call(ctx, to, "import", pre, nil); err != nil {
+				return 0, err
+			}
+		}
 		if src.MovedTo == "" {
 			r.step(ctx, parent, wm, "Freezing", fmt.Sprintf("freezing %s on shard %s", child, from))
 			if err := r.peers.call(ctx, from, "freeze", base, nil); err != nil {
