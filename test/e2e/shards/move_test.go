@@ -242,6 +242,45 @@ func TestMoveWorkspace(t *testing.T) {
 		}
 	})
 
+	t.Run("from the parent's shard, then deleted", func(t *testing.T) {
+		// A workspace on its parent's shard (root), with a child: the
+		// move is refused until the child is gone.
+		p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: Workspace\nmetadata: {name: home}\n")
+		framework.Eventually(t, 60*time.Second, "workspace home Ready", func() (bool, string) {
+			out, _ := p.KubectlErr("root", "", "get", "workspace", "home", "-o", "jsonpath={.status.phase}")
+			return out == "Ready", out
+		})
+		p.KubectlApply("root:home", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: Workspace\nmetadata: {name: kid}\n")
+		p.Kubectl("root:home", "create", "configmap", "at-home", "-n", "default", "--from-literal=k=v")
+		uid := p.Kubectl("root:home", "get", "configmap", "at-home", "-n", "default", "-o", "jsonpath={.metadata.uid}")
+		p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: WorkspaceMove\nmetadata: {name: home-tree}\nspec: {workspace: home, toShard: shard-1}\n")
+		framework.Eventually(t, 30*time.Second, "WorkspaceMove home-tree refused", func() (bool, string) {
+			out, _ := p.KubectlErr("root", "", "get", "workspacemove", "home-tree", "-o", "jsonpath={.status.phase} {.status.message}")
+			return strings.HasPrefix(out, "Failed ") && strings.Contains(out, "child workspaces"), out
+		})
+		p.Kubectl("root:home", "delete", "workspace", "kid", "--wait=true", "--timeout=60s")
+		p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: WorkspaceMove\nmetadata: {name: home-to-1}\nspec: {workspace: home, toShard: shard-1}\n")
+		framework.Eventually(t, 60*time.Second, "WorkspaceMove home-to-1 to end", func() (bool, string) {
+			out, _ := p.KubectlErr("root", "", "get", "workspacemove", "home-to-1", "-o", "jsonpath={.status.phase} {.status.message}")
+			return strings.HasPrefix(out, "Succeeded ") || strings.HasPrefix(out, "Failed "), out
+		})
+		if out := p.Kubectl("root", "get", "workspacemove", "home-to-1", "-o", "jsonpath={.status.phase} {.status.message}"); !strings.HasPrefix(out, "Succeeded ") {
+			t.Fatalf("moving home from the parent's shard: %s", out)
+		}
+		if got := p.Kubectl("root:home", "get", "configmap", "at-home", "-n", "default", "-o", "jsonpath={.metadata.uid}"); got != uid {
+			t.Errorf("at-home after the move: UID %q, want %q", got, uid)
+		}
+		if n := liveRows(t, in.Shards["root"], "root:home"); n != 0 {
+			t.Errorf("the parent's shard still stores %d rows of root:home", n)
+		}
+		// Deleting the moved workspace deletes its data on its new shard.
+		p.Kubectl("root", "delete", "workspace", "home", "--wait=true", "--timeout=60s")
+		framework.Eventually(t, 30*time.Second, "root:home's rows gone from shard-1", func() (bool, string) {
+			n := liveRows(t, source, "root:home")
+			return n == 0, fmt.Sprintf("%d rows", n)
+		})
+	})
+
 	t.Run("an unknown shard is refused with the list of shards", func(t *testing.T) {
 		p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: WorkspaceMove\nmetadata: {name: nowhere}\nspec: {workspace: mover, toShard: shard-9}\n")
 		framework.Eventually(t, 30*time.Second, "WorkspaceMove nowhere Failed", func() (bool, string) {
