@@ -35,6 +35,7 @@ import (
 	"github.com/kcpsql/kcp/server/controllers/sharestatus"
 	"github.com/kcpsql/kcp/server/controllers/synctarget"
 	"github.com/kcpsql/kcp/server/controllers/workspace"
+	"github.com/kcpsql/kcp/server/controllers/workspacemove"
 	"github.com/kcpsql/kcp/server/controllers/workspacerestore"
 	"github.com/kcpsql/kcp/server/controllers/workspacesnapshot"
 	"github.com/kcpsql/kcp/server/crdserving"
@@ -192,6 +193,13 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 				go c.Run(ctx, 2)
 			} else {
 				klog.ErrorS(err, "workspace restore controller")
+			}
+			if o.Shards.Sharded() {
+				if c, err := workspacemove.NewController(hc.LoopbackClientConfig, o.Shards); err == nil {
+					go c.Run(ctx, 2)
+				} else {
+					klog.ErrorS(err, "workspace move controller")
+				}
 			}
 			if c, err := workspacesnapshot.NewController(hc.LoopbackClientConfig, history); err == nil {
 				go c.Run(ctx, 2)

@@ -47,6 +47,8 @@ import (
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/memlimit"
 	"github.com/kcpsql/kcp/server/memreturn"
+	"github.com/kcpsql/kcp/server/moved"
+	"github.com/kcpsql/kcp/server/movepeer"
 	"github.com/kcpsql/kcp/server/negotiated"
 	"github.com/kcpsql/kcp/server/panics"
 	"github.com/kcpsql/kcp/server/podstreams"
@@ -145,6 +147,14 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 
 	rbac, clusters := clusterrbac.New(), logicalclusters.New()
 	clusters.ReadStored(kine.Range, kine.Watch)
+	// A cluster a move took to another shard is served no more here: its
+	// open watches end (server/moved).
+	movedWatches := moved.NewWatches()
+	clusters.OnMoved(movedWatches.Close)
+	var movePeer *movepeer.Server
+	if o.Shards.Sharded() {
+		movePeer = &movepeer.Server{Self: o.Shards.Self, Clusters: clusters, Kine: kine, CAFile: o.Shards.Files.CACert()}
+	}
 	if o.Shards.Sharded() {
 		// References from a workspace to another one that only work
 		// within a shard for now refuse a workspace of another shard with
@@ -210,7 +220,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	defer closeRevisions()
 	began := &incarnations.Tracker{CreateRevision: createRevision}
 	podstreams.Shared.SetLimits(o.PodStreams)
-	makeClusterAware(config, crds, boundAPIs, began, clusters)
+	makeClusterAware(config, crds, boundAPIs, began, clusters, movedWatches, movePeer)
 	// A logical cluster serves requests from the moment its LogicalCluster
 	// is stored, so it is stored Ready (and with its URL): one status write
 	// less per workspace. Its Workspace stays Initializing until the
@@ -254,6 +264,10 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	deleteClusterData := func(ctx context.Context, c logicalcluster.Name) (int, error) {
 		return clusterdata.DeleteAll(ctx, db, o.Datastore.Dialect, kine, c)
 	}
+	if movePeer != nil {
+		movePeer.Source = restore.Source{DB: db, Dialect: o.Datastore.Dialect, Background: kine.Background}
+		movePeer.DeleteClusterData = deleteClusterData
+	}
 	addControllers(chain.GenericAPIServer, o, rbac, clusters, crds, negotiatedAPIs, boundAPIs, apf, deleteClusterData, kine.Range, kine.RangeRows, kine.RangeChanged, kine.Watch, kine, local,
 		restore.Source{DB: db, Dialect: o.Datastore.Dialect, Background: kine.Background}, kine)
 	if err := chain.GenericAPIServer.AddReadyzChecks(kine.Health); err != nil {
@@ -287,7 +301,8 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 // server's storage goes through clusterstore and the
 // outermost handler chain starts with requestlimits and routing
 // (authentication and authorization were made cluster-aware by newConfig).
-func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *boundapis.Index, began *incarnations.Tracker, clusters *logicalclusters.Registry) {
+func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *boundapis.Index, began *incarnations.Tracker, clusters *logicalclusters.Registry,
+	movedWatches *moved.Watches, movePeer *movepeer.Server) {
 	// Upstream's system-namespaces controller waits for the shared namespace
 	// informer, which is started only if it was requested before the
 	// informers start; request it now so root gets its default namespace.
@@ -321,7 +336,7 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *b
 		// healthreasons: /readyz?verbose says why a check fails to those
 		// who may read the check's own endpoint (system:masters).
 		h = healthreasons.WithReasons(h, gc.Authorization.Authorizer)
-		routed := routing.WithLogicalCluster(errorlimit.WithLimit(tenantslots.WithHolder(requester.WithHolder(inner(frozen.WithFrozen(incarnations.WithIncarnations(crds.Wrap(h), began), clusters.FreezeOf), gc)))))
+		routed := routing.WithLogicalCluster(errorlimit.WithLimit(tenantslots.WithHolder(requester.WithHolder(inner(moved.WithMoved(frozen.WithFrozen(incarnations.WithIncarnations(crds.Wrap(h), began), clusters.FreezeOf), clusters.MovedTo, movedWatches), gc)))))
 		view, err := syncerview.New(routed, gc.Authentication.Authenticator, gc.Authorization.Authorizer, gc.LoopbackClientConfig, boundAPIs)
 		if err != nil {
 			klog.Fatalf("building the syncer view: %v", err)
@@ -335,7 +350,10 @@ func makeClusterAware(c *genericcp.Config, crds *crdserving.Server, boundAPIs *b
 		}
 		tunnels := podstreams.Shared.WithTunnels(view, gc.Authentication.Authenticator, gc.Authorization.Authorizer)
 		exports := exportview.New(tunnels, gc.Authentication.Authenticator, gc.Authorization.Authorizer, boundAPIs, crds)
-		return requestlimits.WithURILimit(exports)
+		// The shards' move API (server/movepeer) checks the caller's
+		// certificate itself, before anything else of the chain.
+		movePeer.SetLoopback(gc.LoopbackClientConfig)
+		return requestlimits.WithURILimit(movePeer.Wrap(exports))
 	}
 }
 

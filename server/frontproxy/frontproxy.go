@@ -14,10 +14,12 @@
 package frontproxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -197,6 +199,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		req.Header.Del("Authorization")
 		out = p.vouched
 	}
+	if err := bufferBody(req); err != nil {
+		routing.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "reading the request body: "+err.Error())
+		return
+	}
 	switch wildcard {
 	case "list":
 		p.serveWildcardList(w, req, out)
@@ -222,6 +228,40 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		},
 	}
 	rp.ServeHTTP(w, req)
+}
+
+// maxBuffered is the largest request body the proxy reads whole before
+// passing the request on (the API server takes at most 3 MiB).
+const maxBuffered = 8 << 20
+
+// bufferBody reads a request's body before it is passed on. A shard may
+// answer before it reads the body (403 of a frozen workspace, 503 of a
+// moved one); an HTTP/2 client that gets an error status stops sending the
+// body, and the reverse proxy, which waits for its copy of the body to end
+// before it ends the response, would then wait forever (a hung write, seen
+// during moves). A body read whole cannot be stopped half way. Bodies
+// larger than maxBuffered are streamed as before; upgraded streams have
+// none.
+func bufferBody(req *http.Request) error {
+	if req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0 {
+		return nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(req.Body, maxBuffered+1))
+	if err != nil {
+		return err
+	}
+	if len(buf) > maxBuffered {
+		req.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(buf), req.Body), req.Body}
+		return nil
+	}
+	req.Body.Close()
+	req.Body = io.NopCloser(bytes.NewReader(buf))
+	req.ContentLength = int64(len(buf))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
+	return nil
 }
 
 // viewPrefixes start the paths of the views a shard serves for one

@@ -117,6 +117,10 @@ func Refused(info *request.RequestInfo, u user.Info, syncer bool) bool {
 func Message(c logicalcluster.Name, f logicalclusters.Freeze) string {
 	parent, _ := c.Parent()
 	who := fmt.Sprintf("whoever may update Workspace %s in %s can unfreeze it", c.Base(), parent)
+	if f.Move != "" && f.Restore == "" {
+		return fmt.Sprintf("the workspace %s is frozen (read-only): %s; reads and watches still work; writes work again on the new shard when the move ends",
+			c, logicalclusters.MoveReason(c, f.Move))
+	}
 	if f.Restore == "" {
 		return fmt.Sprintf("the workspace %s is frozen (read-only): %s; reads and watches still work; %s", c, f.Reason, who)
 	}

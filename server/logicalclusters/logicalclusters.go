@@ -32,7 +32,14 @@ type Registry struct {
 	watched clusterinformer.WatchFunc
 	// onDeleting hears of LogicalClusters being deleted (see OnDeleting).
 	onDeleting func(logicalcluster.Name)
+	// onMoved hears of LogicalClusters marked moved (see OnMoved).
+	onMoved func(logicalcluster.Name)
 }
+
+// OnMoved makes the registry call f with every cluster whose
+// LogicalCluster carries tenancy.MovedToAnnotation (a move to another
+// shard took it over), when it first sees it so. Call before Start.
+func (r *Registry) OnMoved(f func(logicalcluster.Name)) { r.onMoved = f }
 
 // OnDeleting makes the registry call f with every cluster whose
 // LogicalCluster is being deleted (has a deletionTimestamp: the shard of
@@ -78,13 +85,20 @@ func (r *Registry) Start(ctx context.Context, loopback *rest.Config) error {
 		}, watchFn)
 	}
 	var handler cache.ResourceEventHandler
-	if r.onDeleting != nil {
-		deleting := func(obj interface{}) {
-			if e, ok := obj.(*entry); ok && e.deleting {
+	if r.onDeleting != nil || r.onMoved != nil {
+		seen := func(obj interface{}) {
+			e, ok := obj.(*entry)
+			if !ok {
+				return
+			}
+			if e.deleting && r.onDeleting != nil {
 				r.onDeleting(e.Cluster)
 			}
+			if e.movedTo != "" && r.onMoved != nil {
+				r.onMoved(e.Cluster)
+			}
 		}
-		handler = cache.ResourceEventHandlerFuncs{AddFunc: deleting, UpdateFunc: func(_, obj interface{}) { deleting(obj) }}
+		handler = cache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, obj interface{}) { seen(obj) }}
 	}
 	indexer, ctrl := clusterinformer.NewTrimmed(lw, &unstructured.Unstructured{}, nil, handler, trim)
 	go ctrl.RunWithContext(ctx)
@@ -125,7 +139,7 @@ func storedObject(key string, value []byte) (*unstructured.Unstructured, error) 
 		u.SetDeletionTimestamp(lc.Metadata.DeletionTimestamp)
 	}
 	annotations := map[string]string{}
-	for _, a := range []string{tenancy.OwnerAnnotation, tenancy.RestoreAnnotation} {
+	for _, a := range []string{tenancy.OwnerAnnotation, tenancy.RestoreAnnotation, tenancy.MoveAnnotation, tenancy.MovedToAnnotation} {
 		if v, ok := lc.Metadata.Annotations[a]; ok {
 			annotations[a] = v
 		}
@@ -167,6 +181,8 @@ type entry struct {
 	// ownerShard is the shard holding the cluster's Workspace when that is
 	// another shard ("" this one).
 	ownerShard string
+	// movedTo is the shard a move took the cluster to ("" none).
+	movedTo string
 }
 
 func trim(obj interface{}) (interface{}, error) {
@@ -176,11 +192,13 @@ func trim(obj interface{}) (interface{}, error) {
 	}
 	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
 	return &entry{
-		Ref:         clusterinformer.RefOf(u),
-		owner:       ownerName(u.GetAnnotations()[tenancy.OwnerAnnotation]),
-		limits:      LimitsOf(u, "spec", "limits"),
-		freeze:      Freeze{Reason: FrozenOf(u, "spec", "frozen"), Restore: u.GetAnnotations()[tenancy.RestoreAnnotation]},
+		Ref:    clusterinformer.RefOf(u),
+		owner:  ownerName(u.GetAnnotations()[tenancy.OwnerAnnotation]),
+		limits: LimitsOf(u, "spec", "limits"),
+		freeze: Freeze{Reason: FrozenOf(u, "spec", "frozen"), Restore: u.GetAnnotations()[tenancy.RestoreAnnotation],
+			Move: u.GetAnnotations()[tenancy.MoveAnnotation]},
 		terminating: phase == tenancy.PhaseTerminating,
+		movedTo:     u.GetAnnotations()[tenancy.MovedToAnnotation],
 		deleting:    u.GetDeletionTimestamp() != nil,
 		ownerShard:  ownerShard(u),
 	}, nil
@@ -304,10 +322,22 @@ type Freeze struct {
 	// Restore names the WorkspaceRestore, in the parent, that is
 	// restoring the cluster ("" when none).
 	Restore string
+	// Move is the tenancy.MoveAnnotation of a move to another shard in
+	// progress ("" when none).
+	Move string
 }
 
-// Frozen reports whether either freezes the cluster.
-func (f Freeze) Frozen() bool { return f.Reason != "" || f.Restore != "" }
+// Frozen reports whether any of them freezes the cluster.
+func (f Freeze) Frozen() bool { return f.Reason != "" || f.Restore != "" || f.Move != "" }
+
+// MovedTo is the shard a move took the cluster to, when this shard's copy
+// is the one left behind ("" otherwise).
+func (r *Registry) MovedTo(c logicalcluster.Name) string {
+	if e := r.get(c); e != nil {
+		return e.movedTo
+	}
+	return ""
+}
 
 // FreezeOf returns what freezes a cluster (nothing for root and for
 // clusters the registry does not know).
@@ -330,6 +360,9 @@ func (r *Registry) Frozen(c logicalcluster.Name) (reason string, frozen bool) {
 	if f.Restore != "" {
 		return RestoreReason(c, f.Restore), true
 	}
+	if f.Move != "" {
+		return MoveReason(c, f.Move), true
+	}
 	return f.Reason, f.Reason != ""
 }
 
@@ -337,6 +370,14 @@ func (r *Registry) Frozen(c logicalcluster.Name) (reason string, frozen bool) {
 func RestoreReason(c logicalcluster.Name, restore string) string {
 	parent, _ := c.Parent()
 	return fmt.Sprintf("being restored by WorkspaceRestore %s in %s", restore, parent)
+}
+
+// MoveReason is the reason a cluster is frozen by a move (move is its
+// tenancy.MoveAnnotation).
+func MoveReason(c logicalcluster.Name, move string) string {
+	parent, _ := c.Parent()
+	shard, name := tenancy.ParseMove(move)
+	return fmt.Sprintf("it is moving to shard %s (WorkspaceMove %s in %s)", shard, name, parent)
 }
 
 // FrozenOf reads the reason of a Frozen object at fields of u ("" where

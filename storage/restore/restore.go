@@ -436,3 +436,13 @@ func (s Source) Live(ctx context.Context, c logicalcluster.Name) (map[string]liv
 	}
 	return lives, rows.Err()
 }
+
+// Values are the stored rows of Live, key to value (a whole cluster's
+// state, as PlanInto takes it).
+func Values(lives map[string]live) map[string][]byte {
+	out := make(map[string][]byte, len(lives))
+	for k, l := range lives {
+		out[k] = l.value
+	}
+	return out
+}

@@ -147,6 +147,13 @@ func main() {
 		fmt.Print(renderRestore(r))
 		return
 	}
+	if *moveOnly {
+		if err := benchMove(log); err != nil {
+			log("move benchmark failed: %v", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *shardsOnly {
 		if err := benchShards(log); err != nil {
 			log("shards benchmark failed: %v", err)

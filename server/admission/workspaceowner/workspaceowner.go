@@ -50,7 +50,7 @@ var _ admission.MutationInterface = &plugin{}
 // owned are the resources whose creator is recorded.
 func owned(a admission.Attributes) bool {
 	gr := a.GetResource().GroupResource()
-	return a.GetSubresource() == "" && (gr == tenancy.WorkspacesResource.GroupResource() || gr == tenancy.WorkspaceRestoresResource.GroupResource())
+	return a.GetSubresource() == "" && (gr == tenancy.WorkspacesResource.GroupResource() || gr == tenancy.WorkspaceRestoresResource.GroupResource() || gr == tenancy.WorkspaceMovesResource.GroupResource())
 }
 
 func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {

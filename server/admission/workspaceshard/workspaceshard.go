@@ -11,8 +11,9 @@
 //     (parent, the default, which needs no call between shards) or the
 //     shard holding the fewest workspaces (least-full); the choice is
 //     recorded in spec.shard;
-//   - spec.shard never changes afterwards (moving a workspace is an
-//     operator's move, not an edit).
+//   - spec.shard never changes afterwards by an edit: a WorkspaceMove
+//     moves a workspace, and its controller (kcp's own identity) records
+//     the new shard.
 package workspaceshard
 
 import (
@@ -27,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/klog/v2"
 
 	"github.com/kcpsql/kcp/schema/tenancy"
@@ -109,9 +111,16 @@ func (p *plugin) Validate(_ context.Context, a admission.Attributes, _ admission
 	}
 	if a.GetOperation() == admission.Update {
 		_, old := shardOf(a.GetOldObject())
+		if old != s && a.GetUserInfo() != nil && a.GetUserInfo().GetName() == user.APIServerUser {
+			// A WorkspaceMove records the shard it moved the workspace to
+			// (server/controllers/workspacemove).
+			if _, ok := p.m.Config.Get(s); p.m.Sharded() && ok {
+				return nil
+			}
+		}
 		if old != s {
 			return apierrors.NewInvalid(schemaKind(), a.GetName(), field.ErrorList{field.Forbidden(path,
-				fmt.Sprintf("the shard of a workspace cannot change (it is %q); moving a workspace to another shard is an operator's move (docs/operations.md)", old))})
+				fmt.Sprintf("the shard of a workspace cannot change (it is %q); moving a workspace to another shard is a WorkspaceMove (docs/operations.md)", old))})
 		}
 		return nil
 	}

@@ -1,0 +1,254 @@
+package workspacemove
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/klog/v2"
+
+	"github.com/kcpsql/kcp/schema/tenancy"
+	"github.com/kcpsql/kcp/server/clusterinformer"
+	"github.com/kcpsql/kcp/server/movepeer"
+	"github.com/kcpsql/kcp/server/shards"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+type reconciler struct {
+	m       *shards.Membership
+	clients *clusterinformer.Clients
+	peers   *peers
+	now     func() time.Time
+}
+
+// refused ends a move: it cannot be done as asked.
+type refused string
+
+func (r refused) Error() string { return string(r) }
+
+func (r *reconciler) reconcile(ctx context.Context, wm *unstructured.Unstructured) (time.Duration, error) {
+	if p, _, _ := unstructured.NestedString(wm.Object, "status", "phase"); p == tenancy.MoveSucceeded || p == tenancy.MoveFailed {
+		return 0, nil
+	}
+	parent := clusterinformer.ClusterOf(wm)
+	d, err := r.clients.Dynamic(parent)
+	if err != nil {
+		return 0, err
+	}
+	// The informer may lag: the live object says whether it ended.
+	live, err := d.Resource(tenancy.WorkspaceMovesResource).Get(ctx, wm.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	wm = live
+	if p, _, _ := unstructured.NestedString(wm.Object, "status", "phase"); p == tenancy.MoveSucceeded || p == tenancy.MoveFailed {
+		return 0, nil
+	}
+	again, err := r.move(ctx, parent, wm)
+	var ref refused
+	switch {
+	case errors.As(err, &ref):
+		setPhase(wm, tenancy.MoveFailed, err.Error())
+		_ = unstructured.SetNestedField(wm.Object, r.now().UTC().Format(time.RFC3339), "status", "completedAt")
+		return 0, r.updateStatus(ctx, parent, wm)
+	case err != nil:
+		// Tried again with backoff; the status says why it waits.
+		setPhase(wm, tenancy.MoveRunning, "retrying: "+err.Error())
+		if uerr := r.updateStatus(ctx, parent, wm); uerr != nil {
+			klog.V(2).InfoS("WorkspaceMove status not written", "move", wm.GetName(), "err", uerr)
+		}
+		return 0, err
+	}
+	return again, nil
+}
+
+// move does what is left of the move.
+func (r *reconciler) move(ctx context.Context, parent logicalcluster.Name, wm *unstructured.Unstructured) (time.Duration, error) {
+	wsName, _, _ := unstructured.NestedString(wm.Object, "spec", "workspace")
+	to, _, _ := unstructured.NestedString(wm.Object, "spec", "toShard")
+	child := logicalcluster.Name(string(parent) + ":" + wsName)
+	if !r.m.Sharded() {
+		return 0, refused("this kcp is one server, not one of several shards (kcp start --shards-file): there is no shard to move to")
+	}
+	if _, ok := r.m.Config.Get(to); !ok {
+		return 0, refused(fmt.Sprintf("no shard is named %q; the shards are: %s", to, strings.Join(r.m.Config.Names(), ", ")))
+	}
+	d, err := r.clients.Dynamic(parent)
+	if err != nil {
+		return 0, err
+	}
+	wss := d.Resource(tenancy.WorkspacesResource)
+	ws, err := wss.Get(ctx, wsName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return 0, refused(fmt.Sprintf("there is no Workspace %s in %s", wsName, parent))
+	}
+	if err != nil {
+		return 0, err
+	}
+	from, _, _ := unstructured.NestedString(wm.Object, "status", "fromShard")
+	if from == "" {
+		from, _, _ = unstructured.NestedString(ws.Object, "spec", "shard")
+		if from == "" {
+			from = r.m.Self
+		}
+		_ = unstructured.SetNestedField(wm.Object, from, "status", "fromShard")
+	}
+	var src, dst movepeer.State
+	if err := r.peers.call(ctx, from, "state", movepeer.Request{Cluster: child}, &src); err != nil {
+		return 0, err
+	}
+	if err := r.peers.call(ctx, to, "state", movepeer.Request{Cluster: child}, &dst); err != nil {
+		return 0, err
+	}
+	moveValue := tenancy.MoveValue(to, wm.GetName())
+	switched := dst.Exists && strings.HasPrefix(dst.MovedFrom, from+"@") && (!src.Exists || src.UID == dst.UID)
+	if !switched {
+		switch {
+		case from == to:
+			return 0, refused(fmt.Sprintf("workspace %s is on shard %s already", child, to))
+		case !src.Exists:
+			return 0, refused(fmt.Sprintf("shard %s does not hold the logical cluster of workspace %s", from, child))
+		case src.Children:
+			return 0, refused(fmt.Sprintf("workspace %s has child workspaces: a move takes one workspace, not a tree; move or delete the workspaces below it first", child))
+		case dst.Exists:
+			return 0, refused(fmt.Sprintf("shard %s already holds a logical cluster %s (UID %s)", to, child, dst.UID))
+		}
+		if p, _, _ := unstructured.NestedString(ws.Object, "status", "phase"); p != tenancy.PhaseReady {
+			setPhase(wm, tenancy.MovePending, fmt.Sprintf("waiting for Workspace %s to be Ready (it is %s)", wsName, p))
+			return 2 * time.Second, r.updateStatus(ctx, parent, wm)
+		}
+		if src.Move != "" && src.Move != moveValue {
+			_, other := tenancy.ParseMove(src.Move)
+			setPhase(wm, tenancy.MovePending, fmt.Sprintf("waiting for WorkspaceMove %s, which is moving %s", other, child))
+			return 2 * time.Second, r.updateStatus(ctx, parent, wm)
+		}
+		if _, ok, _ := unstructured.NestedString(wm.Object, "status", "startedAt"); !ok {
+			_ = unstructured.SetNestedField(wm.Object, r.now().UTC().Format(time.RFC3339Nano), "status", "startedAt")
+		}
+		base := movepeer.Request{Cluster: child, Move: moveValue, FromShard: from, ParentShard: r.m.Self}
+		if src.Move == "" {
+			// A first copy while the workspace is still writable: the
+			// frozen copy after it writes only what changed meanwhile,
+			// which keeps the read-only window short.
+			r.step(ctx, parent, wm, "Precopying", fmt.Sprintf("copying %s from shard %s to shard %s while it is writable", child, from, to))
+			pre := base
+			pre.Precopy = true
+			var exp movepeer.Export
+			if err := r.peers.call(ctx, from, "export", pre, &exp); err != nil {
+				return 0, conflictRefused(err)
+			}
+			pre.Rows = exp.Rows
+			if err := r.peers.call(ctx, to, "import", pre, nil); err != nil {
+				return 0, err
+			}
+		}
+		if src.MovedTo == "" {
+			r.step(ctx, parent, wm, "Freezing", fmt.Sprintf("freezing %s on shard %s", child, from))
+			if err := r.peers.call(ctx, from, "freeze", base, nil); err != nil {
+				return 0, conflictRefused(err)
+			}
+			if _, ok, _ := unstructured.NestedString(wm.Object, "status", "frozenAt"); !ok {
+				_ = unstructured.SetNestedField(wm.Object, r.now().UTC().Format(time.RFC3339Nano), "status", "frozenAt")
+			}
+			r.step(ctx, parent, wm, "Copying", fmt.Sprintf("copying %s from shard %s to shard %s (read-only meanwhile)", child, from, to))
+			var exp movepeer.Export
+			if err := r.peers.call(ctx, from, "export", base, &exp); err != nil {
+				return 0, err
+			}
+			in := base
+			in.Rows = exp.Rows
+			if err := r.peers.call(ctx, to, "import", in, nil); err != nil {
+				return 0, err
+			}
+		}
+		r.step(ctx, parent, wm, "Switching", fmt.Sprintf("switching %s to shard %s: shard %s stopped serving it", child, to, from))
+		fin := base
+		fin.Final = true
+		var exp movepeer.Export
+		if err := r.peers.call(ctx, from, "export", fin, &exp); err != nil {
+			return 0, err
+		}
+		fin.Rows, fin.Revision = exp.Rows, exp.Revision
+		var res movepeer.Result
+		if err := r.peers.call(ctx, to, "import", fin, &res); err != nil {
+			return 0, err
+		}
+		_ = unstructured.SetNestedField(wm.Object, int64(len(exp.Rows)), "status", "objects")
+		_ = unstructured.SetNestedField(wm.Object, exp.Revision, "status", "sourceRevision")
+		now := r.now().UTC()
+		_ = unstructured.SetNestedField(wm.Object, now.Format(time.RFC3339Nano), "status", "switchedAt")
+		if fz, ok, _ := unstructured.NestedString(wm.Object, "status", "frozenAt"); ok {
+			if t, err := time.Parse(time.RFC3339Nano, fz); err == nil {
+				_ = unstructured.SetNestedField(wm.Object, now.Sub(t).Seconds(), "status", "readOnlySeconds")
+			}
+		}
+	}
+	// The Workspace names the shard that holds it now: its controller
+	// (closing, deleting, copying spec.frozen) goes there.
+	if cur, _, _ := unstructured.NestedString(ws.Object, "spec", "shard"); cur != to {
+		r.step(ctx, parent, wm, "Switching", fmt.Sprintf("recording shard %s in Workspace %s", to, wsName))
+		if err := unstructured.SetNestedField(ws.Object, to, "spec", "shard"); err != nil {
+			return 0, err
+		}
+		if _, err := wss.Update(ctx, ws, updateOptions); err != nil {
+			return 0, err
+		}
+	}
+	r.step(ctx, parent, wm, "Deleting", fmt.Sprintf("deleting the copy of %s on shard %s", child, from))
+	if err := r.peers.call(ctx, from, "release", movepeer.Request{Cluster: child}, nil); err != nil {
+		return 0, err
+	}
+	objects, _, _ := unstructured.NestedInt64(wm.Object, "status", "objects")
+	ro, _, _ := unstructured.NestedFloat64(wm.Object, "status", "readOnlySeconds")
+	_ = unstructured.SetNestedField(wm.Object, r.now().UTC().Format(time.RFC3339Nano), "status", "completedAt")
+	unstructured.RemoveNestedField(wm.Object, "status", "step")
+	setPhase(wm, tenancy.MoveSucceeded, fmt.Sprintf("moved %s from shard %s to shard %s: %d objects, read-only for %.2f s", child, from, to, objects, ro))
+	klog.InfoS("Moved a workspace", "workspace", child, "from", from, "to", to, "objects", objects, "readOnlySeconds", ro, "move", wm.GetName())
+	return 0, r.updateStatus(ctx, parent, wm)
+}
+
+// conflictRefused turns a shard's 409 (the cluster's state refuses the
+// call: another move or a restore holds it) into a refusal.
+func conflictRefused(err error) error {
+	var pe *peerError
+	if errors.As(err, &pe) && pe.code == 409 {
+		return refused(pe.Error())
+	}
+	return err
+}
+
+// step records where the move is (best effort: the move goes on if the
+// status cannot be written).
+func (r *reconciler) step(ctx context.Context, parent logicalcluster.Name, wm *unstructured.Unstructured, step, msg string) {
+	_ = unstructured.SetNestedField(wm.Object, step, "status", "step")
+	setPhase(wm, tenancy.MoveRunning, msg)
+	if err := r.updateStatus(ctx, parent, wm); err != nil {
+		klog.V(2).InfoS("WorkspaceMove status not written", "move", wm.GetName(), "err", err)
+	}
+}
+
+func (r *reconciler) updateStatus(ctx context.Context, parent logicalcluster.Name, wm *unstructured.Unstructured) error {
+	d, err := r.clients.Dynamic(parent)
+	if err != nil {
+		return err
+	}
+	updated, err := d.Resource(tenancy.WorkspaceMovesResource).UpdateStatus(ctx, wm, updateOptions)
+	if err != nil {
+		return err
+	}
+	wm.SetResourceVersion(updated.GetResourceVersion())
+	return nil
+}
+
+func setPhase(wm *unstructured.Unstructured, phase, message string) {
+	_ = unstructured.SetNestedField(wm.Object, phase, "status", "phase")
+	_ = unstructured.SetNestedField(wm.Object, message, "status", "message")
+}
