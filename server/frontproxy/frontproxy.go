@@ -26,6 +26,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -199,10 +200,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		req.Header.Del("Authorization")
 		out = p.vouched
 	}
-	if err := bufferBody(req); err != nil {
+	release, err := bufferBody(req, &buffered)
+	if err != nil {
 		routing.WriteStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "reading the request body: "+err.Error())
 		return
 	}
+	defer release()
 	switch wildcard {
 	case "list":
 		p.serveWildcardList(w, req, out)
@@ -234,34 +237,58 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // passing the request on (the API server takes at most 3 MiB).
 const maxBuffered = 8 << 20
 
+// maxBufferedTotal bounds the bodies held at once, whoever sends them: many
+// concurrent large bodies cannot make the proxy hold more than this; the
+// requests beyond it are streamed as before.
+const maxBufferedTotal = 256 << 20
+
+// buffered counts the bytes of request bodies the proxy holds.
+var buffered atomic.Int64
+
 // bufferBody reads a request's body before it is passed on. A shard may
 // answer before it reads the body (403 of a frozen workspace, 503 of a
 // moved one); an HTTP/2 client that gets an error status stops sending the
 // body, and the reverse proxy, which waits for its copy of the body to end
 // before it ends the response, would then wait forever (a hung write, seen
 // during moves). A body read whole cannot be stopped half way. Bodies
-// larger than maxBuffered are streamed as before; upgraded streams have
-// none.
-func bufferBody(req *http.Request) error {
-	if req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0 {
-		return nil
+// larger than maxBuffered, and any body while maxBufferedTotal is held,
+// are streamed as before; upgraded streams have none. release gives the
+// bytes back once the request is done.
+func bufferBody(req *http.Request, held *atomic.Int64) (release func(), err error) {
+	release = func() {}
+	if req.Body == nil || req.Body == http.NoBody || req.ContentLength == 0 || req.ContentLength > maxBuffered {
+		return release, nil
+	}
+	// Reserve what the body may take (its length, or the most a body of
+	// unknown length is read to) before reading it.
+	reserve := req.ContentLength
+	if reserve < 0 {
+		reserve = maxBuffered + 1
+	}
+	if held.Add(reserve) > maxBufferedTotal {
+		held.Add(-reserve)
+		return release, nil
 	}
 	buf, err := io.ReadAll(io.LimitReader(req.Body, maxBuffered+1))
 	if err != nil {
-		return err
+		held.Add(-reserve)
+		return release, err
 	}
 	if len(buf) > maxBuffered {
+		held.Add(-reserve)
 		req.Body = struct {
 			io.Reader
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(buf), req.Body), req.Body}
-		return nil
+		return release, nil
 	}
+	held.Add(int64(len(buf)) - reserve)
+	n := int64(len(buf))
 	req.Body.Close()
 	req.Body = io.NopCloser(bytes.NewReader(buf))
-	req.ContentLength = int64(len(buf))
+	req.ContentLength = n
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
-	return nil
+	return func() { held.Add(-n) }, nil
 }
 
 // viewPrefixes start the paths of the views a shard serves for one
