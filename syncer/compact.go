@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"fmt"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -28,12 +29,16 @@ type stored struct {
 	// a workload run as (mountedServiceAccounts reads it every few
 	// seconds for every workload).
 	phase, serviceAccount string
+	// refs are the objects it names as "<kind>/<name>\n" each: its owners
+	// and an Event's involvedObject (ownerAppeared looks at every object
+	// of a namespace when an owner appears).
+	refs string
 }
 
 // DeepCopyObject makes stored a runtime.Object (the informers' queues and
 // stores treat it as one). raw is never changed, so it is shared.
 func (s *stored) DeepCopyObject() runtime.Object {
-	out := &stored{TypeMeta: s.TypeMeta, raw: s.raw, phase: s.phase, serviceAccount: s.serviceAccount}
+	out := &stored{TypeMeta: s.TypeMeta, raw: s.raw, phase: s.phase, serviceAccount: s.serviceAccount, refs: s.refs}
 	s.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	return out
 }
@@ -86,6 +91,7 @@ func compactObject(obj interface{}) (interface{}, error) {
 	if out.Kind == "Pod" {
 		out.phase, _, _ = unstructured.NestedString(m.Object, "status", "phase")
 	}
+	out.refs = refsOf(m)
 	if cl, ok := m.GetAnnotations()[logicalcluster.Annotation]; ok {
 		out.Annotations = sharedmaps.Of(map[string]string{logicalcluster.Annotation: cl})
 	}
@@ -159,4 +165,32 @@ func identityOf(o interface{}) (metav1.Object, bool) {
 		return t, true
 	}
 	return nil, false
+}
+
+// refsOf lists what an object names (stored.refs).
+func refsOf(m *unstructured.Unstructured) string {
+	var b strings.Builder
+	for _, ref := range m.GetOwnerReferences() {
+		b.WriteString(ref.Kind + "/" + ref.Name + "\n")
+	}
+	if m.GetKind() == "Event" {
+		kind, _, _ := unstructured.NestedString(m.Object, "involvedObject", "kind")
+		name, _, _ := unstructured.NestedString(m.Object, "involvedObject", "name")
+		b.WriteString(kind + "/" + name + "\n")
+	}
+	return b.String()
+}
+
+// names reports whether a cached object names kind/name (refsOf).
+func (s *stored) names(kind, name string) bool {
+	return strings.Contains("\n"+s.refs, "\n"+kind+"/"+name+"\n")
+}
+
+// unwrapped is a handler's object without a DeletedFinalStateUnknown
+// around it, not decoded.
+func unwrapped(o interface{}) interface{} {
+	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		return d.Obj
+	}
+	return o
 }

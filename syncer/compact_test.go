@@ -121,3 +121,20 @@ func TestTrimSecretDropsTheToken(t *testing.T) {
 		t.Fatal("the original was changed")
 	}
 }
+
+func TestCompactKeepsWhatAnObjectNames(t *testing.T) {
+	ev := &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "v1", "kind": "Event",
+		"metadata":       map[string]interface{}{"name": "e", "namespace": "kcp-1"},
+		"involvedObject": map[string]interface{}{"kind": "Deployment", "name": "web"}}}
+	pod := &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]interface{}{"name": "p", "namespace": "kcp-1",
+			"ownerReferences": []interface{}{map[string]interface{}{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "uid": "x"}}}}}
+	e, _ := compact(ev)
+	p, _ := compact(pod)
+	if !e.(*stored).names("Deployment", "web") || e.(*stored).names("Deployment", "we") || e.(*stored).names("ReplicaSet", "web") {
+		t.Fatalf("event refs %q", e.(*stored).refs)
+	}
+	if !p.(*stored).names("ReplicaSet", "web-1") || p.(*stored).names("ReplicaSet", "web") {
+		t.Fatalf("pod refs %q", p.(*stored).refs)
+	}
+}

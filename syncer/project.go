@@ -217,24 +217,36 @@ func (p *projector) upstreamNamespace(dns string) (logicalcluster.Name, string, 
 // an object now upstream may own (an owner that could not be resolved
 // before was dropped).
 func (p *projector) ownerAppeared(gvr schema.GroupVersionResource, obj interface{}) {
-	m, ok := unwrap(obj).(*unstructured.Unstructured)
+	m, ok := identityOf(obj)
 	if !ok {
 		return
 	}
+	kindOf, _ := unwrapped(obj).(runtime.Object)
+	if kindOf == nil {
+		return
+	}
+	ownerKind := kindOf.GetObjectKind().GroupVersionKind().Kind
 	dns := DownstreamNamespace(clusterinformer.ClusterOf(m), m.GetNamespace())
 	for r, idx := range p.down {
 		objs, _ := idx.ByIndex(cache.NamespaceIndex, dns)
 		for _, o := range objs {
+			if st, ok := o.(*stored); ok {
+				// What it names was kept apart: no decoding.
+				if st.names(ownerKind, m.GetName()) {
+					p.queue.Add(pitem{gvr: r, namespace: dns, name: st.Name})
+				}
+				continue
+			}
 			d := object(o)
 			for _, ref := range d.GetOwnerReferences() {
-				if ref.Name == m.GetName() && ref.Kind == m.GetKind() {
+				if ref.Name == m.GetName() && ref.Kind == ownerKind {
 					p.queue.Add(pitem{gvr: r, namespace: dns, name: d.GetName()})
 				}
 			}
 			// An Event about it gets its UID.
 			kind, _, _ := unstructured.NestedString(d.Object, "involvedObject", "kind")
 			name, _, _ := unstructured.NestedString(d.Object, "involvedObject", "name")
-			if r.Resource == "events" && kind == m.GetKind() && name == m.GetName() {
+			if r.Resource == "events" && kind == ownerKind && name == m.GetName() {
 				p.queue.Add(pitem{gvr: r, namespace: dns, name: d.GetName()})
 			}
 		}
