@@ -81,10 +81,14 @@ func compactObject(obj interface{}) (interface{}, error) {
 	if _, err := trimObject(m); err != nil {
 		return nil, err
 	}
-	raw, err := m.MarshalJSON()
+	buf, err := m.MarshalJSON()
 	if err != nil {
 		return nil, err
 	}
+	// The encoder's buffer has grown by doubling (up to twice the bytes
+	// of the JSON): only the JSON is kept.
+	raw := make([]byte, len(buf))
+	copy(raw, buf)
 	out := &stored{raw: raw, ObjectMeta: metav1.ObjectMeta{Name: m.GetName(), Namespace: m.GetNamespace(), UID: m.GetUID(),
 		ResourceVersion: m.GetResourceVersion()}}
 	out.APIVersion, out.Kind = m.GetAPIVersion(), m.GetKind()
