@@ -403,14 +403,14 @@ func printSync(r syncResult) {
 	if *syncApp {
 		each = "a Deployment, a StatefulSet and a Job each"
 	}
-	fmt.Printf("\n| placed workspaces (%s) | syncer goroutines | syncer RSS MiB | syncer live heap MiB | live heap KiB per workspace beyond the objects | kcp goroutines | kcp RSS MiB | all downstream after | pods projected into kcp | after |\n|---|---|---|---|---|---|---|---|---|---|\n", each)
+	fmt.Printf("\n| placed workspaces (%s) | syncer goroutines | syncer RSS MiB | syncer live heap MiB | live heap KiB per workspace beyond its objects in kcp (JSON) | kcp goroutines | kcp RSS MiB | all downstream after | pods projected into kcp | after |\n|---|---|---|---|---|---|---|---|---|---|\n", each)
 	fmt.Printf("| 0 | %d | %.0f | %.1f | | %d | %.0f | | | |\n", r.syncerBaseGo, r.syncerBaseRSS, r.syncerBaseHeap, r.kcpBaseGo, r.kcpBaseMB)
 	for _, st := range r.steps {
 		per := (st.syncerHeap-r.syncerBaseHeap)*1024/float64(st.workspaces) - float64(r.objBytes)/1024
 		fmt.Printf("| %d | %d | %.0f | %.1f | %.1f | %d | %.0f | %s | %d | %s |\n", st.workspaces, st.syncerGo, st.syncerRSS, st.syncerHeap, per, st.kcpGo, st.kcpRSS,
 			st.fill.Round(100*time.Millisecond), st.projected, st.projectedIn.Round(100*time.Millisecond))
 	}
-	fmt.Printf("\nThe objects: %d bytes of JSON per workspace (its synced workloads as kcp serves them, managedFields included).\n", r.objBytes)
+	fmt.Printf("\nIts objects in kcp: %d bytes of JSON per workspace (its namespace and assigned objects as kcp serves them, managedFields included; the downstream copies and projected objects the syncer holds too are not counted here: see its heap profile, -profile-dir).\n", r.objBytes)
 	if len(r.kinds) > 0 {
 		fmt.Printf("\n| kind | create in kcp -> exists on the physical cluster, p50 / p99 (%d each) |\n|---|---|\n", *syncKindSamples)
 		for _, k := range r.kinds {
