@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -191,7 +192,7 @@ func (s *Syncer) SetTarget(target *workload.SyncTarget) {
 			continue
 		}
 		for _, o := range s.upstream[gvr].List() {
-			m := o.(*unstructured.Unstructured)
+			m, _ := meta.Accessor(o) // its identity, without decoding it
 			s.queue.Add(item{gvr: gvr, cluster: clusterinformer.ClusterOf(m), namespace: m.GetNamespace(), name: m.GetName()})
 		}
 	}
@@ -358,7 +359,7 @@ func (s *Syncer) upstreamServiceAccount(cluster logicalcluster.Name, namespace, 
 	if !exists || err != nil {
 		return nil, false, err
 	}
-	return o.(*unstructured.Unstructured), true, nil
+	return object(o), true, nil
 }
 
 var serviceAccountsGVR = corev1.SchemeGroupVersion.WithResource("serviceaccounts")
@@ -381,7 +382,9 @@ func (s *Syncer) newAPIAccessInformer(down *rest.Config) (cache.Controller, erro
 			return core.CoreV1().Secrets("").Watch(ctx, o)
 		},
 	}
-	idx, inf := cache.NewIndexerInformer(lw, &corev1.Secret{}, 0, cache.ResourceEventHandlerFuncs{}, cache.Indexers{})
+	// Only the Secrets' metadata is kept: the syncer reads their
+	// annotations, never the token (trimSecret).
+	idx, inf := cache.NewTransformingIndexerInformer(lw, &corev1.Secret{}, 0, cache.ResourceEventHandlerFuncs{}, cache.Indexers{}, trimSecret)
 	s.api.secrets = idx
 	return inf, nil
 }
@@ -464,7 +467,9 @@ func (s *Syncer) issueToken(ctx context.Context, cluster logicalcluster.Name, up
 	}
 	// What was written counts at once (the informer shows it a moment
 	// later): the next workload of the ServiceAccount asks for no token.
-	_ = s.api.secrets.Update(written)
+	if kept, err := trimSecret(written); err == nil {
+		_ = s.api.secrets.Update(kept)
+	}
 	klog.V(2).InfoS("workspace token for pods written", "cluster", cluster, "namespace", upstreamNS, "serviceAccount", sa,
 		"downstreamNamespace", dns, "refresh", refresh.Format(time.RFC3339))
 	return nil
@@ -525,16 +530,13 @@ func (s *Syncer) mountedServiceAccounts() map[saKey]bool {
 			continue
 		}
 		for _, o := range s.upstream[gvr].List() {
-			m := o.(*unstructured.Unstructured)
-			spec, _, _ := unstructured.NestedMap(m.Object, path...)
-			sa, _ := spec["serviceAccountName"].(string)
-			if sa == "" {
-				sa, _ = spec["serviceAccount"].(string)
+			if st, ok := o.(*stored); ok {
+				// Kept apart when cached: no decoding.
+				used[saKey{clusterinformer.ClusterOf(st), st.Namespace, st.serviceAccount}] = true
+				continue
 			}
-			if sa == "" {
-				sa = "default"
-			}
-			used[saKey{clusterinformer.ClusterOf(m), m.GetNamespace(), sa}] = true
+			m := object(o)
+			used[saKey{clusterinformer.ClusterOf(m), m.GetNamespace(), serviceAccountOf(m, path)}] = true
 		}
 	}
 	return used

@@ -156,7 +156,7 @@ func (s *Syncer) scaledByAutoscaler(it item) bool {
 	}
 	objs, _ := hpas.ByIndex(clusterinformer.ByClusterNamespace, string(it.cluster)+"|"+it.namespace)
 	for _, o := range objs {
-		if kind, name := scaleTarget(o.(*unstructured.Unstructured)); name == it.name && scaleKind(it.gvr) == kind {
+		if kind, name := scaleTarget(object(o)); name == it.name && scaleKind(it.gvr) == kind {
 			return true
 		}
 	}

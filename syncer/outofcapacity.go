@@ -35,8 +35,11 @@ func (s *Syncer) unschedulablePods() unschedulable {
 		return u
 	}
 	for _, o := range s.proj.down[podsGVR].List() {
-		pod, ok := o.(*unstructured.Unstructured)
-		if !ok || pod.GetDeletionTimestamp() != nil {
+		if st, ok := o.(*stored); ok && st.phase != "Pending" {
+			continue // decoded only when pending
+		}
+		pod := object(o)
+		if pod == nil || pod.GetDeletionTimestamp() != nil {
 			continue
 		}
 		if phase, _, _ := unstructured.NestedString(pod.Object, "status", "phase"); phase != "Pending" {

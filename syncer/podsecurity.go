@@ -40,7 +40,7 @@ func (s *Syncer) SetPodSecurity(target *workload.SyncTarget) {
 		return // nothing was created before the level was known
 	}
 	for _, o := range s.dstream[namespacesGVR].List() {
-		ns := o.(*unstructured.Unstructured)
+		ns := object(o)
 		a := ns.GetAnnotations()
 		if cl, err := logicalcluster.Parse(a[UpstreamClusterAnnotation]); err == nil {
 			s.queue.Add(item{gvr: namespacesGVR, cluster: cl, name: a[UpstreamNamespaceAnnotation]})

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -74,8 +75,8 @@ func newProjector(s *Syncer, downstream *rest.Config, wild dynamic.Interface) (*
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[pitem](),
 			workqueue.TypedRateLimitingQueueConfig[pitem]{Name: "kcp-syncer-projection"})}
 	if err := s.upstream[namespacesGVR].AddIndexers(cache.Indexers{downstreamNSIndex: func(obj interface{}) ([]string, error) {
-		m, ok := obj.(*unstructured.Unstructured)
-		if !ok {
+		m, err := meta.Accessor(obj)
+		if err != nil {
 			return nil, nil
 		}
 		return []string{DownstreamNamespace(clusterinformer.ClusterOf(m), m.GetName())}, nil
@@ -123,13 +124,13 @@ func newProjector(s *Syncer, downstream *rest.Config, wild dynamic.Interface) (*
 			},
 		}
 		enqueueDown := func(obj interface{}) {
-			if m, ok := unwrap(obj).(*unstructured.Unstructured); ok {
+			if m, ok := identityOf(obj); ok {
 				p.queue.Add(pitem{gvr: gvr, namespace: m.GetNamespace(), name: m.GetName()})
 			}
 		}
-		didx, dinf := cache.NewIndexerInformer(lw, &unstructured.Unstructured{}, 0,
+		didx, dinf := cache.NewTransformingIndexerInformer(lw, &unstructured.Unstructured{}, 0,
 			cache.ResourceEventHandlerFuncs{AddFunc: enqueueDown, UpdateFunc: func(_, o interface{}) { enqueueDown(o) }, DeleteFunc: enqueueDown},
-			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, compact)
 		p.down[gvr], p.infs = didx, append(p.infs, dinf)
 
 		// Upstream: this target's projections, in every workspace.
@@ -143,7 +144,7 @@ func newProjector(s *Syncer, downstream *rest.Config, wild dynamic.Interface) (*
 			return ur.Watch(ctx, o)
 		})
 		enqueueUp := func(obj interface{}) {
-			if m, ok := unwrap(obj).(*unstructured.Unstructured); ok {
+			if m, ok := identityOf(obj); ok {
 				p.queue.Add(pitem{gvr: gvr, namespace: DownstreamNamespace(clusterinformer.ClusterOf(m), m.GetNamespace()), name: m.GetName()})
 			}
 		}
@@ -163,9 +164,10 @@ func newProjector(s *Syncer, downstream *rest.Config, wild dynamic.Interface) (*
 			p.mu.Unlock()
 			p.queue.Add(it)
 		}
-		uidx, uinf := clusterinformer.New(ulw, &unstructured.Unstructured{}, clusterinformer.ClusterIndexers,
+		// Only the projections' identity is kept (trimProjection).
+		uidx, uinf := clusterinformer.NewTrimmed(ulw, &unstructured.Unstructured{}, clusterinformer.ClusterIndexers,
 			cache.ResourceEventHandlerFuncs{AddFunc: func(o interface{}) { enqueueUp(o); p.ownerAppeared(gvr, o) },
-				UpdateFunc: func(_, o interface{}) { enqueueUp(o) }, DeleteFunc: deleteUp})
+				UpdateFunc: func(_, o interface{}) { enqueueUp(o) }, DeleteFunc: deleteUp}, trimProjection)
 		p.own[gvr], p.infs = uidx, append(p.infs, uinf)
 	}
 	return p, nil
@@ -202,7 +204,10 @@ func (p *projector) upstreamNamespace(dns string) (logicalcluster.Name, string, 
 	}
 	objs, _ := p.s.upstream[namespacesGVR].ByIndex(downstreamNSIndex, dns)
 	for _, o := range objs {
-		m := o.(*unstructured.Unstructured)
+		m, err := meta.Accessor(o)
+		if err != nil {
+			continue
+		}
 		return clusterinformer.ClusterOf(m), m.GetName(), true
 	}
 	return "", "", false
@@ -212,24 +217,36 @@ func (p *projector) upstreamNamespace(dns string) (logicalcluster.Name, string, 
 // an object now upstream may own (an owner that could not be resolved
 // before was dropped).
 func (p *projector) ownerAppeared(gvr schema.GroupVersionResource, obj interface{}) {
-	m, ok := unwrap(obj).(*unstructured.Unstructured)
+	m, ok := identityOf(obj)
 	if !ok {
 		return
 	}
+	kindOf, _ := unwrapped(obj).(runtime.Object)
+	if kindOf == nil {
+		return
+	}
+	ownerKind := kindOf.GetObjectKind().GroupVersionKind().Kind
 	dns := DownstreamNamespace(clusterinformer.ClusterOf(m), m.GetNamespace())
 	for r, idx := range p.down {
 		objs, _ := idx.ByIndex(cache.NamespaceIndex, dns)
 		for _, o := range objs {
-			d := o.(*unstructured.Unstructured)
+			if st, ok := o.(*stored); ok {
+				// What it names was kept apart: no decoding.
+				if st.names(ownerKind, m.GetName()) {
+					p.queue.Add(pitem{gvr: r, namespace: dns, name: st.Name})
+				}
+				continue
+			}
+			d := object(o)
 			for _, ref := range d.GetOwnerReferences() {
-				if ref.Name == m.GetName() && ref.Kind == m.GetKind() {
+				if ref.Name == m.GetName() && ref.Kind == ownerKind {
 					p.queue.Add(pitem{gvr: r, namespace: dns, name: d.GetName()})
 				}
 			}
 			// An Event about it gets its UID.
 			kind, _, _ := unstructured.NestedString(d.Object, "involvedObject", "kind")
 			name, _, _ := unstructured.NestedString(d.Object, "involvedObject", "name")
-			if r.Resource == "events" && kind == m.GetKind() && name == m.GetName() {
+			if r.Resource == "events" && kind == ownerKind && name == m.GetName() {
 				p.queue.Add(pitem{gvr: r, namespace: dns, name: d.GetName()})
 			}
 		}

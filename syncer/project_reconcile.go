@@ -10,6 +10,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -68,12 +69,12 @@ func (p *projector) reconcile(ctx context.Context, it pitem) (time.Duration, err
 	var down *unstructured.Unstructured
 	if idx := p.down[it.gvr]; idx != nil {
 		if o, ok, _ := idx.GetByKey(it.namespace + "/" + it.name); ok {
-			down = o.(*unstructured.Unstructured)
+			down = object(o)
 		}
 	}
 	var up *unstructured.Unstructured
 	if o, ok, _ := p.own[it.gvr].GetByKey(clusterinformer.Key(cluster, ns, it.name)); ok {
-		up = o.(*unstructured.Unstructured)
+		up = object(o)
 	}
 	c, err := p.s.upClient(cluster)
 	if err != nil {
@@ -334,7 +335,11 @@ func (p *projector) upstreamUID(apiVersion, kind string, cluster logicalcluster.
 		}
 		return "", true
 	}
-	return string(o.(*unstructured.Unstructured).GetUID()), true
+	m, err := meta.Accessor(o)
+	if err != nil {
+		return "", true
+	}
+	return string(m.GetUID()), true
 }
 
 // projectRef rewrites an object reference (a map) in the downstream

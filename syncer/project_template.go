@@ -40,7 +40,7 @@ func (p *projector) templateAsWritten(out *unstructured.Unstructured, cluster lo
 		}
 		if idx := p.s.upstream[gvr]; idx != nil {
 			if o, exists, _ := idx.GetByKey(clusterinformer.Key(cluster, ns, ref.Name)); exists {
-				own, _, _ = unstructured.NestedMap(o.(*unstructured.Unstructured).Object, "spec", "template", "spec")
+				own, _, _ = unstructured.NestedMap(object(o).Object, "spec", "template", "spec")
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -77,8 +79,11 @@ type Syncer struct {
 	upConfig *rest.Config
 	down     dynamic.Interface
 
-	mu       sync.Mutex
-	upByCl   map[logicalcluster.Name]dynamic.Interface
+	mu     sync.Mutex
+	upByCl map[logicalcluster.Name]dynamic.Interface
+	// upHTTP is the one HTTP client (connections, TLS, credentials) of
+	// every workspace's client of the view.
+	upHTTP   *http.Client
 	applied  map[item]applied
 	upstream map[schema.GroupVersionResource]cache.Indexer
 	dstream  map[schema.GroupVersionResource]cache.Indexer
@@ -171,6 +176,9 @@ func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, re
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
 			workqueue.TypedRateLimitingQueueConfig[item]{Name: "kcp-syncer"}),
 	}
+	if s.upHTTP, err = rest.HTTPClientFor(s.upConfig); err != nil {
+		return nil, err
+	}
 	wild, err := s.upClient(logicalcluster.Wildcard)
 	if err != nil {
 		return nil, err
@@ -187,7 +195,7 @@ func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, re
 		// workspace placed on this target (the view filters by label).
 		r := wild.Resource(gvr)
 		enqueueUp := func(obj interface{}) {
-			if m, ok := unwrap(obj).(*unstructured.Unstructured); ok {
+			if m, ok := identityOf(obj); ok {
 				s.queue.Add(item{gvr: gvr, cluster: clusterinformer.ClusterOf(m), namespace: m.GetNamespace(), name: m.GetName()})
 			}
 		}
@@ -202,7 +210,7 @@ func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, re
 			// of every object in it: a change re-syncs them.
 			updateUp = func(old, o interface{}) {
 				enqueueUp(o)
-				before, after := old.(*unstructured.Unstructured), o.(*unstructured.Unstructured)
+				before, after := object(old), object(o)
 				if before.GetAnnotations()[workload.NamespacePolicyAnnotation] != after.GetAnnotations()[workload.NamespacePolicyAnnotation] {
 					s.enqueueNamespace(clusterinformer.ClusterOf(after), after.GetName())
 				}
@@ -216,8 +224,8 @@ func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, re
 		for k, v := range clusterinformer.ClusterIndexers {
 			indexers[k] = v
 		}
-		idx, inf := clusterinformer.New(clusterinformer.ListWatch(r.List, r.Watch), &unstructured.Unstructured{}, indexers,
-			cache.ResourceEventHandlerFuncs{AddFunc: addUp, UpdateFunc: updateUp, DeleteFunc: enqueueUp})
+		idx, inf := clusterinformer.NewTrimmed(clusterinformer.ListWatch(r.List, r.Watch), &unstructured.Unstructured{}, indexers,
+			cache.ResourceEventHandlerFuncs{AddFunc: addUp, UpdateFunc: updateUp, DeleteFunc: enqueueUp}, compactFor(gvr.Resource))
 		s.upstream[gvr], s.infs = idx, append(s.infs, inf)
 		if _, skip := s.unsynced[gvr]; skip {
 			continue
@@ -252,9 +260,9 @@ func NewSyncer(upstream *rest.Config, target string, downstream *rest.Config, re
 			}
 			s.queue.Add(it)
 		}
-		didx, dinf := cache.NewIndexerInformer(lw, &unstructured.Unstructured{}, 0,
+		didx, dinf := cache.NewTransformingIndexerInformer(lw, &unstructured.Unstructured{}, 0,
 			cache.ResourceEventHandlerFuncs{AddFunc: enqueueDown, UpdateFunc: func(_, o interface{}) { enqueueDown(o) }, DeleteFunc: enqueueDown},
-			cache.Indexers{})
+			cache.Indexers{}, compact)
 		s.dstream[gvr], s.infs = didx, append(s.infs, dinf)
 	}
 	if s.proj, err = newProjector(s, downstream, wild); err != nil {
@@ -276,7 +284,9 @@ func (s *Syncer) enqueueNamespace(cluster logicalcluster.Name, namespace string)
 	for _, gvr := range s.resources {
 		objs, _ := s.upstream[gvr].ByIndex(clusterinformer.ByClusterNamespace, string(cluster)+"|"+namespace)
 		for _, o := range objs {
-			s.queue.Add(item{gvr: gvr, cluster: cluster, namespace: namespace, name: o.(*unstructured.Unstructured).GetName()})
+			if m, err := meta.Accessor(o); err == nil {
+				s.queue.Add(item{gvr: gvr, cluster: cluster, namespace: namespace, name: m.GetName()})
+			}
 		}
 	}
 }
@@ -288,7 +298,7 @@ func (s *Syncer) policy(cluster logicalcluster.Name, namespace string) (*workloa
 	if !ok {
 		return nil, false
 	}
-	p, err := workload.ParsePolicy(obj.(*unstructured.Unstructured).GetAnnotations())
+	p, err := workload.ParsePolicy(object(obj).GetAnnotations())
 	if err != nil {
 		klog.V(2).InfoS("ignoring a namespace's placement policy", "cluster", cluster, "namespace", namespace, "err", err)
 		return nil, true
@@ -296,7 +306,12 @@ func (s *Syncer) policy(cluster logicalcluster.Name, namespace string) (*workloa
 	return p, true
 }
 
+// unwrap is a handler's object: a cached one decoded (object), a
+// DeletedFinalStateUnknown's object.
 func unwrap(obj interface{}) interface{} {
+	if m := object(obj); m != nil {
+		return m
+	}
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		return d.Obj
 	}
@@ -312,7 +327,7 @@ func (s *Syncer) upClient(cluster logicalcluster.Name) (dynamic.Interface, error
 	}
 	cfg := rest.CopyConfig(s.upConfig)
 	cfg.Host = s.viewBase + "/clusters/" + string(cluster)
-	c, err := dynamic.NewForConfig(cfg)
+	c, err := dynamic.NewForConfigAndClient(cfg, s.upHTTP)
 	if err != nil {
 		return nil, err
 	}
@@ -386,7 +401,7 @@ func (s *Syncer) upstreamObj(it item) (*unstructured.Unstructured, bool) {
 	if !ok {
 		return nil, false
 	}
-	return obj.(*unstructured.Unstructured), true
+	return object(obj), true
 }
 
 func (s *Syncer) downstreamObj(gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, bool) {
@@ -398,7 +413,7 @@ func (s *Syncer) downstreamObj(gvr schema.GroupVersionResource, namespace, name 
 	if !ok {
 		return nil, false
 	}
-	return obj.(*unstructured.Unstructured), true
+	return object(obj), true
 }
 
 // syncNamespace keeps a downstream namespace for each assigned upstream

@@ -94,7 +94,11 @@ func startSyncer(dir, target, kcpKubeconfig, downKubeconfig string, extra ...str
 		return nil, err
 	}
 	args := append([]string{"--kcp-kubeconfig", kcpKubeconfig, "--sync-target", target, "--kubeconfig", downKubeconfig}, extra...)
-	cmd := exec.Command(filepath.Join(filepath.Dir(*kcpBin), "syncer"), args...)
+	bin := filepath.Join(filepath.Dir(*kcpBin), "syncer")
+	if *syncSyncer != "" {
+		bin = *syncSyncer
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	return cmd, cmd.Start()
 }

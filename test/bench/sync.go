@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -28,6 +31,7 @@ var (
 	syncOnly       = flag.Bool("sync", false, "run only the multi-cluster sync benchmark (a real physical cluster, a syncer, -sync-workspaces placed workspaces)")
 	syncWorkspaces = flag.String("sync-workspaces", "10,100,1000", "placed workspaces (one Deployment each) at which the syncer's goroutines and memory are measured")
 	syncSamples    = flag.Int("sync-samples", 200, "objects per sync-latency measurement")
+	syncSyncer     = flag.String("sync-syncer", "", "the syncer binary the sync benchmark runs (empty: the syncer beside -kcp); give an older build to compare")
 )
 
 type syncResult struct {
@@ -38,12 +42,18 @@ type syncResult struct {
 	kinds                    []kindLatency
 	syncerBaseGo, kcpBaseGo  int
 	syncerBaseRSS, kcpBaseMB float64
+	// syncerBaseHeap: the syncer's live heap (MiB, after a GC).
+	syncerBaseHeap float64
+	// objBytes: the JSON size of one workspace's synced objects as kcp
+	// serves them (the objects the syncer must hold upstream).
+	objBytes int
 }
 
 type syncStep struct {
 	workspaces        int
 	syncerGo, kcpGo   int
 	syncerRSS, kcpRSS float64
+	syncerHeap        float64
 	fill              time.Duration
 	// projected: pods projected into the workspaces, after projectedIn.
 	projected   int
@@ -125,6 +135,7 @@ func benchSync(log func(string, ...any)) (syncResult, error) {
 	log("registration to Ready: %s", r.registerToReady.Round(time.Millisecond))
 	time.Sleep(2 * time.Second)
 	r.syncerBaseGo, r.syncerBaseRSS = syncerGoroutines(debug), rssMiB(sy.Process.Pid)
+	r.syncerBaseHeap = syncerHeap(debug, 0)
 	r.kcpBaseGo, r.kcpBaseMB = s.goroutines(), rssMiB(s.cmd.Process.Pid)
 
 	// Placed workspaces, one Deployment each.
@@ -193,13 +204,17 @@ func benchSync(log func(string, ...any)) (syncResult, error) {
 		time.Sleep(2 * time.Second)
 		st := syncStep{workspaces: n, fill: fill, syncerGo: syncerGoroutines(debug), syncerRSS: rssMiB(sy.Process.Pid),
 			kcpGo: s.goroutines(), kcpRSS: rssMiB(s.cmd.Process.Pid), projected: projected, projectedIn: projectedIn}
+		st.syncerHeap = syncerHeap(debug, n)
+		if r.objBytes == 0 {
+			r.objBytes = workspaceObjectBytes(s, "root:app-0")
+		}
 		if *profileDir != "" {
 			if raw, err := s.pprof("goroutine", "debug", "1"); err == nil {
 				_ = os.WriteFile(filepath.Join(*profileDir, fmt.Sprintf("sync-kcp-goroutines-%d.txt", n)), raw, 0o644)
 			}
 		}
-		log("%d placed workspaces: syncer %d goroutines, %.0f MiB RSS; kcp %d goroutines, %.0f MiB RSS (filled in %s)",
-			n, st.syncerGo, st.syncerRSS, st.kcpGo, st.kcpRSS, st.fill.Round(time.Millisecond))
+		log("%d placed workspaces: syncer %d goroutines, %.0f MiB RSS, %.1f MiB live heap; kcp %d goroutines, %.0f MiB RSS (filled in %s)",
+			n, st.syncerGo, st.syncerRSS, st.syncerHeap, st.kcpGo, st.kcpRSS, st.fill.Round(time.Millisecond))
 		r.steps = append(r.steps, st)
 	}
 
@@ -388,16 +403,95 @@ func printSync(r syncResult) {
 	if *syncApp {
 		each = "a Deployment, a StatefulSet and a Job each"
 	}
-	fmt.Printf("\n| placed workspaces (%s) | syncer goroutines | syncer RSS MiB | kcp goroutines | kcp RSS MiB | all downstream after | pods projected into kcp | after |\n|---|---|---|---|---|---|---|---|\n", each)
-	fmt.Printf("| 0 | %d | %.0f | %d | %.0f | | | |\n", r.syncerBaseGo, r.syncerBaseRSS, r.kcpBaseGo, r.kcpBaseMB)
+	fmt.Printf("\n| placed workspaces (%s) | syncer goroutines | syncer RSS MiB | syncer live heap MiB | live heap KiB per workspace beyond its objects in kcp (JSON) | kcp goroutines | kcp RSS MiB | all downstream after | pods projected into kcp | after |\n|---|---|---|---|---|---|---|---|---|---|\n", each)
+	fmt.Printf("| 0 | %d | %.0f | %.1f | | %d | %.0f | | | |\n", r.syncerBaseGo, r.syncerBaseRSS, r.syncerBaseHeap, r.kcpBaseGo, r.kcpBaseMB)
 	for _, st := range r.steps {
-		fmt.Printf("| %d | %d | %.0f | %d | %.0f | %s | %d | %s |\n", st.workspaces, st.syncerGo, st.syncerRSS, st.kcpGo, st.kcpRSS,
+		per := (st.syncerHeap-r.syncerBaseHeap)*1024/float64(st.workspaces) - float64(r.objBytes)/1024
+		fmt.Printf("| %d | %d | %.0f | %.1f | %.1f | %d | %.0f | %s | %d | %s |\n", st.workspaces, st.syncerGo, st.syncerRSS, st.syncerHeap, per, st.kcpGo, st.kcpRSS,
 			st.fill.Round(100*time.Millisecond), st.projected, st.projectedIn.Round(100*time.Millisecond))
 	}
+	fmt.Printf("\nIts objects in kcp: %d bytes of JSON per workspace (its namespace and assigned objects as kcp serves them, managedFields included; the downstream copies and projected objects the syncer holds too are not counted here: see its heap profile, -profile-dir).\n", r.objBytes)
 	if len(r.kinds) > 0 {
 		fmt.Printf("\n| kind | create in kcp -> exists on the physical cluster, p50 / p99 (%d each) |\n|---|---|\n", *syncKindSamples)
 		for _, k := range r.kinds {
 			fmt.Printf("| %s | %s / %s |\n", k.kind, k.p50.Round(100*time.Microsecond), k.p99.Round(100*time.Microsecond))
 		}
 	}
+}
+
+// syncerHeap is the syncer's live heap in MiB (HeapAlloc right after a
+// GC, from its /debug/pprof); with -profile-dir the heap profile is kept
+// as sync-syncer-heap-<n>.pb.gz.
+func syncerHeap(addr string, n int) float64 {
+	get := func(q string) ([]byte, error) {
+		resp, err := http.Get("http://" + addr + "/debug/pprof/heap?" + q)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		return io.ReadAll(resp.Body)
+	}
+	if *profileDir != "" {
+		if raw, err := get("gc=1"); err == nil {
+			_ = os.WriteFile(filepath.Join(*profileDir, fmt.Sprintf("sync-syncer-heap-%d.pb.gz", n)), raw, 0o644)
+		}
+	}
+	// Twice: the first GC frees what the last cycle left, the second reads.
+	_, _ = get("gc=1&debug=1")
+	raw, err := get("gc=1&debug=1")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		var v float64
+		if _, err := fmt.Sscanf(line, "# HeapAlloc = %g", &v); err == nil {
+			return v / (1 << 20)
+		}
+	}
+	return 0
+}
+
+// workspaceObjectBytes is the JSON size of what a placed workspace has
+// in the syncer's view: its namespace and every object of a synced
+// resource assigned to a target (a state label), as kcp serves them,
+// managedFields included. These are "the objects" the syncer must hold per
+// workspace, beyond which its memory is counted.
+func workspaceObjectBytes(s *server, ws string) int {
+	cfg, err := s.config(ws)
+	if err != nil {
+		return 0
+	}
+	d, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return 0
+	}
+	total := 0
+	assigned := func(u *unstructured.Unstructured) bool {
+		for k := range u.GetLabels() {
+			if strings.HasPrefix(k, workload.StateLabelPrefix) {
+				return true
+			}
+		}
+		return false
+	}
+	if ns, err := d.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Get(context.Background(), "default", metav1.GetOptions{}); err == nil {
+		if raw, err := json.Marshal(ns.Object); err == nil {
+			total += len(raw)
+		}
+	}
+	for _, gvr := range workload.SyncedResources {
+		l, err := d.Resource(gvr).Namespace("default").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			continue
+		}
+		for _, it := range l.Items {
+			if !assigned(&it) {
+				continue
+			}
+			if raw, err := json.Marshal(it.Object); err == nil {
+				total += len(raw)
+			}
+		}
+	}
+	return total
 }
