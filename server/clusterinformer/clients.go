@@ -1,8 +1,12 @@
 package clusterinformer
 
 import (
+	"context"
 	"net/http"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -52,6 +56,22 @@ func (c *Clients) RBAC(cluster logicalcluster.Name) (rbacv1client.RbacV1Interfac
 // Dynamic is the dynamic client of cluster.
 func (c *Clients) Dynamic(cluster logicalcluster.Name) (dynamic.Interface, error) {
 	return dynamic.NewForConfigAndClient(ForCluster(c.loopback, cluster), c.http)
+}
+
+// UpdateStatus writes obj's status in cluster and takes the stored
+// resourceVersion into obj, so that the next write of the same object
+// does not conflict with this one.
+func (c *Clients) UpdateStatus(ctx context.Context, cluster logicalcluster.Name, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) error {
+	d, err := c.Dynamic(cluster)
+	if err != nil {
+		return err
+	}
+	updated, err := d.Resource(gvr).UpdateStatus(ctx, obj, metav1.UpdateOptions{})
+	if err != nil {
+		return err
+	}
+	obj.SetResourceVersion(updated.GetResourceVersion())
+	return nil
 }
 
 // Metadata is the metadata-only client of cluster.

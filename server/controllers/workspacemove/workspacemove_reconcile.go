@@ -236,16 +236,7 @@ func (r *reconciler) step(ctx context.Context, parent logicalcluster.Name, wm *u
 }
 
 func (r *reconciler) updateStatus(ctx context.Context, parent logicalcluster.Name, wm *unstructured.Unstructured) error {
-	d, err := r.clients.Dynamic(parent)
-	if err != nil {
-		return err
-	}
-	updated, err := d.Resource(tenancy.WorkspaceMovesResource).UpdateStatus(ctx, wm, updateOptions)
-	if err != nil {
-		return err
-	}
-	wm.SetResourceVersion(updated.GetResourceVersion())
-	return nil
+	return r.clients.UpdateStatus(ctx, parent, tenancy.WorkspaceMovesResource, wm)
 }
 
 func setPhase(wm *unstructured.Unstructured, phase, message string) {

@@ -484,16 +484,7 @@ func (r *reconciler) waitFrozen(ctx context.Context, c logicalcluster.Name) erro
 }
 
 func (r *reconciler) updateStatus(ctx context.Context, parent logicalcluster.Name, wr *unstructured.Unstructured) error {
-	d, err := r.clients.Dynamic(parent)
-	if err != nil {
-		return err
-	}
-	updated, err := d.Resource(tenancy.WorkspaceRestoresResource).UpdateStatus(ctx, wr, updateOptions)
-	if err != nil {
-		return err
-	}
-	wr.SetResourceVersion(updated.GetResourceVersion())
-	return nil
+	return r.clients.UpdateStatus(ctx, parent, tenancy.WorkspaceRestoresResource, wr)
 }
 
 func setPhase(wr *unstructured.Unstructured, phase, message string) {
