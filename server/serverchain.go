@@ -25,6 +25,7 @@ import (
 	"github.com/kcpsql/kcp/schema/tenancy"
 	"github.com/kcpsql/kcp/schema/workload"
 	"github.com/kcpsql/kcp/server/admission/apibinding"
+	"github.com/kcpsql/kcp/server/clusterapf"
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/localwatch"
 	"github.com/kcpsql/kcp/server/podstreams"
@@ -46,6 +47,9 @@ func createServerChain(c genericcp.CompletedConfig, crds *crdserving.Server, loc
 	}
 	crdAPIEnabled := c.APIExtensions.GenericConfig.MergedResourceConfig.ResourceEnabled(apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions"))
 
+	// The built-in APIs' OpenAPI documents are installed below
+	// (installOpenAPI: v2 built after the start, not before listening).
+	c.ControlPlane.Generic.SkipOpenAPIInstallation = true
 	native, err := c.ControlPlane.New("kcp", apiExtensions.GenericAPIServer)
 	if err != nil {
 		return nil, fmt.Errorf("creating the control plane server: %w", err)
@@ -61,6 +65,7 @@ func createServerChain(c genericcp.CompletedConfig, crds *crdserving.Server, loc
 	providers = workloadapis.WithRefused(workloadapis.WithUnplaced(workloadapis.Providers(providers)))
 	providers = tokenreview.WrapProviders(providers, c.ControlPlane.Generic.Authentication.Authenticator, c.ControlPlane.Generic.Authentication.APIAudiences)
 	providers = rbacescalation.WrapProviders(providers, c.ControlPlane.Generic.Authorization.Authorizer)
+	providers = clusterapf.WrapProviders(providers)
 	providers = local.WrapProviders(providers)
 	// kubectl top pods: metrics of the physical clusters that run a
 	// workspace's pods (podstreams/metrics.go).
@@ -68,6 +73,7 @@ func createServerChain(c genericcp.CompletedConfig, crds *crdserving.Server, loc
 	if err := native.InstallAPIs(providers...); err != nil {
 		return nil, fmt.Errorf("installing APIs: %w", err)
 	}
+	installOpenAPI(native.GenericAPIServer, c.ControlPlane.Generic.Config)
 	priorities := controlplaneapiserver.DefaultGenericAPIServicePriorities()
 	// As metrics-server registers it on a cluster.
 	priorities[podstreams.MetricsGroupVersion] = controlplaneapiserver.APIServicePriority{Group: 100, Version: 100}

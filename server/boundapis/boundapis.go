@@ -247,7 +247,7 @@ func (x *Index) Start(ctx context.Context, loopback *rest.Config) error {
 		go inf.RunWithContext(ctx)
 		synced = append(synced, inf.HasSynced)
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+	if !clusterinformer.WaitForSync(ctx, synced...) {
 		return fmt.Errorf("the API binding index did not sync")
 	}
 	x.synced.Store(true)

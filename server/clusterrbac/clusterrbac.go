@@ -68,7 +68,7 @@ func (a *Authorizer) Start(ctx context.Context, loopback *rest.Config, local *lo
 	run("rolebindings", &ix.roleBindings, &rbacv1.RoleBinding{})
 	run("clusterroles", &ix.clusterRoles, &rbacv1.ClusterRole{})
 	run("clusterrolebindings", &ix.clusterRoleBindings, &rbacv1.ClusterRoleBinding{})
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+	if !clusterinformer.WaitForSync(ctx, synced...) {
 		return nil
 	}
 	a.rbac.Store(rbacauthorizer.New(ix, ix, ix, ix))

@@ -231,7 +231,7 @@ func (s *Server) Start(ctx context.Context, loopback *rest.Config) error {
 	s.indexer = indexer
 	go ctrl.RunWithContext(ctx)
 	go s.sweep(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
+	if !clusterinformer.WaitForSync(ctx, ctrl.HasSynced) {
 		return fmt.Errorf("the CRD informer did not sync")
 	}
 	s.synced.Store(true)

@@ -102,7 +102,7 @@ func (r *Registry) Start(ctx context.Context, loopback *rest.Config) error {
 	}
 	indexer, ctrl := clusterinformer.NewTrimmed(lw, &unstructured.Unstructured{}, nil, handler, trim)
 	go ctrl.RunWithContext(ctx)
-	if cache.WaitForCacheSync(ctx.Done(), ctrl.HasSynced) {
+	if clusterinformer.WaitForSync(ctx, ctrl.HasSynced) {
 		r.indexer.Store(&indexer)
 	}
 	return nil

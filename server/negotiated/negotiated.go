@@ -67,7 +67,7 @@ func (x *Index) Start(ctx context.Context, loopback *rest.Config) error {
 	x.negotiated, ninf = clusterinformer.New(clusterinformer.ListWatch(nr.List, nr.Watch), &unstructured.Unstructured{}, clusterinformer.ClusterIndexers, cache.ResourceEventHandlerFuncs{})
 	go pinf.RunWithContext(ctx)
 	go ninf.RunWithContext(ctx)
-	if !cache.WaitForCacheSync(ctx.Done(), pinf.HasSynced, ninf.HasSynced) {
+	if !clusterinformer.WaitForSync(ctx, pinf.HasSynced, ninf.HasSynced) {
 		return fmt.Errorf("the negotiated API index did not sync")
 	}
 	x.synced.Store(true)

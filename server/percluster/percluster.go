@@ -96,7 +96,7 @@ func (r *Registry[T]) Start(ctx context.Context, loopback *rest.Config) error {
 	close(r.started)
 	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), st.synced...) {
+	if !clusterinformer.WaitForSync(syncCtx, st.synced...) {
 		klog.Warningf("%s: the first lists did not finish in 30 s; requests wait for them", r.name)
 	}
 	return nil
@@ -117,7 +117,7 @@ func (r *Registry[T]) Get(ctx context.Context, cluster logicalcluster.Name) (v T
 			return v, false, ErrNotReady
 		}
 		st = r.state.Load()
-		if !cache.WaitForCacheSync(wait.Done(), st.synced...) {
+		if !clusterinformer.WaitForSync(wait, st.synced...) {
 			return v, false, ErrNotReady
 		}
 	}

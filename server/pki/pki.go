@@ -9,7 +9,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -65,7 +64,11 @@ func Ensure(f Files, hosts []string, server string) error {
 		}
 	}
 	if !exists(f.ServiceAccountKey()) {
-		key, err := rsa.GenerateKey(rand.Reader, 2048)
+		// ECDSA P-256 (tokens signed ES256, which the API server and
+		// client libraries verify as they do RS256): an RSA-2048 key took
+		// 50-250 ms of a first start to generate. A key file that exists,
+		// RSA included, is used as it is.
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
 			return err
 		}

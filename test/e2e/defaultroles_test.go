@@ -120,3 +120,64 @@ func grants(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
 	}
 	return false
 }
+
+// TestDefaultFlowControlAtRestart checks kcp's hook for upstream's
+// priority-and-fairness-config-producer: a new database has the suggested
+// and mandatory FlowSchemas and PriorityLevelConfigurations, and a start
+// puts back a deleted one of either kind, while a suggested one its operator marked
+// apf.kubernetes.io/autoupdate-spec=false keeps the operator's spec.
+func TestDefaultFlowControlAtRestart(t *testing.T) {
+	s := framework.StartServer(t, framework.DatastoreFor(t, framework.SQLite))
+	ctx := context.Background()
+	fc := s.Client("root").FlowcontrolV1()
+	for _, name := range []string{"exempt", "system-leader-election", "global-default", "catch-all", "service-accounts"} {
+		if _, err := fc.FlowSchemas().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Errorf("a new database: flowschema %s: %v", name, err)
+		}
+	}
+	for _, name := range []string{"exempt", "catch-all", "workload-low", "global-default"} {
+		if _, err := fc.PriorityLevelConfigurations().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Errorf("a new database: prioritylevelconfiguration %s: %v", name, err)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// Deleted: a suggested flow schema and a mandatory priority level.
+	check(t, fc.FlowSchemas().Delete(ctx, "service-accounts", metav1.DeleteOptions{}))
+	check(t, fc.PriorityLevelConfigurations().Delete(ctx, "catch-all", metav1.DeleteOptions{}))
+	// A mandatory flow schema deleted (its spec is fixed by validation).
+	check(t, fc.FlowSchemas().Delete(ctx, "catch-all", metav1.DeleteOptions{}))
+	// A suggested priority level its operator owns.
+	low, err := fc.PriorityLevelConfigurations().Get(ctx, "workload-low", metav1.GetOptions{})
+	check(t, err)
+	if low.Spec.Limited == nil || low.Spec.Limited.NominalConcurrencyShares == nil {
+		t.Fatalf("workload-low has no nominal concurrency shares: %+v", low.Spec)
+	}
+	if low.Annotations == nil {
+		low.Annotations = map[string]string{}
+	}
+	low.Annotations["apf.kubernetes.io/autoupdate-spec"] = "false"
+	operators := *low.Spec.Limited.NominalConcurrencyShares + 3
+	low.Spec.Limited.NominalConcurrencyShares = &operators
+	_, err = fc.PriorityLevelConfigurations().Update(ctx, low, metav1.UpdateOptions{})
+	check(t, err)
+
+	s.Stop()
+	s.Start()
+	if _, err := fc.FlowSchemas().Get(ctx, "service-accounts", metav1.GetOptions{}); err != nil {
+		t.Errorf("the deleted suggested flowschema service-accounts after a restart: %v", err)
+	}
+	if _, err := fc.PriorityLevelConfigurations().Get(ctx, "catch-all", metav1.GetOptions{}); err != nil {
+		t.Errorf("the deleted mandatory prioritylevelconfiguration catch-all after a restart: %v", err)
+	}
+	if _, err := fc.FlowSchemas().Get(ctx, "catch-all", metav1.GetOptions{}); err != nil {
+		t.Errorf("the deleted mandatory flowschema catch-all after a restart: %v", err)
+	}
+	low, err = fc.PriorityLevelConfigurations().Get(ctx, "workload-low", metav1.GetOptions{})
+	check(t, err)
+	if got := *low.Spec.Limited.NominalConcurrencyShares; got != operators {
+		t.Errorf("workload-low, marked autoupdate-spec=false, has nominalConcurrencyShares %d after a restart, want the operator's %d", got, operators)
+	}
+}

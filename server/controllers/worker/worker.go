@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/panics"
 )
 
@@ -37,7 +38,7 @@ func Run[T comparable](ctx context.Context, name string, q workqueue.TypedRateLi
 		go i.RunWithContext(ctx)
 		synced = append(synced, i.HasSynced)
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+	if !clusterinformer.WaitForSync(ctx, synced...) {
 		return
 	}
 	klog.InfoS("started controller", "controller", name)

@@ -161,7 +161,7 @@ func (c *Controller) Shards(m *shards.Membership) {
 // Run processes the queue until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
 	go func() {
-		if !cache.WaitForCacheSync(ctx.Done(), c.informer.HasSynced) {
+		if !clusterinformer.WaitForSync(ctx, c.informer.HasSynced) {
 			return
 		}
 		// The first sweep also stands for the Ready Workspaces the first
