@@ -1,15 +1,14 @@
 package server
 
 import (
-
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/routes"
+	"k8s.io/klog/v2"
 	builder2 "k8s.io/kube-openapi/pkg/builder"
 	"k8s.io/kube-openapi/pkg/cached"
 	"k8s.io/kube-openapi/pkg/common/restfuladapter"
 	"k8s.io/kube-openapi/pkg/handler"
 	"k8s.io/kube-openapi/pkg/validation/spec"
-	"k8s.io/klog/v2"
 )
 
 // installOpenAPI serves the built-in APIs' OpenAPI documents, as upstream's
@@ -48,4 +47,3 @@ func installOpenAPI(s *genericapiserver.GenericAPIServer, c *genericapiserver.Co
 		s.OpenAPIV3VersionedService = routes.OpenAPI{V3Config: c.OpenAPIV3Config}.InstallV3(container, mux)
 	}
 }
-
