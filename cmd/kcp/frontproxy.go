@@ -25,6 +25,7 @@ import (
 func newFrontProxyCommand() *cobra.Command {
 	var shardsFile, rootDir, bind string
 	var port int
+	limits := frontproxy.DefaultLimits
 	cmd := &cobra.Command{
 		Use:   "front-proxy",
 		Short: "Serve several shards behind one address: route each workspace's requests to the shard that holds it",
@@ -48,11 +49,19 @@ token is passed on and checked by the shard. Request headers X-Remote-* sent
 by clients are removed. A shard that cannot be reached is answered with 503
 and Retry-After for its workspaces only.
 
+What the proxy holds at once is bounded: short requests and long-running ones
+(watches, exec, attach, port-forward, logs -f) each have a bound in all and a
+share of it that one workspace may hold; a request over a bound is answered 429
+with Retry-After at once (client-go retries it).
+
   kcp front-proxy --shards-file shards.yaml --root-dir .kcp-proxy --secure-port 6443
   export KUBECONFIG=.kcp-proxy/admin.kubeconfig
   kubectl ws create team-a --enter`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := limits.Validate(); err != nil {
+				return err
+			}
 			if shardsFile == "" {
 				return fmt.Errorf("--shards-file is required: the file every shard of the installation reads")
 			}
@@ -108,7 +117,7 @@ and Retry-After for its workspaces only.
 			if err != nil {
 				return err
 			}
-			srv := &http.Server{Addr: addr, Handler: p, ReadHeaderTimeout: 30 * time.Second,
+			srv := &http.Server{Addr: addr, Handler: frontproxy.Limit(p, limits), ReadHeaderTimeout: 30 * time.Second,
 				TLSConfig: &tls.Config{Certificates: []tls.Certificate{serving}, ClientCAs: pool, ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}}
 			ln, err := net.Listen("tcp", addr)
 			if err != nil {
@@ -137,5 +146,8 @@ and Retry-After for its workspaces only.
 	cmd.Flags().StringVar(&rootDir, "root-dir", ".kcp-front-proxy", "Directory with the installation's CA (ca.crt, ca.key); the proxy's certificates and admin.kubeconfig are written there.")
 	cmd.Flags().StringVar(&bind, "bind-address", "127.0.0.1", "Address to listen on.")
 	cmd.Flags().IntVar(&port, "secure-port", 6443, "Port to listen on (HTTPS).")
+	cmd.Flags().IntVar(&limits.Requests, "max-requests-inflight", limits.Requests, "The most short requests (get, list, create, update, delete, ...) the proxy holds at once; more are answered 429 with Retry-After. 0: no bound.")
+	cmd.Flags().IntVar(&limits.LongRunning, "max-long-running-inflight", limits.LongRunning, "The most watches and streams (exec, attach, port-forward, logs -f) the proxy holds at once; more are answered 429 with Retry-After. 0: no bound.")
+	cmd.Flags().IntVar(&limits.PerWorkspace, "max-inflight-per-workspace-percent", limits.PerWorkspace, "The share (percent) of each of the two bounds one workspace (or all reads across workspaces, /clusters/*) may hold, so that one tenant cannot take every slot.")
 	return cmd
 }
