@@ -505,3 +505,143 @@ func TestMoveWorkspaceResumesAfterKill(t *testing.T) {
 		t.Errorf("writing the moved workspace through the proxy: %v", err)
 	}
 }
+
+// TestMoveWorkspaceTargetKilled kills the NEW shard with SIGKILL while the
+// move copies to it: meanwhile the workspace stays readable and writable
+// from the old shard through the front proxy (a write is acknowledged or
+// refused with the freeze's message, nothing else), and once the new shard
+// is back the move completes with every acknowledged write on it.
+func TestMoveWorkspaceTargetKilled(t *testing.T) {
+	in := framework.StartShards(t, []string{"", framework.DatastoreFor(t, framework.Postgres), ""}, 1)
+	source, target := in.Shards["shard-1"], in.Shards["shard-2"]
+	p := in.Proxies[0]
+	ctx := context.Background()
+	const c, n = "root:tk", 3000
+
+	p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: Workspace\nmetadata: {name: tk}\nspec: {shard: shard-1}\n")
+	framework.Eventually(t, 60*time.Second, "workspace tk Ready", func() (bool, string) {
+		out, _ := p.KubectlErr("root", "", "get", "workspace", "tk", "-o", "jsonpath={.status.phase}")
+		return out == "Ready", out
+	})
+	fillConfigMaps(t, p.Client(c), n)
+
+	writers, stopWriters := context.WithCancel(ctx)
+	var mu sync.Mutex
+	var acked, otherErrors []string
+	refused := 0
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cfg := p.Config(c)
+		cfg.Timeout = 20 * time.Second
+		cs := kubernetes.NewForConfigOrDie(cfg)
+		for i := 0; writers.Err() == nil; i++ {
+			name := fmt.Sprintf("w-%04d", i)
+			_, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+			mu.Lock()
+			switch {
+			case err == nil:
+				acked = append(acked, name)
+			case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "moving to shard shard-2"):
+				refused++
+			default:
+				otherErrors = append(otherErrors, fmt.Sprintf("%s: %v", name, err))
+			}
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+
+	p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: WorkspaceMove\nmetadata: {name: tk-to-2}\nspec: {workspace: tk, toShard: shard-2}\n")
+	framework.Eventually(t, 60*time.Second, "the move to be copying into shard-2", func() (bool, string) {
+		out, _ := p.KubectlErr("root", "", "get", "workspacemove", "tk-to-2", "-o", "jsonpath={.status.step} {.status.phase}")
+		return (strings.HasPrefix(out, "Precopying") && liveRows(t, target, c) > 0) || strings.Contains(out, "Succeeded"), out
+	})
+	target.Kill()
+	step := p.Kubectl("root", "get", "workspacemove", "tk-to-2", "-o", "jsonpath={.status.step}")
+	t.Logf("killed the new shard mid-move (step %s)", step)
+
+	// While it is down: reads work, writes are acknowledged or refused
+	// with the freeze's message (the writer above checks), for a while.
+	for i := range 10 {
+		got, err := p.Client(c).CoreV1().ConfigMaps("default").Get(ctx, fmt.Sprintf("cm-%04d", i*100), metav1.GetOptions{})
+		if err != nil || got.Data["payload"] == "" {
+			t.Errorf("reading the workspace while the new shard is down: %v", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	mu.Lock()
+	whileDown := len(acked)
+	mu.Unlock()
+	if out := p.Kubectl("root", "get", "workspacemove", "tk-to-2", "-o", "jsonpath={.status.phase} {.status.message}"); !strings.Contains(out, "retrying") {
+		t.Logf("move status while the new shard is down: %s", out)
+	}
+
+	target.Start()
+	var status string
+	framework.Eventually(t, 180*time.Second, "WorkspaceMove tk-to-2 to end", func() (bool, string) {
+		status, _ = p.KubectlErr("root", "", "get", "workspacemove", "tk-to-2", "-o", "jsonpath={.status.phase} {.status.message}")
+		return strings.HasPrefix(status, "Succeeded ") || strings.HasPrefix(status, "Failed "), status
+	})
+	if !strings.HasPrefix(status, "Succeeded ") {
+		t.Fatalf("the move after the new shard came back: %s\nnew shard log:\n%s", status, target.LogTail(40))
+	}
+	t.Logf("resumed move: %s; frozen copy: %s", status, p.Kubectl("root", "get", "workspacemove", "tk-to-2", "-o", "jsonpath={.status.frozenCopy}"))
+	time.Sleep(time.Second)
+	stopWriters()
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("writes: %d acknowledged (%d by the time the new shard came back), %d refused while frozen, %d other errors", len(acked), whileDown, refused, len(otherErrors))
+	if len(otherErrors) > 0 {
+		t.Errorf("writes failed other than with the freeze's 403: %v", otherErrors)
+	}
+	after, err := target.Client(c).CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, cm := range after.Items {
+		have[cm.Name] = true
+	}
+	for i := range n {
+		if name := fmt.Sprintf("cm-%04d", i); !have[name] {
+			t.Errorf("%s is not on the new shard", name)
+		}
+	}
+	for _, name := range acked {
+		if !have[name] {
+			t.Errorf("acknowledged write %s is not on the new shard", name)
+		}
+	}
+	if n := liveRows(t, source, c); n != 0 {
+		t.Errorf("the old shard still stores %d rows of %s", n, c)
+	}
+}
+
+// fillConfigMaps creates n ConfigMaps cm-0000... of 500 bytes in default.
+func fillConfigMaps(t *testing.T, cs kubernetes.Interface, n int) {
+	t.Helper()
+	ctx := context.Background()
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%04d", i)}, Data: map[string]string{"payload": strings.Repeat("x", 500)}}
+				if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
