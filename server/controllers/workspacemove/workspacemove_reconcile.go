@@ -68,6 +68,8 @@ func (r *reconciler) reconcile(ctx context.Context, wm *unstructured.Unstructure
 	switch {
 	case errors.As(err, &ref):
 		return 0, r.fail(ctx, parent, wm, err.Error())
+	case errors.Is(err, errWithdrawn):
+		return 100 * time.Millisecond, nil // the next reconcile withdraws it
 	case err != nil:
 		// Tried again with backoff; the status says why it waits. An
 		// error that lasts failAfter once the copy started fails the move
@@ -176,6 +178,10 @@ func (r *reconciler) move(ctx context.Context, parent logicalcluster.Name, wm *u
 			}
 		}
 		if src.MovedTo == "" {
+			// Deleted meanwhile: not frozen, but undone (withdraw).
+			if err := r.stillWanted(ctx, parent, wm); err != nil {
+				return 0, err
+			}
 			r.step(ctx, parent, wm, "Freezing", fmt.Sprintf("freezing %s on shard %s", child, from))
 			if err := r.peers.call(ctx, from, "freeze", base, nil); err != nil {
 				return 0, conflictRefused(err)

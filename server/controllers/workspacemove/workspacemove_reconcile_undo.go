@@ -9,6 +9,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/klog/v2"
 
@@ -38,6 +39,9 @@ func (r *reconciler) precopy(ctx context.Context, parent logicalcluster.Name, wm
 	r.step(ctx, parent, wm, "Precopying", fmt.Sprintf("copying %s from shard %s to shard %s while it is writable", base.Cluster, from, to))
 	since := int64(0)
 	for round := 0; round < precopyRounds; round++ {
+		if err := r.stillWanted(ctx, parent, wm); err != nil {
+			return 0, err
+		}
 		pre := base
 		pre.Precopy, pre.Since = true, since
 		var exp movepeer.Export
@@ -165,6 +169,25 @@ func (r *reconciler) undo(ctx context.Context, wm *unstructured.Unstructured) (s
 		notes = append(notes, fmt.Sprintf("the partial copy on shard %s was deleted (%d objects)", to, res.Objects))
 	}
 	return "undone: " + strings.Join(notes, "; "), false, nil
+}
+
+// errWithdrawn stops a move whose WorkspaceMove was deleted while it ran;
+// the next reconcile undoes it.
+var errWithdrawn = errors.New("the WorkspaceMove was deleted: undoing the move")
+
+// stillWanted is errWithdrawn once the WorkspaceMove is being deleted
+// (read live: a deletion while the move runs must stop it before the
+// freeze, not after the switch).
+func (r *reconciler) stillWanted(ctx context.Context, parent logicalcluster.Name, wm *unstructured.Unstructured) error {
+	d, err := r.clients.Dynamic(parent)
+	if err != nil {
+		return err
+	}
+	live, err := d.Resource(tenancy.WorkspaceMovesResource).Get(ctx, wm.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || (err == nil && live.GetDeletionTimestamp() != nil) {
+		return errWithdrawn
+	}
+	return err
 }
 
 func hasFinalizer(wm *unstructured.Unstructured) bool {
