@@ -164,6 +164,9 @@ type Request struct {
 	Rows    map[string][]byte `json:"rows,omitempty"`
 	Deleted []string          `json:"deleted,omitempty"`
 	Delta   bool              `json:"delta,omitempty"`
+	// Unclaim (thaw): also end the move's claim on the cluster (after its
+	// copy elsewhere was discarded).
+	Unclaim bool `json:"unclaim,omitempty"`
 	// FromShard and ParentShard (import): where the cluster comes from,
 	// where its Workspace is.
 	FromShard   string `json:"fromShard,omitempty"`
@@ -175,6 +178,7 @@ type State struct {
 	Exists    bool   `json:"exists"`
 	UID       string `json:"uid,omitempty"`
 	Move      string `json:"move,omitempty"`
+	Claim     string `json:"claim,omitempty"`
 	MovedTo   string `json:"movedTo,omitempty"`
 	MovedFrom string `json:"movedFrom,omitempty"`
 	// Children: whether it holds child workspaces.
@@ -277,7 +281,8 @@ func (s *Server) state(ctx context.Context, c logicalcluster.Name) (*State, erro
 	}
 	u := unstructured.Unstructured{Object: obj}
 	a := u.GetAnnotations()
-	st := &State{Exists: true, UID: string(u.GetUID()), Move: a[tenancy.MoveAnnotation], MovedTo: a[tenancy.MovedToAnnotation], MovedFrom: a[tenancy.MovedFromAnnotation]}
+	st := &State{Exists: true, UID: string(u.GetUID()), Move: a[tenancy.MoveAnnotation], Claim: a[tenancy.MoveClaimAnnotation],
+		MovedTo: a[tenancy.MovedToAnnotation], MovedFrom: a[tenancy.MovedFromAnnotation]}
 	prefix := "/registry/" + tenancy.Group + "/" + tenancy.WorkspacesResource.Resource + "/" + string(c) + "/"
 	if _, err := s.Kine.Range(ctx, prefix, func(string, []byte, int64) error { st.Children = true; return errStop }); err != nil && !errors.Is(err, errStop) {
 		return nil, err
@@ -370,6 +375,9 @@ func (s *Server) freeze(ctx context.Context, req Request) error {
 	if held := a[tenancy.MoveAnnotation]; held != "" && held != req.Move {
 		return conflict(fmt.Sprintf("logical cluster %s is being moved by another move (%s)", req.Cluster, held))
 	}
+	if held := a[tenancy.MoveClaimAnnotation]; held != "" && held != req.Move {
+		return conflict(fmt.Sprintf("logical cluster %s is being copied by another move (%s)", req.Cluster, held))
+	}
 	if a[tenancy.RestoreAnnotation] != "" {
 		return conflict(fmt.Sprintf("logical cluster %s is being restored by WorkspaceRestore %s; move it when the restore ends", req.Cluster, a[tenancy.RestoreAnnotation]))
 	}
@@ -411,6 +419,18 @@ func (s *Server) export(ctx context.Context, req Request) (*Export, error) {
 	if req.Precopy && a[tenancy.MoveAnnotation] == "" {
 		if err := s.refuseHistory(ctx, req.Cluster); err != nil {
 			return nil, err
+		}
+		// The claim: one move at a time copies the cluster.
+		switch held := a[tenancy.MoveClaimAnnotation]; {
+		case held != "" && held != req.Move:
+			return nil, conflict(fmt.Sprintf("logical cluster %s is being copied by another move (%s)", req.Cluster, held))
+		case held == "":
+			if a[tenancy.RestoreAnnotation] != "" {
+				return nil, conflict(fmt.Sprintf("logical cluster %s is being restored by WorkspaceRestore %s; move it when the restore ends", req.Cluster, a[tenancy.RestoreAnnotation]))
+			}
+			if err := s.annotate(ctx, req.Cluster, tenancy.MoveClaimAnnotation, req.Move); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if req.Final {
@@ -579,6 +599,7 @@ func (s *Server) importRows(ctx context.Context, req Request) (*Result, error) {
 	u := &unstructured.Unstructured{Object: lc}
 	a := u.GetAnnotations()
 	delete(a, tenancy.MoveAnnotation)
+	delete(a, tenancy.MoveClaimAnnotation)
 	delete(a, tenancy.MovedToAnnotation)
 	a[tenancy.MovedFromAnnotation] = fmt.Sprintf("%s@%d", req.FromShard, req.Revision)
 	u.SetAnnotations(a)
@@ -648,25 +669,31 @@ func (s *Server) discard(ctx context.Context, req Request) (*Result, error) {
 
 // thaw ends a move's hold on a cluster that the move did not switch: it
 // serves it again (moved-to removed) and takes writes again (the freeze
-// removed). Only the move that holds it may (idempotent).
+// removed); with Unclaim another move may copy it again. Only the move
+// that holds it may (idempotent).
 func (s *Server) thaw(ctx context.Context, req Request) error {
 	obj, _, err := s.storedLC(ctx, req.Cluster)
 	if err != nil || obj == nil {
 		return err
 	}
 	a := (&unstructured.Unstructured{Object: obj}).GetAnnotations()
-	if held := a[tenancy.MoveAnnotation]; held != req.Move {
-		if held == "" && a[tenancy.MovedToAnnotation] == "" {
+	held, claim := a[tenancy.MoveAnnotation], a[tenancy.MoveClaimAnnotation]
+	if held != req.Move && claim != req.Move {
+		if held == "" && claim == "" {
 			return nil
 		}
-		return conflict(fmt.Sprintf("logical cluster %s is held by another move (%s), not by %s", req.Cluster, held, req.Move))
+		return conflict(fmt.Sprintf("logical cluster %s is held by another move (%s), not by %s", req.Cluster, held+claim, req.Move))
 	}
-	// Served again first (frozen, readable), then writable.
-	if err := s.annotate(ctx, req.Cluster, tenancy.MovedToAnnotation, ""); err != nil {
-		return err
+	// Served again first (frozen, readable), then writable, then free
+	// for another move.
+	keys := []string{tenancy.MovedToAnnotation, tenancy.MoveAnnotation}
+	if req.Unclaim {
+		keys = append(keys, tenancy.MoveClaimAnnotation)
 	}
-	if err := s.annotate(ctx, req.Cluster, tenancy.MoveAnnotation, ""); err != nil {
-		return err
+	for _, key := range keys {
+		if err := s.annotate(ctx, req.Cluster, key, ""); err != nil {
+			return err
+		}
 	}
 	return waitFor(ctx, "the thaw of "+string(req.Cluster), func() bool {
 		return s.Clusters.MovedTo(req.Cluster) == "" && s.Clusters.FreezeOf(req.Cluster).Move == ""

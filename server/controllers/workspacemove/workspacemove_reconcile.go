@@ -156,8 +156,12 @@ func (r *reconciler) move(ctx context.Context, parent logicalcluster.Name, wm *u
 			setPhase(wm, tenancy.MovePending, fmt.Sprintf("waiting for Workspace %s to be Ready (it is %s)", wsName, p))
 			return 2 * time.Second, r.updateStatus(ctx, parent, wm)
 		}
-		if src.Move != "" && src.Move != moveValue {
-			_, other := tenancy.ParseMove(src.Move)
+		held := src.Move
+		if held == "" || held == moveValue {
+			held = src.Claim
+		}
+		if held != "" && held != moveValue {
+			_, other := tenancy.ParseMove(held)
 			setPhase(wm, tenancy.MovePending, fmt.Sprintf("waiting for WorkspaceMove %s, which is moving %s", other, child))
 			return 2 * time.Second, r.updateStatus(ctx, parent, wm)
 		}

@@ -146,17 +146,23 @@ func (r *reconciler) undo(ctx context.Context, wm *unstructured.Unstructured) (s
 		return "", true, nil
 	}
 	req := movepeer.Request{Cluster: child, Move: tenancy.MoveValue(to, wm.GetName())}
+	if src.Exists && src.Move != req.Move && src.Claim != req.Move {
+		// Another move copies it, or none: rows on the new shard are not
+		// this move's to delete.
+		if held := src.Move + src.Claim; held != "" {
+			return fmt.Sprintf("nothing undone: %s is held by another move (%s), whose copy stays", child, held), false, nil
+		}
+		return "nothing to undo: this move had not started copying", false, nil
+	}
+	// The old shard serves and takes writes first; its claim goes last,
+	// once the partial copy is gone, so that an undo cut short is done
+	// again by the next reconcile.
 	var notes []string
 	if src.Exists {
 		if err := r.peers.call(ctx, from, "thaw", req, nil); err != nil {
-			var pe *peerError
-			if !errors.As(err, &pe) || pe.code != 409 {
-				return "", false, err
-			}
-			notes = append(notes, "shard "+from+" left as it is: "+pe.msg)
-		} else {
-			notes = append(notes, fmt.Sprintf("shard %s serves %s again and takes writes", from, child))
+			return "", false, err
 		}
+		notes = append(notes, fmt.Sprintf("shard %s serves %s again and takes writes", from, child))
 	}
 	var res movepeer.Result
 	if err := r.peers.call(ctx, to, "discard", req, &res); err != nil {
@@ -167,6 +173,13 @@ func (r *reconciler) undo(ctx context.Context, wm *unstructured.Unstructured) (s
 		notes = append(notes, "shard "+to+" left as it is: "+pe.msg)
 	} else {
 		notes = append(notes, fmt.Sprintf("the partial copy on shard %s was deleted (%d objects)", to, res.Objects))
+	}
+	if src.Exists {
+		unclaim := req
+		unclaim.Unclaim = true
+		if err := r.peers.call(ctx, from, "thaw", unclaim, nil); err != nil {
+			return "", false, err
+		}
 	}
 	return "undone: " + strings.Join(notes, "; "), false, nil
 }

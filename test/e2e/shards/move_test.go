@@ -232,9 +232,13 @@ func TestMoveWorkspace(t *testing.T) {
 		body := `{"cluster":"root:mover","final":true,"rows":{}}`
 		tinaHTTP := framework.UserClient(t, in.Shards["root"], "tina")
 		for what, url := range map[string]string{"at the shard": target.URL(), "through the proxy": p.URL()} {
-			code, out := framework.DoWith(t, tinaHTTP, http.MethodPost, url+"/kcp-move/v1/release", body, forged)
-			if code != http.StatusForbidden {
-				t.Errorf("tina calling the move API %s with forged peer headers: %d, want 403\n%s", what, code, out)
+			// discard and thaw undo a move: a tenant must not reach them
+			// either (discard deletes a shard's rows of a cluster).
+			for _, call := range []string{"release", "discard", "thaw"} {
+				code, out := framework.DoWith(t, tinaHTTP, http.MethodPost, url+"/kcp-move/v1/"+call, body, forged)
+				if code != http.StatusForbidden {
+					t.Errorf("tina calling the move API's %s %s with forged peer headers: %d, want 403\n%s", call, what, code, out)
+				}
 			}
 		}
 		if n := liveRows(t, target, c); n == 0 {

@@ -17,16 +17,17 @@ import (
 // the new shard does not serve. A WorkspaceMove deleted while it copies is
 // undone (the new shard's partial copy deleted through its move API, the
 // old shard serving the workspace and taking writes again) before it goes;
-// a move refused after it started (the old shard records the change
-// history, which a move does not copy) fails with the reason and what was
-// undone in its status.
+// a second move of a workspace that one copies waits for it, and
+// withdrawing the second leaves the first's copy alone; a move of a
+// workspace whose shard records the change history (which a move does not
+// copy) fails with the reason.
 func TestMoveWorkspaceUndone(t *testing.T) {
 	in := framework.StartShards(t, []string{"", framework.DatastoreFor(t, framework.Postgres), ""}, 1)
 	source, target := in.Shards["shard-1"], in.Shards["shard-2"]
 	p := in.Proxies[0]
 	ctx := context.Background()
 
-	for _, name := range []string{"wd", "hist"} {
+	for _, name := range []string{"wd", "pair", "hist"} {
 		p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: Workspace\nmetadata: {name: "+name+"}\nspec: {shard: shard-1}\n")
 		framework.Eventually(t, 60*time.Second, "workspace "+name+" Ready", func() (bool, string) {
 			out, _ := p.KubectlErr("root", "", "get", "workspace", name, "-o", "jsonpath={.status.phase}")
@@ -77,7 +78,45 @@ func TestMoveWorkspaceUndone(t *testing.T) {
 		}
 	})
 
-	t.Run("refused after it started: the change history", func(t *testing.T) {
+	t.Run("a second move waits, and withdrawing it leaves the first's copy", func(t *testing.T) {
+		const c = "root:pair"
+		fillConfigMaps(t, p.Client(c), 3000)
+		p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: WorkspaceMove\nmetadata: {name: pair-a}\nspec: {workspace: pair, toShard: shard-2}\n")
+		framework.Eventually(t, 60*time.Second, "pair-a to have copied some rows", func() (bool, string) {
+			out, _ := p.KubectlErr("root", "", "get", "workspacemove", "pair-a", "-o", "jsonpath={.status.step} {.status.phase}")
+			return liveRows(t, target, c) > 0 || strings.Contains(out, "Succeeded"), out
+		})
+		p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: WorkspaceMove\nmetadata: {name: pair-b}\nspec: {workspace: pair, toShard: shard-2}\n")
+		framework.Eventually(t, 60*time.Second, "pair-b to wait for pair-a (or pair-a done)", func() (bool, string) {
+			b, _ := p.KubectlErr("root", "", "get", "workspacemove", "pair-b", "-o", "jsonpath={.status.phase} {.status.message}")
+			a, _ := p.KubectlErr("root", "", "get", "workspacemove", "pair-a", "-o", "jsonpath={.status.phase}")
+			return strings.Contains(b, "waiting for WorkspaceMove pair-a") || a == "Succeeded", "pair-b: " + b + "; pair-a: " + a
+		})
+		p.Kubectl("root", "delete", "workspacemove", "pair-b", "--wait=true", "--timeout=60s")
+		var out string
+		framework.Eventually(t, 120*time.Second, "pair-a to end", func() (bool, string) {
+			out, _ = p.KubectlErr("root", "", "get", "workspacemove", "pair-a", "-o", "jsonpath={.status.phase} {.status.message}")
+			return strings.HasPrefix(out, "Succeeded ") || strings.HasPrefix(out, "Failed "), out
+		})
+		if !strings.HasPrefix(out, "Succeeded ") {
+			t.Fatalf("pair-a after pair-b was withdrawn: %s", out)
+		}
+		list, err := target.Client(c).CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cms := 0
+		for _, cm := range list.Items {
+			if strings.HasPrefix(cm.Name, "cm-") {
+				cms++
+			}
+		}
+		if cms != 3000 {
+			t.Errorf("the new shard serves %d of the 3000 ConfigMaps after the move (the withdrawn second move must not delete the first's copy)", cms)
+		}
+	})
+
+	t.Run("refused: the change history", func(t *testing.T) {
 		const c = "root:hist"
 		source.Stop()
 		source.Args = append(source.Args, "--change-history")
