@@ -96,6 +96,12 @@ func (r *reconciler) reconcile(ctx context.Context, wm *unstructured.Unstructure
 // before it fails and removes the copy.
 const failAfter = 15 * time.Minute
 
+// progressed: a step succeeded, so errors before it do not count toward
+// failAfter (written with the next status).
+func progressed(wm *unstructured.Unstructured) {
+	unstructured.RemoveNestedField(wm.Object, "status", "retryingSince")
+}
+
 func ended(wm *unstructured.Unstructured) bool {
 	p, _, _ := unstructured.NestedString(wm.Object, "status", "phase")
 	return p == tenancy.MoveSucceeded || p == tenancy.MoveFailed
@@ -180,6 +186,7 @@ func (r *reconciler) move(ctx context.Context, parent logicalcluster.Name, wm *u
 			if since, err = r.precopy(ctx, parent, wm, base, from, to); err != nil {
 				return 0, err
 			}
+			progressed(wm)
 		}
 		if src.MovedTo == "" {
 			// Deleted meanwhile: not frozen, but undone (withdraw).
@@ -190,6 +197,7 @@ func (r *reconciler) move(ctx context.Context, parent logicalcluster.Name, wm *u
 			if err := r.peers.call(ctx, from, "freeze", base, nil); err != nil {
 				return 0, conflictRefused(err)
 			}
+			progressed(wm)
 			if _, ok, _ := unstructured.NestedString(wm.Object, "status", "frozenAt"); !ok {
 				_ = unstructured.SetNestedField(wm.Object, r.now().UTC().Format(time.RFC3339Nano), "status", "frozenAt")
 			}
@@ -230,6 +238,7 @@ func (r *reconciler) move(ctx context.Context, parent logicalcluster.Name, wm *u
 				_ = unstructured.SetNestedField(wm.Object, now.Sub(t).Seconds(), "status", "readOnlySeconds")
 			}
 		}
+		progressed(wm)
 		klog.InfoS("Copied a frozen workspace", "workspace", child, "from", from, "to", to, "copy", copied, "move", wm.GetName())
 	}
 	// The Workspace names the shard that holds it now: its controller

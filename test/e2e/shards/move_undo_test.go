@@ -92,6 +92,7 @@ func TestMoveWorkspaceUndone(t *testing.T) {
 			a, _ := p.KubectlErr("root", "", "get", "workspacemove", "pair-a", "-o", "jsonpath={.status.phase}")
 			return strings.Contains(b, "waiting for WorkspaceMove pair-a") || a == "Succeeded", "pair-b: " + b + "; pair-a: " + a
 		})
+		t.Logf("pair-b before it is deleted: %s", p.Kubectl("root", "get", "workspacemove", "pair-b", "-o", "jsonpath={.status.phase} {.status.message}"))
 		p.Kubectl("root", "delete", "workspacemove", "pair-b", "--wait=true", "--timeout=60s")
 		var out string
 		framework.Eventually(t, 120*time.Second, "pair-a to end", func() (bool, string) {
