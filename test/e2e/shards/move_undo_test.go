@@ -92,7 +92,11 @@ func TestMoveWorkspaceUndone(t *testing.T) {
 			a, _ := p.KubectlErr("root", "", "get", "workspacemove", "pair-a", "-o", "jsonpath={.status.phase}")
 			return strings.Contains(b, "waiting for WorkspaceMove pair-a") || a == "Succeeded", "pair-b: " + b + "; pair-a: " + a
 		})
-		t.Logf("pair-b before it is deleted: %s", p.Kubectl("root", "get", "workspacemove", "pair-b", "-o", "jsonpath={.status.phase} {.status.message}"))
+		b := p.Kubectl("root", "get", "workspacemove", "pair-b", "-o", "jsonpath={.status.phase} {.status.message}")
+		t.Logf("pair-b before it is deleted: %s", b)
+		if strings.HasPrefix(b, "Failed") {
+			t.Errorf("a second move of a workspace another move copies failed instead of waiting: %s", b)
+		}
 		p.Kubectl("root", "delete", "workspacemove", "pair-b", "--wait=true", "--timeout=60s")
 		var out string
 		framework.Eventually(t, 120*time.Second, "pair-a to end", func() (bool, string) {
