@@ -24,6 +24,12 @@ const (
 	// a move to another shard runs: "<shard>/<WorkspaceMove name>" (the
 	// WorkspaceMove is in the parent). Set and removed by kcp only.
 	MoveAnnotation = "tenancy.kcp.io/move"
+	// MoveClaimAnnotation on a LogicalCluster names the move that copies
+	// it ("<shard>/<WorkspaceMove name>", as MoveAnnotation) from its first
+	// copy on, before the freeze: one move at a time copies a workspace, so
+	// that undoing one never deletes another's copy. Set and removed by
+	// kcp only.
+	MoveClaimAnnotation = "tenancy.kcp.io/move-claim"
 	// MovedToAnnotation on a LogicalCluster marks the copy a move left
 	// behind: its value is the shard that holds the workspace now. A shard
 	// serves nothing of such a cluster (503, watches end), and the front

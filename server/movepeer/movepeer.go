@@ -35,6 +35,7 @@ import (
 	"github.com/kcpsql/kcp/server/clusterinformer"
 	"github.com/kcpsql/kcp/server/logicalclusters"
 	"github.com/kcpsql/kcp/server/shards"
+	"github.com/kcpsql/kcp/storage/changehistory"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 	"github.com/kcpsql/kcp/storage/restore"
 )
@@ -50,6 +51,9 @@ type Kine interface {
 	CreateKey(ctx context.Context, key string, value []byte) (int64, bool, error)
 	UpdateKey(ctx context.Context, key string, value []byte, revision int64) (int64, bool, error)
 	Range(ctx context.Context, prefix string, fn func(key string, value []byte, revision int64) error) (int64, error)
+	// Settle is a revision up to which every row is final
+	// (embeddedkine.Kine.Settle).
+	Settle(ctx context.Context) (int64, error)
 }
 
 // Server serves the API on one shard.
@@ -149,10 +153,20 @@ type Request struct {
 	// Precopy: export while the cluster is still writable (a first copy,
 	// so that the frozen copy after it writes only what changed).
 	Precopy bool `json:"precopy,omitempty"`
-	// Revision (import): the source's revision when it stopped serving.
+	// Revision (import): the source's revision of the rows (final: when
+	// it stopped serving); the target's counter is moved past it.
 	Revision int64 `json:"revision,omitempty"`
-	// Rows (import): the stored rows, key to value.
-	Rows map[string][]byte `json:"rows,omitempty"`
+	// Since (export): only what changed after this revision of the
+	// source (a revision an earlier export returned), not every row.
+	Since int64 `json:"since,omitempty"`
+	// Rows (import): the stored rows, key to value; with Delta only those
+	// that changed, Deleted the keys deleted.
+	Rows    map[string][]byte `json:"rows,omitempty"`
+	Deleted []string          `json:"deleted,omitempty"`
+	Delta   bool              `json:"delta,omitempty"`
+	// Unclaim (thaw): also end the move's claim on the cluster (after its
+	// copy elsewhere was discarded).
+	Unclaim bool `json:"unclaim,omitempty"`
 	// FromShard and ParentShard (import): where the cluster comes from,
 	// where its Workspace is.
 	FromShard   string `json:"fromShard,omitempty"`
@@ -164,16 +178,24 @@ type State struct {
 	Exists    bool   `json:"exists"`
 	UID       string `json:"uid,omitempty"`
 	Move      string `json:"move,omitempty"`
+	Claim     string `json:"claim,omitempty"`
 	MovedTo   string `json:"movedTo,omitempty"`
 	MovedFrom string `json:"movedFrom,omitempty"`
 	// Children: whether it holds child workspaces.
 	Children bool `json:"children,omitempty"`
 }
 
-// Export is the answer of export.
+// Export is the answer of export: the rows of the cluster as of Revision
+// (every row up to it is final, embeddedkine.Kine.Settle), its
+// LogicalCluster always among them. With Delta, only the rows changed
+// after the request's Since and the keys deleted since; Full says why a
+// delta asked for was not possible (the answer has every row).
 type Export struct {
 	Revision int64             `json:"revision"`
 	Rows     map[string][]byte `json:"rows"`
+	Deleted  []string          `json:"deleted,omitempty"`
+	Delta    bool              `json:"delta,omitempty"`
+	Full     string            `json:"full,omitempty"`
 }
 
 // Result is the answer of import and release.
@@ -205,6 +227,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		out, err = s.importRows(ctx, req)
 	case "release":
 		out, err = s.release(ctx, req)
+	case "discard":
+		out, err = s.discard(ctx, req)
+	case "thaw":
+		out, err = struct{}{}, s.thaw(ctx, req)
 	default:
 		writeError(w, http.StatusNotFound, "no such call")
 		return
@@ -255,7 +281,8 @@ func (s *Server) state(ctx context.Context, c logicalcluster.Name) (*State, erro
 	}
 	u := unstructured.Unstructured{Object: obj}
 	a := u.GetAnnotations()
-	st := &State{Exists: true, UID: string(u.GetUID()), Move: a[tenancy.MoveAnnotation], MovedTo: a[tenancy.MovedToAnnotation], MovedFrom: a[tenancy.MovedFromAnnotation]}
+	st := &State{Exists: true, UID: string(u.GetUID()), Move: a[tenancy.MoveAnnotation], Claim: a[tenancy.MoveClaimAnnotation],
+		MovedTo: a[tenancy.MovedToAnnotation], MovedFrom: a[tenancy.MovedFromAnnotation]}
 	prefix := "/registry/" + tenancy.Group + "/" + tenancy.WorkspacesResource.Resource + "/" + string(c) + "/"
 	if _, err := s.Kine.Range(ctx, prefix, func(string, []byte, int64) error { st.Children = true; return errStop }); err != nil && !errors.Is(err, errStop) {
 		return nil, err
@@ -348,8 +375,16 @@ func (s *Server) freeze(ctx context.Context, req Request) error {
 	if held := a[tenancy.MoveAnnotation]; held != "" && held != req.Move {
 		return conflict(fmt.Sprintf("logical cluster %s is being moved by another move (%s)", req.Cluster, held))
 	}
+	if held := a[tenancy.MoveClaimAnnotation]; held != "" && held != req.Move {
+		return conflict(fmt.Sprintf("logical cluster %s is being copied by another move (%s)", req.Cluster, held))
+	}
 	if a[tenancy.RestoreAnnotation] != "" {
 		return conflict(fmt.Sprintf("logical cluster %s is being restored by WorkspaceRestore %s; move it when the restore ends", req.Cluster, a[tenancy.RestoreAnnotation]))
+	}
+	if held := a[tenancy.MoveAnnotation]; held == "" {
+		if err := s.refuseHistory(ctx, req.Cluster); err != nil {
+			return err
+		}
 	}
 	if err := s.annotate(ctx, req.Cluster, tenancy.MoveAnnotation, req.Move); err != nil {
 		return err
@@ -364,7 +399,8 @@ func (s *Server) currentRevision(ctx context.Context) (int64, error) {
 
 // export hands over the cluster's stored rows; final marks it moved first,
 // so that it serves nothing more and the revision returned is past every
-// resourceVersion a client can hold of it.
+// resourceVersion a client can hold of it. With Since, only what changed
+// after it: the rows are read once, after the cluster stopped serving.
 func (s *Server) export(ctx context.Context, req Request) (*Export, error) {
 	obj, _, err := s.storedLC(ctx, req.Cluster)
 	if err != nil {
@@ -380,6 +416,23 @@ func (s *Server) export(ctx context.Context, req Request) (*Export, error) {
 	if req.Precopy && req.Final {
 		return nil, conflict("a final export is of a frozen cluster, not a pre-copy")
 	}
+	if req.Precopy && a[tenancy.MoveAnnotation] == "" {
+		if err := s.refuseHistory(ctx, req.Cluster); err != nil {
+			return nil, err
+		}
+		// The claim: one move at a time copies the cluster.
+		switch held := a[tenancy.MoveClaimAnnotation]; {
+		case held != "" && held != req.Move:
+			return nil, conflict(fmt.Sprintf("logical cluster %s is being copied by another move (%s)", req.Cluster, held))
+		case held == "":
+			if a[tenancy.RestoreAnnotation] != "" {
+				return nil, conflict(fmt.Sprintf("logical cluster %s is being restored by WorkspaceRestore %s; move it when the restore ends", req.Cluster, a[tenancy.RestoreAnnotation]))
+			}
+			if err := s.annotate(ctx, req.Cluster, tenancy.MoveClaimAnnotation, req.Move); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if req.Final {
 		to, _ := tenancy.ParseMove(a[tenancy.MoveAnnotation])
 		if err := s.annotate(ctx, req.Cluster, tenancy.MovedToAnnotation, to); err != nil {
@@ -389,15 +442,58 @@ func (s *Server) export(ctx context.Context, req Request) (*Export, error) {
 			return nil, err
 		}
 	}
-	rev, err := s.currentRevision(ctx)
+	// Every row up to rev is final: what changed after it is exactly what
+	// has a greater revision, which the next export (Since: rev) sends.
+	rev, err := s.Kine.Settle(ctx)
 	if err != nil {
 		return nil, err
+	}
+	full := ""
+	if req.Since > 0 {
+		d, err := s.Source.Changed(ctx, req.Cluster, req.Since)
+		switch {
+		case err == nil:
+			lcKey := restore.LogicalClusterKey(req.Cluster)
+			if _, ok := d.Changed[lcKey]; !ok {
+				raw, _, err := s.Kine.GetKey(ctx, lcKey)
+				if err != nil {
+					return nil, err
+				}
+				d.Changed[lcKey] = raw
+			}
+			return &Export{Revision: rev, Rows: d.Changed, Deleted: d.Deleted, Delta: true}, nil
+		case restore.IsCompactedSince(err):
+			full = err.Error()
+			klog.InfoS("A move's copy compares whole states: the changes since the pre-copy cannot be told", "cluster", req.Cluster, "since", req.Since, "reason", full)
+		default:
+			return nil, err
+		}
 	}
 	lives, err := s.Source.Live(ctx, req.Cluster)
 	if err != nil {
 		return nil, err
 	}
-	return &Export{Revision: rev, Rows: restore.Values(lives)}, nil
+	return &Export{Revision: rev, Rows: restore.Values(lives), Full: full}, nil
+}
+
+// refuseHistory refuses to move a cluster whose shard records the change
+// history (kcp start --change-history): a move does not copy kcp_changes,
+// so the new shard could not restore the workspace to a point before the
+// move, and the history here would be deleted with the old copy.
+func (s *Server) refuseHistory(ctx context.Context, c logicalcluster.Name) error {
+	if s.Source.DB == nil {
+		return nil
+	}
+	cov, err := changehistory.Covered(ctx, s.Source.DB, s.Source.Dialect)
+	if err != nil {
+		return fmt.Errorf("reading whether shard %s records the change history: %w", s.Self, err)
+	}
+	if cov.On {
+		return conflict(fmt.Sprintf("shard %s records the change history (kcp start --change-history) and a move does not copy it yet: "+
+			"moving %s would lose its history (WorkspaceRestore to a point before the move); not moved. "+
+			"Move it with the history off on shard %s, or keep it there", s.Self, c, s.Self))
+	}
+	return nil
 }
 
 // floorKey is a key outside every workspace whose writes move this
@@ -467,7 +563,13 @@ func (s *Server) importRows(ctx context.Context, req Request) (*Result, error) {
 	}
 	written := 0
 	for pass := 0; pass < 5; pass++ {
-		plan, err := s.Source.PlanInto(ctx, req.Rows, req.Cluster, req.Cluster)
+		var plan *restore.Plan
+		var err error
+		if req.Delta {
+			plan, err = s.Source.PlanDelta(ctx, req.Cluster, &restore.Delta{Changed: req.Rows, Deleted: req.Deleted})
+		} else {
+			plan, err = s.Source.PlanInto(ctx, req.Rows, req.Cluster, req.Cluster)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -481,6 +583,13 @@ func (s *Server) importRows(ctx context.Context, req Request) (*Result, error) {
 		}
 	}
 	if !req.Final {
+		// Moving the counter now, while the workspace is writable, leaves
+		// the final import only the source's writes since to pass.
+		if req.Revision > 0 {
+			if _, err := s.passRevision(ctx, req.Revision); err != nil {
+				return nil, fmt.Errorf("moving the revision past the source's %d: %w", req.Revision, err)
+			}
+		}
 		return &Result{Objects: written}, nil
 	}
 	bumps, err := s.passRevision(ctx, req.Revision)
@@ -490,6 +599,7 @@ func (s *Server) importRows(ctx context.Context, req Request) (*Result, error) {
 	u := &unstructured.Unstructured{Object: lc}
 	a := u.GetAnnotations()
 	delete(a, tenancy.MoveAnnotation)
+	delete(a, tenancy.MoveClaimAnnotation)
 	delete(a, tenancy.MovedToAnnotation)
 	a[tenancy.MovedFromAnnotation] = fmt.Sprintf("%s@%d", req.FromShard, req.Revision)
 	u.SetAnnotations(a)
@@ -533,4 +643,59 @@ func (s *Server) release(ctx context.Context, req Request) (*Result, error) {
 	}
 	klog.InfoS("Deleted a moved logical cluster", "cluster", req.Cluster, "objects", n)
 	return &Result{Objects: n}, nil
+}
+
+// discard deletes a copy of a cluster that a move wrote here and that
+// this shard does not serve (it has no LogicalCluster here: the move had
+// not switched): what a failed or withdrawn move leaves behind
+// (idempotent). Rows are deleted through kine, as any deletion.
+func (s *Server) discard(ctx context.Context, req Request) (*Result, error) {
+	obj, _, err := s.storedLC(ctx, req.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	if obj != nil {
+		return nil, conflict(fmt.Sprintf("shard %s serves logical cluster %s (UID %s): not discarding it", s.Self, req.Cluster, (&unstructured.Unstructured{Object: obj}).GetUID()))
+	}
+	n, err := s.DeleteClusterData(ctx, req.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		klog.InfoS("Deleted the partial copy of a move that did not complete", "cluster", req.Cluster, "objects", n, "move", req.Move)
+	}
+	return &Result{Objects: n}, nil
+}
+
+// thaw ends a move's hold on a cluster that the move did not switch: it
+// serves it again (moved-to removed) and takes writes again (the freeze
+// removed); with Unclaim another move may copy it again. Only the move
+// that holds it may (idempotent).
+func (s *Server) thaw(ctx context.Context, req Request) error {
+	obj, _, err := s.storedLC(ctx, req.Cluster)
+	if err != nil || obj == nil {
+		return err
+	}
+	a := (&unstructured.Unstructured{Object: obj}).GetAnnotations()
+	held, claim := a[tenancy.MoveAnnotation], a[tenancy.MoveClaimAnnotation]
+	if held != req.Move && claim != req.Move {
+		if held == "" && claim == "" {
+			return nil
+		}
+		return conflict(fmt.Sprintf("logical cluster %s is held by another move (%s), not by %s", req.Cluster, held+claim, req.Move))
+	}
+	// Served again first (frozen, readable), then writable, then free
+	// for another move.
+	keys := []string{tenancy.MovedToAnnotation, tenancy.MoveAnnotation}
+	if req.Unclaim {
+		keys = append(keys, tenancy.MoveClaimAnnotation)
+	}
+	for _, key := range keys {
+		if err := s.annotate(ctx, req.Cluster, key, ""); err != nil {
+			return err
+		}
+	}
+	return waitFor(ctx, "the thaw of "+string(req.Cluster), func() bool {
+		return s.Clusters.MovedTo(req.Cluster) == "" && s.Clusters.FreezeOf(req.Cluster).Move == ""
+	})
 }

@@ -141,6 +141,9 @@ func benchMove(log func(string, ...any)) error {
 					r.total = time.Since(t0)
 					ro, _, _ := unstructured.NestedFloat64(got.Object, "status", "readOnlySeconds")
 					r.readOnly = time.Duration(ro * float64(time.Second))
+					if fc, ok, _ := unstructured.NestedString(got.Object, "status", "frozenCopy"); ok {
+						log("%s: the copy while read-only: %s", c, fc)
+					}
 					break
 				}
 			}

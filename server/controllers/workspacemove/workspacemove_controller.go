@@ -1,15 +1,20 @@
 // Package workspacemove runs WorkspaceMoves: a WorkspaceMove in a parent
 // workspace moves one of its child workspaces to another shard online. The
 // controller runs on the parent's shard and drives the shards' move API
-// (server/movepeer) as a peer: freeze the workspace on its shard (read-only,
-// reads and watches go on), copy its stored rows to the new shard, stop the
-// old shard serving it (its watches end; it answers 503), copy what kcp's
-// own controllers wrote meanwhile, create its LogicalCluster on the new
-// shard (which the front proxy then routes to), record the new shard in the
-// Workspace's spec.shard, and delete the old copy. Every step is
-// idempotent and the state of the shards says which steps are done, so a
-// move that stops half way (kill -9 of any shard) resumes when the
-// controller runs again; until then the workspace stays readable (frozen).
+// (server/movepeer) as a peer: copy the workspace's stored rows to the new
+// shard while it is writable (every row, then what changed during that
+// copy), freeze it on its shard (read-only, reads and watches go on), stop
+// the old shard serving it (its watches end; it answers 503), copy only
+// what changed since the pre-copy (kine revisions above it, read once),
+// create its LogicalCluster on the new shard (which the front proxy then
+// routes to), record the new shard in the Workspace's spec.shard, and
+// delete the old copy. Every step is idempotent and the state of the
+// shards says which steps are done, so a move that stops half way (kill -9
+// of any shard) resumes when the controller runs again; until then the
+// workspace stays readable. A move that fails, or whose WorkspaceMove is
+// deleted, before the new shard serves the workspace is undone: the old
+// shard serves it and takes writes again, the new shard's partial copy is
+// deleted (workspacemove_reconcile_undo.go).
 package workspacemove
 
 import (

@@ -32,7 +32,7 @@ type refused string
 func (r refused) Error() string { return string(r) }
 
 func (r *reconciler) reconcile(ctx context.Context, wm *unstructured.Unstructured) (time.Duration, error) {
-	if p, _, _ := unstructured.NestedString(wm.Object, "status", "phase"); p == tenancy.MoveSucceeded || p == tenancy.MoveFailed {
+	if ended(wm) && !hasFinalizer(wm) {
 		return 0, nil
 	}
 	parent := clusterinformer.ClusterOf(wm)
@@ -49,18 +49,40 @@ func (r *reconciler) reconcile(ctx context.Context, wm *unstructured.Unstructure
 		return 0, err
 	}
 	wm = live
-	if p, _, _ := unstructured.NestedString(wm.Object, "status", "phase"); p == tenancy.MoveSucceeded || p == tenancy.MoveFailed {
-		return 0, nil
+	if ended(wm) {
+		return 0, r.dropFinalizer(ctx, parent, wm)
+	}
+	if wm.GetDeletionTimestamp() != nil {
+		// Deleted while it runs: what it did is undone (or, once
+		// switched, completed), then the finalizer goes.
+		return r.withdraw(ctx, parent, wm)
+	}
+	if err := r.addFinalizer(ctx, parent, wm); err != nil {
+		return 0, err
+	}
+	if why, _, _ := unstructured.NestedString(wm.Object, "status", "failing"); why != "" {
+		return 0, r.fail(ctx, parent, wm, why)
 	}
 	again, err := r.move(ctx, parent, wm)
 	var ref refused
 	switch {
 	case errors.As(err, &ref):
-		setPhase(wm, tenancy.MoveFailed, err.Error())
-		_ = unstructured.SetNestedField(wm.Object, r.now().UTC().Format(time.RFC3339), "status", "completedAt")
-		return 0, r.updateStatus(ctx, parent, wm)
+		return 0, r.fail(ctx, parent, wm, err.Error())
+	case errors.Is(err, errWithdrawn):
+		return 100 * time.Millisecond, nil // the next reconcile withdraws it
 	case err != nil:
-		// Tried again with backoff; the status says why it waits.
+		// Tried again with backoff; the status says why it waits. An
+		// error that lasts failAfter once the copy started fails the move
+		// (its partial copy removed) unless the new shard serves it.
+		since, _, _ := unstructured.NestedString(wm.Object, "status", "retryingSince")
+		first, perr := time.Parse(time.RFC3339, since)
+		if perr != nil {
+			first = r.now()
+			_ = unstructured.SetNestedField(wm.Object, first.UTC().Format(time.RFC3339), "status", "retryingSince")
+		}
+		if _, started, _ := unstructured.NestedString(wm.Object, "status", "startedAt"); started && r.now().Sub(first) > failAfter {
+			return 0, r.fail(ctx, parent, wm, fmt.Sprintf("failing for more than %s: %v", failAfter, err))
+		}
 		setPhase(wm, tenancy.MoveRunning, "retrying: "+err.Error())
 		if uerr := r.updateStatus(ctx, parent, wm); uerr != nil {
 			klog.V(2).InfoS("WorkspaceMove status not written", "move", wm.GetName(), "err", uerr)
@@ -68,6 +90,21 @@ func (r *reconciler) reconcile(ctx context.Context, wm *unstructured.Unstructure
 		return 0, err
 	}
 	return again, nil
+}
+
+// failAfter is how long a move retries an error once its copy started
+// before it fails and removes the copy.
+const failAfter = 15 * time.Minute
+
+// progressed: a step succeeded, so errors before it do not count toward
+// failAfter (written with the next status).
+func progressed(wm *unstructured.Unstructured) {
+	unstructured.RemoveNestedField(wm.Object, "status", "retryingSince")
+}
+
+func ended(wm *unstructured.Unstructured) bool {
+	p, _, _ := unstructured.NestedString(wm.Object, "status", "phase")
+	return p == tenancy.MoveSucceeded || p == tenancy.MoveFailed
 }
 
 // move does what is left of the move.
@@ -125,8 +162,12 @@ func (r *reconciler) move(ctx context.Context, parent logicalcluster.Name, wm *u
 			setPhase(wm, tenancy.MovePending, fmt.Sprintf("waiting for Workspace %s to be Ready (it is %s)", wsName, p))
 			return 2 * time.Second, r.updateStatus(ctx, parent, wm)
 		}
-		if src.Move != "" && src.Move != moveValue {
-			_, other := tenancy.ParseMove(src.Move)
+		held := src.Move
+		if held == "" || held == moveValue {
+			held = src.Claim
+		}
+		if held != "" && held != moveValue {
+			_, other := tenancy.ParseMove(held)
 			setPhase(wm, tenancy.MovePending, fmt.Sprintf("waiting for WorkspaceMove %s, which is moving %s", other, child))
 			return 2 * time.Second, r.updateStatus(ctx, parent, wm)
 		}
@@ -134,54 +175,61 @@ func (r *reconciler) move(ctx context.Context, parent logicalcluster.Name, wm *u
 			_ = unstructured.SetNestedField(wm.Object, r.now().UTC().Format(time.RFC3339Nano), "status", "startedAt")
 		}
 		base := movepeer.Request{Cluster: child, Move: moveValue, FromShard: from, ParentShard: r.m.Self}
+		// The old shard's revision the last pre-copy copied at: the
+		// target holds the workspace as of it.
+		since, _, _ := unstructured.NestedInt64(wm.Object, "status", "precopyRevision")
 		if src.Move == "" {
-			// A first copy while the workspace is still writable: the
-			// frozen copy after it writes only what changed meanwhile,
-			// which keeps the read-only window short.
-			r.step(ctx, parent, wm, "Precopying", fmt.Sprintf("copying %s from shard %s to shard %s while it is writable", child, from, to))
-			pre := base
-			pre.Precopy = true
-			var exp movepeer.Export
-			if err := r.peers.call(ctx, from, "export", pre, &exp); err != nil {
-				return 0, conflictRefused(err)
-			}
-			pre.Rows = exp.Rows
-			if err := r.peers.call(ctx, to, "import", pre, nil); err != nil {
+			// Copies while the workspace is still writable: a whole one,
+			// then what changed during it, so that the frozen copy after
+			// them has little to send.
+			var err error
+			if since, err = r.precopy(ctx, parent, wm, base, from, to); err != nil {
 				return 0, err
 			}
+			progressed(wm)
 		}
 		if src.MovedTo == "" {
+			// Deleted meanwhile: not frozen, but undone (withdraw).
+			if err := r.stillWanted(ctx, parent, wm); err != nil {
+				return 0, err
+			}
 			r.step(ctx, parent, wm, "Freezing", fmt.Sprintf("freezing %s on shard %s", child, from))
 			if err := r.peers.call(ctx, from, "freeze", base, nil); err != nil {
 				return 0, conflictRefused(err)
 			}
+			progressed(wm)
 			if _, ok, _ := unstructured.NestedString(wm.Object, "status", "frozenAt"); !ok {
 				_ = unstructured.SetNestedField(wm.Object, r.now().UTC().Format(time.RFC3339Nano), "status", "frozenAt")
 			}
-			r.step(ctx, parent, wm, "Copying", fmt.Sprintf("copying %s from shard %s to shard %s (read-only meanwhile)", child, from, to))
-			var exp movepeer.Export
-			if err := r.peers.call(ctx, from, "export", base, &exp); err != nil {
-				return 0, err
-			}
-			in := base
-			in.Rows = exp.Rows
-			if err := r.peers.call(ctx, to, "import", in, nil); err != nil {
-				return 0, err
-			}
 		}
-		r.step(ctx, parent, wm, "Switching", fmt.Sprintf("switching %s to shard %s: shard %s stopped serving it", child, to, from))
+		// One read of the old shard, after it stopped serving the
+		// workspace: what changed since the last pre-copy (or, without
+		// one, every row).
+		r.step(ctx, parent, wm, "Copying", fmt.Sprintf("copying %s from shard %s to shard %s: what changed since the pre-copy (read-only meanwhile)", child, from, to))
 		fin := base
 		fin.Final = true
+		fin.Since = since
 		var exp movepeer.Export
 		if err := r.peers.call(ctx, from, "export", fin, &exp); err != nil {
 			return 0, err
 		}
-		fin.Rows, fin.Revision = exp.Rows, exp.Revision
+		fin.Since = 0
+		fin.Rows, fin.Deleted, fin.Delta, fin.Revision = exp.Rows, exp.Deleted, exp.Delta, exp.Revision
 		var res movepeer.Result
 		if err := r.peers.call(ctx, to, "import", fin, &res); err != nil {
-			return 0, err
+			return 0, conflictRefused(err)
 		}
-		_ = unstructured.SetNestedField(wm.Object, int64(len(exp.Rows)), "status", "objects")
+		copied := fmt.Sprintf("delta since revision %d: %d objects written, %d deleted", since, len(exp.Rows)-1, len(exp.Deleted))
+		switch {
+		case !exp.Delta && since == 0:
+			copied = fmt.Sprintf("full comparison of %d objects: no pre-copy revision recorded (the move resumed after a restart)", len(exp.Rows))
+		case !exp.Delta:
+			copied = fmt.Sprintf("full comparison of %d objects: %s", len(exp.Rows), exp.Full)
+		}
+		_ = unstructured.SetNestedField(wm.Object, copied, "status", "frozenCopy")
+		if !exp.Delta {
+			_ = unstructured.SetNestedField(wm.Object, int64(len(exp.Rows)), "status", "objects")
+		}
 		_ = unstructured.SetNestedField(wm.Object, exp.Revision, "status", "sourceRevision")
 		now := r.now().UTC()
 		_ = unstructured.SetNestedField(wm.Object, now.Format(time.RFC3339Nano), "status", "switchedAt")
@@ -190,6 +238,8 @@ func (r *reconciler) move(ctx context.Context, parent logicalcluster.Name, wm *u
 				_ = unstructured.SetNestedField(wm.Object, now.Sub(t).Seconds(), "status", "readOnlySeconds")
 			}
 		}
+		progressed(wm)
+		klog.InfoS("Copied a frozen workspace", "workspace", child, "from", from, "to", to, "copy", copied, "move", wm.GetName())
 	}
 	// The Workspace names the shard that holds it now: its controller
 	// (closing, deleting, copying spec.frozen) goes there.
@@ -203,6 +253,7 @@ func (r *reconciler) move(ctx context.Context, parent logicalcluster.Name, wm *u
 		}
 	}
 	r.step(ctx, parent, wm, "Deleting", fmt.Sprintf("deleting the copy of %s on shard %s", child, from))
+	unstructured.RemoveNestedField(wm.Object, "status", "retryingSince")
 	if err := r.peers.call(ctx, from, "release", movepeer.Request{Cluster: child}, nil); err != nil {
 		return 0, err
 	}
@@ -212,7 +263,10 @@ func (r *reconciler) move(ctx context.Context, parent logicalcluster.Name, wm *u
 	unstructured.RemoveNestedField(wm.Object, "status", "step")
 	setPhase(wm, tenancy.MoveSucceeded, fmt.Sprintf("moved %s from shard %s to shard %s: %d objects, read-only for %.2f s", child, from, to, objects, ro))
 	klog.InfoS("Moved a workspace", "workspace", child, "from", from, "to", to, "objects", objects, "readOnlySeconds", ro, "move", wm.GetName())
-	return 0, r.updateStatus(ctx, parent, wm)
+	if err := r.updateStatus(ctx, parent, wm); err != nil {
+		return 0, err
+	}
+	return 0, r.dropFinalizer(ctx, parent, wm)
 }
 
 // conflictRefused turns a shard's 409 (the cluster's state refuses the

@@ -3,6 +3,7 @@
 package kinetest
 
 import (
+	"database/sql"
 	"testing"
 
 	"github.com/kcpsql/kcp/storage/datastore/datastoretest"
@@ -22,6 +23,16 @@ func Start(t testing.TB, dsn string) *embeddedkine.Kine {
 func StartCompactingOnRequest(t testing.TB, dsn string) *embeddedkine.Kine {
 	t.Helper()
 	return start(t, dsn, func(c *embeddedkine.Config) { c.CompactInterval, c.CompactMinRetain = 0, 0 })
+}
+
+// StartCompactingOnRequestWithDB is StartCompactingOnRequest that also
+// returns the datastore's connection pool, for reads of kine's table as
+// kcp's own SQL reads it (storage/restore).
+func StartCompactingOnRequestWithDB(t testing.TB, dsn string) (*embeddedkine.Kine, *sql.DB) {
+	t.Helper()
+	var db *sql.DB
+	k := start(t, dsn, func(c *embeddedkine.Config) { c.CompactInterval, c.CompactMinRetain, db = 0, 0, c.DB })
+	return k, db
 }
 
 func start(t testing.TB, dsn string, configure func(*embeddedkine.Config)) *embeddedkine.Kine {

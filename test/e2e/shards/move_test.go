@@ -122,7 +122,7 @@ func TestMoveWorkspace(t *testing.T) {
 	if !strings.HasPrefix(status, "Succeeded ") {
 		t.Fatalf("the move: %s\nsource log:\n%s", status, source.LogTail(40))
 	}
-	t.Logf("move: %s; %s", status, p.Kubectl("root", "get", "workspacemove", "to-2", "-o", "jsonpath=started {.status.startedAt} frozen {.status.frozenAt} switched {.status.switchedAt} completed {.status.completedAt}"))
+	t.Logf("move: %s; %s", status, p.Kubectl("root", "get", "workspacemove", "to-2", "-o", "jsonpath=started {.status.startedAt} frozen {.status.frozenAt} switched {.status.switchedAt} completed {.status.completedAt}; frozen copy: {.status.frozenCopy}"))
 	time.Sleep(2 * time.Second) // writes after the move
 	stopWriters()
 	wg.Wait()
@@ -232,9 +232,13 @@ func TestMoveWorkspace(t *testing.T) {
 		body := `{"cluster":"root:mover","final":true,"rows":{}}`
 		tinaHTTP := framework.UserClient(t, in.Shards["root"], "tina")
 		for what, url := range map[string]string{"at the shard": target.URL(), "through the proxy": p.URL()} {
-			code, out := framework.DoWith(t, tinaHTTP, http.MethodPost, url+"/kcp-move/v1/release", body, forged)
-			if code != http.StatusForbidden {
-				t.Errorf("tina calling the move API %s with forged peer headers: %d, want 403\n%s", what, code, out)
+			// discard and thaw undo a move: a tenant must not reach them
+			// either (discard deletes a shard's rows of a cluster).
+			for _, call := range []string{"release", "discard", "thaw"} {
+				code, out := framework.DoWith(t, tinaHTTP, http.MethodPost, url+"/kcp-move/v1/"+call, body, forged)
+				if code != http.StatusForbidden {
+					t.Errorf("tina calling the move API's %s %s with forged peer headers: %d, want 403\n%s", call, what, code, out)
+				}
 			}
 		}
 		if n := liveRows(t, target, c); n == 0 {
@@ -411,8 +415,10 @@ func (m *mirror) run(ctx context.Context) {
 
 // TestMoveWorkspaceResumesAfterKill kills the parent's shard (which runs
 // the move) with SIGKILL while the move copies: the workspace stays
-// readable (frozen) meanwhile, and the move completes when that shard is
-// back, with every object on the new shard and none on the old one.
+// readable meanwhile (writable, or frozen with the moving message: the
+// frozen copy sends only what changed since the pre-copy, so the kill
+// mostly lands in the pre-copy), and the move completes when that shard
+// is back, with every object on the new shard and none on the old one.
 func TestMoveWorkspaceResumesAfterKill(t *testing.T) {
 	in := framework.StartShards(t, []string{"", framework.DatastoreFor(t, framework.Postgres), ""}, 1)
 	root, source, target := in.Shards["root"], in.Shards["shard-1"], in.Shards["shard-2"]
@@ -453,7 +459,8 @@ func TestMoveWorkspaceResumesAfterKill(t *testing.T) {
 	p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: WorkspaceMove\nmetadata: {name: big-to-2}\nspec: {workspace: big, toShard: shard-2}\n")
 	framework.Eventually(t, 60*time.Second, "the move to be copying", func() (bool, string) {
 		out, _ := p.KubectlErr("root", "", "get", "workspacemove", "big-to-2", "-o", "jsonpath={.status.step} {.status.phase}")
-		return strings.HasPrefix(out, "Copying") || strings.Contains(out, "Succeeded"), out
+		return (strings.HasPrefix(out, "Precopying") && liveRows(t, target, c) > 0) || strings.HasPrefix(out, "Freezing") ||
+			strings.HasPrefix(out, "Copying") || strings.Contains(out, "Succeeded"), out
 	})
 	root.Kill()
 	t.Logf("killed the parent's shard mid-move; the new shard holds %d rows of %s so far", liveRows(t, target, c), c)
@@ -461,16 +468,19 @@ func TestMoveWorkspaceResumesAfterKill(t *testing.T) {
 		t.Logf("the copy had finished before the kill: the test shows resumption of the later steps only")
 	}
 
-	// Meanwhile the workspace is readable through the proxy and refuses
-	// writes with the freeze's message.
+	// Meanwhile the workspace is readable through the proxy; a write is
+	// acknowledged (before the freeze) or refused with the freeze's
+	// message.
 	got, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "cm-0001", metav1.GetOptions{})
 	if err != nil || got.Data["payload"] == "" {
 		t.Errorf("reading the workspace while the move is stopped: %v", err)
 	}
 	_, err = cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "during"}}, metav1.CreateOptions{})
-	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "moving to shard shard-2") {
-		t.Errorf("a write while the move is stopped: %v, want 403 saying it is moving", err)
+	duringAcked := err == nil
+	if err != nil && (!apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "moving to shard shard-2")) {
+		t.Errorf("a write while the move is stopped: %v, want it acknowledged or 403 saying it is moving", err)
 	}
+	t.Logf("a write while the move is stopped: %v", err)
 
 	root.Start()
 	var status string
@@ -495,8 +505,15 @@ func TestMoveWorkspaceResumesAfterKill(t *testing.T) {
 			t.Errorf("%s on the new shard: UID %q, want %q", cm.Name, uids[cm.Name], cm.UID)
 		}
 	}
-	if len(after.Items) != len(before.Items) {
-		t.Errorf("the new shard has %d ConfigMaps, the workspace had %d", len(after.Items), len(before.Items))
+	want := len(before.Items)
+	if duringAcked {
+		want++
+		if _, ok := uids["during"]; !ok {
+			t.Errorf("the write acknowledged while the move was stopped is not on the new shard")
+		}
+	}
+	if len(after.Items) != want {
+		t.Errorf("the new shard has %d ConfigMaps, want %d", len(after.Items), want)
 	}
 	if n := liveRows(t, source, c); n != 0 {
 		t.Errorf("the old shard still stores %d rows of %s", n, c)
@@ -504,4 +521,144 @@ func TestMoveWorkspaceResumesAfterKill(t *testing.T) {
 	if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{}); err != nil {
 		t.Errorf("writing the moved workspace through the proxy: %v", err)
 	}
+}
+
+// TestMoveWorkspaceTargetKilled kills the NEW shard with SIGKILL while the
+// move copies to it: meanwhile the workspace stays readable and writable
+// from the old shard through the front proxy (a write is acknowledged or
+// refused with the freeze's message, nothing else), and once the new shard
+// is back the move completes with every acknowledged write on it.
+func TestMoveWorkspaceTargetKilled(t *testing.T) {
+	in := framework.StartShards(t, []string{"", framework.DatastoreFor(t, framework.Postgres), ""}, 1)
+	source, target := in.Shards["shard-1"], in.Shards["shard-2"]
+	p := in.Proxies[0]
+	ctx := context.Background()
+	const c, n = "root:tk", 3000
+
+	p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: Workspace\nmetadata: {name: tk}\nspec: {shard: shard-1}\n")
+	framework.Eventually(t, 60*time.Second, "workspace tk Ready", func() (bool, string) {
+		out, _ := p.KubectlErr("root", "", "get", "workspace", "tk", "-o", "jsonpath={.status.phase}")
+		return out == "Ready", out
+	})
+	fillConfigMaps(t, p.Client(c), n)
+
+	writers, stopWriters := context.WithCancel(ctx)
+	var mu sync.Mutex
+	var acked, otherErrors []string
+	refused := 0
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cfg := p.Config(c)
+		cfg.Timeout = 20 * time.Second
+		cs := kubernetes.NewForConfigOrDie(cfg)
+		for i := 0; writers.Err() == nil; i++ {
+			name := fmt.Sprintf("w-%04d", i)
+			_, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+			mu.Lock()
+			switch {
+			case err == nil:
+				acked = append(acked, name)
+			case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "moving to shard shard-2"):
+				refused++
+			default:
+				otherErrors = append(otherErrors, fmt.Sprintf("%s: %v", name, err))
+			}
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+
+	p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: WorkspaceMove\nmetadata: {name: tk-to-2}\nspec: {workspace: tk, toShard: shard-2}\n")
+	framework.Eventually(t, 60*time.Second, "the move to be copying into shard-2", func() (bool, string) {
+		out, _ := p.KubectlErr("root", "", "get", "workspacemove", "tk-to-2", "-o", "jsonpath={.status.step} {.status.phase}")
+		return (strings.HasPrefix(out, "Precopying") && liveRows(t, target, c) > 0) || strings.Contains(out, "Succeeded"), out
+	})
+	target.Kill()
+	step := p.Kubectl("root", "get", "workspacemove", "tk-to-2", "-o", "jsonpath={.status.step}")
+	t.Logf("killed the new shard mid-move (step %s)", step)
+
+	// While it is down: reads work, writes are acknowledged or refused
+	// with the freeze's message (the writer above checks), for a while.
+	for i := range 10 {
+		got, err := p.Client(c).CoreV1().ConfigMaps("default").Get(ctx, fmt.Sprintf("cm-%04d", i*100), metav1.GetOptions{})
+		if err != nil || got.Data["payload"] == "" {
+			t.Errorf("reading the workspace while the new shard is down: %v", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	mu.Lock()
+	whileDown := len(acked)
+	mu.Unlock()
+	if out := p.Kubectl("root", "get", "workspacemove", "tk-to-2", "-o", "jsonpath={.status.phase} {.status.message}"); !strings.Contains(out, "retrying") {
+		t.Logf("move status while the new shard is down: %s", out)
+	}
+
+	target.Start()
+	var status string
+	framework.Eventually(t, 180*time.Second, "WorkspaceMove tk-to-2 to end", func() (bool, string) {
+		status, _ = p.KubectlErr("root", "", "get", "workspacemove", "tk-to-2", "-o", "jsonpath={.status.phase} {.status.message}")
+		return strings.HasPrefix(status, "Succeeded ") || strings.HasPrefix(status, "Failed "), status
+	})
+	if !strings.HasPrefix(status, "Succeeded ") {
+		t.Fatalf("the move after the new shard came back: %s\nnew shard log:\n%s", status, target.LogTail(40))
+	}
+	t.Logf("resumed move: %s; frozen copy: %s", status, p.Kubectl("root", "get", "workspacemove", "tk-to-2", "-o", "jsonpath={.status.frozenCopy}"))
+	time.Sleep(time.Second)
+	stopWriters()
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("writes: %d acknowledged (%d by the time the new shard came back), %d refused while frozen, %d other errors", len(acked), whileDown, refused, len(otherErrors))
+	if len(otherErrors) > 0 {
+		t.Errorf("writes failed other than with the freeze's 403: %v", otherErrors)
+	}
+	after, err := target.Client(c).CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, cm := range after.Items {
+		have[cm.Name] = true
+	}
+	for i := range n {
+		if name := fmt.Sprintf("cm-%04d", i); !have[name] {
+			t.Errorf("%s is not on the new shard", name)
+		}
+	}
+	for _, name := range acked {
+		if !have[name] {
+			t.Errorf("acknowledged write %s is not on the new shard", name)
+		}
+	}
+	if n := liveRows(t, source, c); n != 0 {
+		t.Errorf("the old shard still stores %d rows of %s", n, c)
+	}
+}
+
+// fillConfigMaps creates n ConfigMaps cm-0000... of 500 bytes in default.
+func fillConfigMaps(t *testing.T, cs kubernetes.Interface, n int) {
+	t.Helper()
+	ctx := context.Background()
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%04d", i)}, Data: map[string]string{"payload": strings.Repeat("x", 500)}}
+				if _, err := cs.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
 }
