@@ -29,6 +29,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
 	"net/http/httptest"
@@ -136,6 +137,10 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	info, err := viewidentity.RequestInfo(req, apiPath)
 	if err != nil {
 		viewidentity.Refuse(w, apierrors.NewBadRequest(err.Error()), "")
+		return
+	}
+	if serr := acrossShards(f.index, provider, name, cluster); serr != nil {
+		viewidentity.Refuse(w, serr, "")
 		return
 	}
 	ctx := viewidentity.WithTenant(req.Context(), provider, string(provider))
@@ -401,4 +406,29 @@ func applyPatch(gr schema.GroupResource, name, contentType string, stored, patch
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("the patch does not apply: %v", err))
 	}
 	return out, nil
+}
+
+// acrossShards refuses what the view cannot serve yet: it serves the
+// objects this shard stores, so a request across all consumers while some
+// are on other shards would be a partial answer, and a consumer on another
+// shard is not reachable from here. Refused (501), never answered in part.
+func acrossShards(index *boundapis.Index, provider logicalcluster.Name, name string, cluster logicalcluster.Name) *apierrors.StatusError {
+	remote := index.RemoteConsumers(provider, name)
+	if len(remote) == 0 {
+		return nil
+	}
+	var where []string
+	for _, shard := range slices.Sorted(maps.Keys(remote)) {
+		cs := remote[shard]
+		if !cluster.IsWildcard() && !slices.Contains(cs, cluster) {
+			continue
+		}
+		where = append(where, fmt.Sprintf("%v on shard %s", cs[:min(len(cs), 5)], shard))
+	}
+	if len(where) == 0 {
+		return nil
+	}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotImplemented, Reason: "NotImplemented",
+		Message: fmt.Sprintf("the view of APIExport %s in %s does not reach workspaces on other shards yet, and these bind it: %s; read their objects in each workspace, or bind from workspaces on the provider's shard (docs/operations.md, \"Shards\")",
+			name, provider, strings.Join(where, "; "))}}
 }

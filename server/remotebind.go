@@ -1,0 +1,39 @@
+package server
+
+import (
+	"context"
+
+	authzv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/kcpsql/kcp/schema/apis"
+	apibindingadmission "github.com/kcpsql/kcp/server/admission/apibinding"
+	"github.com/kcpsql/kcp/server/boundapis"
+	"github.com/kcpsql/kcp/server/shards"
+	"github.com/kcpsql/kcp/storage/logicalcluster"
+)
+
+// remoteBind decides binding an APIExport of a workspace on another shard:
+// the shard whose copy holds the export is asked (a SubjectAccessReview
+// of the verb "bind" in the provider's workspace there). An export no
+// shard holds is refused like a missing grant.
+func remoteBind(m *shards.Membership, index *boundapis.Index, local func(logicalcluster.Name) bool) apibindingadmission.RemoteBindFunc {
+	reviewer := shards.NewReviewer(m)
+	return func(ctx context.Context, who user.Info, provider logicalcluster.Name, export string) (bool, bool, error) {
+		if local(provider) {
+			return false, false, nil
+		}
+		shard, err := index.ExportShard(provider, export)
+		if err != nil {
+			return true, false, err
+		}
+		if shard == "" {
+			// Not on this shard, and no peer's copy has it.
+			return true, false, nil
+		}
+		allowed, err := reviewer.Allowed(ctx, shard, provider, who, authzv1.ResourceAttributes{
+			Verb: apis.VerbBind, Group: apis.Group, Version: apis.Version, Resource: "apiexports", Name: export,
+		})
+		return true, allowed, err
+	}
+}

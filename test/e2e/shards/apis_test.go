@@ -1,0 +1,278 @@
+package shards
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/kcpsql/kcp/test/e2e/framework"
+)
+
+var databasesGVR = schema.GroupVersionResource{Group: "platform.example.com", Version: "v1", Resource: "databases"}
+
+// databasesExport is a schema of databases.platform.example.com (named
+// <version>.databases...) with extra spec fields, and the APIExport
+// "databases" serving it.
+func databasesExport(version, extraFields string) string {
+	return fmt.Sprintf(`apiVersion: apis.kcp.io/v1alpha1
+kind: APIResourceSchema
+metadata: {name: %s.databases.platform.example.com}
+spec:
+  group: platform.example.com
+  scope: Namespaced
+  names: {plural: databases, singular: database, kind: Database, listKind: DatabaseList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {size: {type: integer, description: size in GiB}%s}}
+          status: {type: object, properties: {phase: {type: string}}}
+---
+apiVersion: apis.kcp.io/v1alpha1
+kind: APIExport
+metadata: {name: databases}
+spec:
+  latestResourceSchemas: [%s.databases.platform.example.com]
+`, version, extraFields, version)
+}
+
+func database(name string, size int) string {
+	return fmt.Sprintf("apiVersion: platform.example.com/v1\nkind: Database\nmetadata: {name: %s, namespace: default}\nspec: {size: %d}\n", name, size)
+}
+
+// TestAPISharingAcrossShards: a provider on the root shard (SQLite), a
+// consumer on shard-1 (PostgreSQL) and one on the root shard, everything
+// through the front proxy: binding with kubectl kcp bind, the consumer
+// served from the export's schema (CRUD, watch, discovery, explain), a new
+// schema version reaching the consumer, the bind permission decided by the
+// provider's shard, a tenant's export of the same name not hijacking the
+// binding, consumers isolated, the view refused rather than partial, the
+// export protected while bound from another shard, and the consumer served
+// while the provider's shard is down.
+func TestAPISharingAcrossShards(t *testing.T) {
+	in := framework.StartShards(t, []string{"", framework.DatastoreFor(t, framework.Postgres)}, 1)
+	root, other := in.Shards["root"], in.Shards["shard-1"]
+	p := in.Proxies[0]
+	ctx := context.Background()
+
+	for _, w := range []struct{ name, shard string }{{"provider", "root"}, {"near", "root"}, {"far", "shard-1"}, {"mallory", "shard-1"}} {
+		p.KubectlApply("root", fmt.Sprintf("apiVersion: tenancy.kcp.io/v1alpha1\nkind: Workspace\nmetadata: {name: %s}\nspec: {shard: %s}\n", w.name, w.shard))
+	}
+	for _, w := range []string{"provider", "near", "far", "mallory"} {
+		framework.Eventually(t, 60*time.Second, "workspace root:"+w+" Ready", func() (bool, string) {
+			out, _ := p.KubectlErr("root", "", "get", "workspace", w, "-o", "jsonpath={.status.phase}")
+			return out == "Ready", out
+		})
+	}
+
+	p.KubectlApply("root:provider", databasesExport("v1", ""))
+	var identity string
+	framework.Eventually(t, 30*time.Second, "the export's Ready condition and identity", func() (bool, string) {
+		out, _ := p.KubectlErr("root:provider", "", "get", "apiexport", "databases", "-o", "jsonpath={.status.conditions[0].status} {.status.identityHash}")
+		identity = strings.TrimPrefix(out, "True ")
+		return strings.HasPrefix(out, "True ") && len(identity) > 5, out
+	})
+
+	// kubectl kcp bind through the proxy, from a workspace on each shard.
+	kubectlKCP := func(kubeconfig string, args ...string) (string, error) {
+		_, kubectl := framework.Binaries(t)
+		cmd := exec.Command(kubectl, args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "PATH="+filepath.Dir(kubectl)+":"+os.Getenv("PATH"),
+			"KUBECACHEDIR="+filepath.Join(p.RootDir, "kubecache"))
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, c := range []string{"root:far", "root:near"} {
+		out, err := kubectlKCP(p.Kubeconfig, "kcp", "bind", "export", "root:provider:databases", "--server", p.URL()+"/clusters/"+c)
+		if err != nil {
+			t.Fatalf("kubectl kcp bind in %s through the proxy: %v\n%s", c, err, out)
+		}
+		framework.MustContain(t, "kubectl kcp bind in "+c, out, "is bound: databases.platform.example.com")
+		got := p.Kubectl(c, "get", "apibinding", "databases", "-o", "jsonpath={.status.phase} {.status.identityHash}")
+		if got != "Bound "+identity {
+			t.Fatalf("the binding in %s says %q; want Bound with the export's identity %s", c, got, identity)
+		}
+		framework.MustContain(t, "api-resources in "+c, p.Kubectl(c, "api-resources", "--api-group=platform.example.com"), "databases", "Database")
+		framework.MustContain(t, "explain in "+c, p.Kubectl(c, "explain", "databases.spec.size"), "size in GiB")
+	}
+
+	// CRUD and watch in the consumer on shard-1; the schema is enforced.
+	far, err := dynamic.NewForConfig(p.Config("root:far"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := far.Resource(databasesGVR).Namespace("default").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("watching databases in root:far through the proxy: %v", err)
+	}
+	defer w.Stop()
+	for _, c := range []string{"root:far", "root:near"} {
+		p.KubectlApply(c, database("db0", map[string]int{"root:far": 7, "root:near": 3}[c]))
+	}
+	waitEvent(t, w, watch.Added, "db0")
+	p.KubectlApply("root:far", database("db0", 8))
+	waitEvent(t, w, watch.Modified, "db0")
+	if got := p.Kubectl("root:far", "get", "database", "db0", "-n", "default", "-o", "jsonpath={.spec.size}"); got != "8" {
+		t.Fatalf("root:far's db0 has size %q, want 8 (its own)", got)
+	}
+	if got := p.Kubectl("root:near", "get", "database", "db0", "-n", "default", "-o", "jsonpath={.spec.size}"); got != "3" {
+		t.Fatalf("root:near's db0 has size %q, want 3 (its own)", got)
+	}
+	if out, err := p.KubectlErr("root:far", strings.Replace(database("bad", 1), "size: 1", "size: big", 1), "apply", "-f", "-"); err == nil || !strings.Contains(out, "spec.size") {
+		t.Fatalf("a database with size: big was not refused in root:far: %v\n%s", err, out)
+	}
+	p.KubectlApply("root:far", database("gone", 1))
+	p.Kubectl("root:far", "delete", "database", "gone", "-n", "default")
+	waitEvent(t, w, watch.Deleted, "gone")
+	if liveRows(t, other, "root:far") == 0 || liveRows(t, root, "root:far") != 0 {
+		t.Errorf("root:far's objects are not (only) on shard-1")
+	}
+
+	// A new schema version in the provider reaches the consumer on shard-1.
+	p.KubectlApply("root:provider", databasesExport("v2", ", tier: {type: string, description: service tier}"))
+	framework.Eventually(t, 30*time.Second, "the new schema in root:far", func() (bool, string) {
+		out, err := p.KubectlErr("root:far", "", "explain", "databases.spec.tier")
+		return err == nil && strings.Contains(out, "service tier"), out
+	})
+	p.KubectlApply("root:far", strings.Replace(database("tiered", 2), "size: 2", "size: 2, tier: gold", 1))
+	if got := p.Kubectl("root:far", "get", "database", "tiered", "-n", "default", "-o", "jsonpath={.spec.tier}"); got != "gold" {
+		t.Fatalf("the new field was pruned in root:far: %q", got)
+	}
+
+	// Binding needs the verb bind in the provider's workspace, decided by
+	// the provider's shard: mallory, admin of root:mallory on shard-1,
+	// is refused until root:provider grants it.
+	p.Kubectl("root", "create", "clusterrole", "access-mallory", "--verb=access", "--resource=workspaces/content", "--resource-name=mallory")
+	p.Kubectl("root", "create", "clusterrolebinding", "access-mallory", "--clusterrole=access-mallory", "--user=mallory")
+	p.Kubectl("root:mallory", "create", "clusterrolebinding", "admin-mallory", "--clusterrole=cluster-admin", "--user=mallory")
+	mallory := framework.UserClient(t, root, "mallory")
+	bindings := p.URL() + "/clusters/root:mallory/apis/apis.kcp.io/v1alpha1/apibindings"
+	binding := func(name, path string) string {
+		return fmt.Sprintf(`{"apiVersion":"apis.kcp.io/v1alpha1","kind":"APIBinding","metadata":{"name":%q},"spec":{"reference":{"export":{"path":%q,"name":"databases"}}}}`, name, path)
+	}
+	framework.Eventually(t, 20*time.Second, "mallory's rights in root:mallory", func() (bool, string) {
+		code, body := framework.DoWith(t, mallory, http.MethodGet, bindings, "", nil)
+		return code == http.StatusOK, body
+	})
+	code, body := framework.DoWith(t, mallory, http.MethodPost, bindings, binding("databases", "root:provider"), nil)
+	if code != http.StatusForbidden || !strings.Contains(body, "may not bind APIExport databases") {
+		t.Fatalf("mallory bound root:provider's export without the bind verb there: %d %s", code, body)
+	}
+	// The same answer for an export that does not exist anywhere.
+	code, body2 := framework.DoWith(t, mallory, http.MethodPost, bindings, binding("nothing", "root:nowhere"), nil)
+	if code != http.StatusForbidden || !strings.Contains(body2, "may not bind APIExport databases") {
+		t.Fatalf("binding a missing export: %d %s", code, body2)
+	}
+
+	// mallory publishes an export of the same name and resource in its own
+	// workspace on shard-1 (a different schema): root:far's binding keeps
+	// the provider's identity and schema, and mallory's own binding of its
+	// export sees none of root:far's objects.
+	p.KubectlApply("root:mallory", strings.Replace(databasesExport("v1", ", stolen: {type: string}"), "size in GiB", "mallory's size", 1))
+	code, body = framework.DoWith(t, mallory, http.MethodPost, bindings, binding("databases", "root:mallory"), nil)
+	if code != http.StatusCreated {
+		t.Fatalf("mallory binding its own export: %d %s", code, body)
+	}
+	framework.Eventually(t, 30*time.Second, "mallory's binding Bound", func() (bool, string) {
+		out, _ := p.KubectlErr("root:mallory", "", "get", "apibinding", "databases", "-o", "jsonpath={.status.phase} {.status.identityHash}")
+		return strings.HasPrefix(out, "Bound ") && out != "Bound "+identity, out
+	})
+	time.Sleep(time.Second)
+	if got := p.Kubectl("root:far", "get", "apibinding", "databases", "-o", "jsonpath={.status.phase} {.status.identityHash}"); got != "Bound "+identity {
+		t.Fatalf("after mallory's export of the same name, root:far's binding says %q; want Bound %s", got, identity)
+	}
+	framework.MustContain(t, "explain in root:far", p.Kubectl("root:far", "explain", "databases.spec.size"), "size in GiB")
+	code, body = framework.DoWith(t, mallory, http.MethodGet, p.URL()+"/clusters/root:mallory/apis/platform.example.com/v1/databases", "", nil)
+	if code != http.StatusOK || strings.Contains(body, "db0") || strings.Contains(body, "tiered") {
+		t.Fatalf("mallory's databases: %d %s", code, body)
+	}
+	code, body = framework.DoWith(t, mallory, http.MethodGet, p.URL()+"/clusters/root:far/apis/platform.example.com/v1/namespaces/default/databases/db0", "", nil)
+	if code == http.StatusOK {
+		t.Fatalf("mallory read root:far's database: %s", body)
+	}
+
+	// Granted bind in root:provider, mallory may bind it too (the SAR on
+	// the provider's shard says yes); its objects are its own.
+	p.KubectlApply("root:provider", `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: bind-databases}
+rules: [{apiGroups: [apis.kcp.io], resources: [apiexports], resourceNames: [databases], verbs: [bind]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: mallory-binds}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: bind-databases}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: mallory}]
+`)
+	framework.Eventually(t, 30*time.Second, "mallory may bind root:provider's export", func() (bool, string) {
+		code, body := framework.DoWith(t, mallory, http.MethodPost, bindings, binding("granted", "root:provider"), nil)
+		return code == http.StatusCreated, fmt.Sprint(code, body)
+	})
+
+	// The view does not reach consumers on other shards yet: refused, not
+	// answered in part, across all consumers and for root:far.
+	admin := framework.UserClient(t, root, "admin", "system:masters")
+	for _, c := range []string{"*", "root:far"} {
+		url := p.URL() + "/services/apiexport/root:provider/databases/clusters/" + c + "/apis/platform.example.com/v1/databases"
+		code, body := framework.DoWith(t, admin, http.MethodGet, url, "", nil)
+		if code != http.StatusNotImplemented || !strings.Contains(body, "root:far") {
+			t.Fatalf("the view of %s with a consumer on another shard: %d %s", c, code, body)
+		}
+	}
+	// The export cannot be deleted while root:far binds it.
+	if out, err := p.KubectlErr("root:provider", "", "delete", "apiexport", "databases"); err == nil || !strings.Contains(out, "root:far") {
+		t.Fatalf("deleting the export bound from shard-1: %v\n%s", err, out)
+	}
+
+	// The provider's shard down: root:far keeps being served.
+	root.Stop()
+	for i, name := range []string{"after1", "after2"} {
+		if out, err := p.KubectlErr("root:far", database(name, i), "apply", "-f", "-"); err != nil {
+			t.Fatalf("root:far with the provider's shard down: %v\n%s", err, out)
+		}
+	}
+	items, err := far.Resource(databasesGVR).Namespace("default").List(ctx, metav1.ListOptions{})
+	if err != nil || len(items.Items) != 4 {
+		t.Fatalf("listing root:far's databases with the provider's shard down: %v %v", err, items)
+	}
+	code, body = framework.DoWith(t, admin, http.MethodGet, p.URL()+"/services/apiexport/root:provider/databases/clusters/*/apis/platform.example.com/v1/databases", "", nil)
+	if code < 500 {
+		t.Fatalf("the view with the provider's shard down answered %d %s", code, body)
+	}
+}
+
+// waitEvent waits for an event of that type about the named object.
+func waitEvent(t *testing.T, w watch.Interface, typ watch.EventType, name string) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("the watch ended before %s %s", typ, name)
+			}
+			if u, isU := ev.Object.(*unstructured.Unstructured); isU && ev.Type == typ && u.GetName() == name {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no %s event of %s within 30s", typ, name)
+		}
+	}
+}
