@@ -619,6 +619,13 @@ func (x *Index) ExportDefinitions(identity string) []*apiextensionsv1.CustomReso
 		return nil
 	}
 	objs, _ := x.exports.ByIndex(byIdentity, identity)
+	if len(objs) == 0 {
+		// An export of another shard that bindings here resolve to.
+		for _, r := range x.peerList() {
+			more, _ := r.exports.ByIndex(byIdentity, identity)
+			objs = append(objs, more...)
+		}
+	}
 	if len(objs) != 1 {
 		return nil
 	}

@@ -127,6 +127,12 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		viewidentity.Refuse(w, apierrors.NewNotFound(exportsGR, name), "")
 		return
 	}
+	if export.Shard != "" {
+		// This shard knows the export from its copy of another shard's
+		// APIs; its view is served by that shard (through the front proxy).
+		viewidentity.Refuse(w, apierrors.NewServiceUnavailable(fmt.Sprintf("APIExport %s of %s is on shard %s; its view is served there (use the front proxy)", name, provider, export.Shard)), "")
+		return
+	}
 	// What it asks for.
 	path := "/" + opened.Rest
 	cluster, apiPath, err := routing.Split(path)

@@ -120,7 +120,8 @@ func TestAPISharingAcrossShards(t *testing.T) {
 	}
 	w, err := far.Resource(databasesGVR).Namespace("default").Watch(ctx, metav1.ListOptions{})
 	if err != nil {
-		t.Fatalf("watching databases in root:far through the proxy: %v", err)
+		_, direct := far.Resource(databasesGVR).Namespace("default").List(ctx, metav1.ListOptions{})
+		t.Fatalf("watching databases in root:far through the proxy: %v (list: %v)\nshard-1:\n%s\nproxy:\n%s", err, direct, other.LogTail(40), p.LogTail(20))
 	}
 	defer w.Stop()
 	for _, c := range []string{"root:far", "root:near"} {
