@@ -148,16 +148,23 @@ func (x *Index) locate(provider logicalcluster.Name, name string) (src source, o
 	}
 	var holders []string
 	var unsynced []string
+	uids := map[string]bool{}
 	for _, r := range x.peerList() {
 		if o2, ok, _ := r.exports.GetByKey(key); ok {
 			holders = append(holders, r.shard)
-			src, o, found = source{shard: r.shard, exports: r.exports, schemas: r.schemas}, o2, true
+			uids[string(o2.(*unstructured.Unstructured).GetUID())] = true
+			if !found {
+				src, o, found = source{shard: r.shard, exports: r.exports, schemas: r.schemas}, o2, true
+			}
 		} else if !r.hasSynced() {
 			unsynced = append(unsynced, r.shard)
 		}
 	}
 	switch {
-	case len(holders) > 1:
+	case len(uids) > 1:
+		// The same export (one UID) on two shards is a workspace being
+		// moved (a move keeps UIDs): either copy serves. Two different
+		// exports claiming one workspace is not decided by chance.
 		return source{}, nil, false, fmt.Errorf("APIExport %s of workspace %s is reported by several shards (%s); it is bound from none of them until one holds it", name, provider, strings.Join(holders, ", "))
 	case found:
 		return src, o, true, nil
