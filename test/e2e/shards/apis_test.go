@@ -210,7 +210,16 @@ func TestAPISharingAcrossShards(t *testing.T) {
 	}
 
 	// Granted bind in root:provider, mallory may bind it too (the SAR on
-	// the provider's shard says yes); its objects are its own.
+	// the provider's shard says yes); its objects are its own: the same
+	// export and name as root:far's on the same shard, kept apart.
+	code, body = framework.DoWith(t, mallory, http.MethodDelete, bindings+"/databases", "", nil)
+	if code != http.StatusOK {
+		t.Fatalf("mallory unbinding its own export: %d %s", code, body)
+	}
+	framework.Eventually(t, 30*time.Second, "mallory's own binding gone", func() (bool, string) {
+		code, body := framework.DoWith(t, mallory, http.MethodGet, bindings+"/databases", "", nil)
+		return code == http.StatusNotFound, fmt.Sprint(code, body)
+	})
 	p.KubectlApply("root:provider", `apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: bind-databases}
@@ -226,6 +235,23 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: mallory}]
 		code, body := framework.DoWith(t, mallory, http.MethodPost, bindings, binding("granted", "root:provider"), nil)
 		return code == http.StatusCreated, fmt.Sprint(code, body)
 	})
+	framework.Eventually(t, 30*time.Second, "mallory's binding of root:provider Bound", func() (bool, string) {
+		out, _ := p.KubectlErr("root:mallory", "", "get", "apibinding", "granted", "-o", "jsonpath={.status.phase} {.status.identityHash}")
+		return out == "Bound "+identity, out
+	})
+	malloryDBs := p.URL() + "/clusters/root:mallory/apis/platform.example.com/v1/namespaces/default/databases"
+	framework.Eventually(t, 30*time.Second, "mallory creating its db0", func() (bool, string) {
+		code, body := framework.DoWith(t, mallory, http.MethodPost, malloryDBs,
+			`{"apiVersion":"platform.example.com/v1","kind":"Database","metadata":{"name":"db0","namespace":"default"},"spec":{"size":99}}`, nil)
+		return code == http.StatusCreated, fmt.Sprint(code, body)
+	})
+	code, body = framework.DoWith(t, mallory, http.MethodGet, malloryDBs, "", nil)
+	if code != http.StatusOK || strings.Count(body, `"name":"db0"`) != 1 || !strings.Contains(body, `"size":99`) || strings.Contains(body, "tiered") {
+		t.Fatalf("mallory's databases of root:provider's export: %d %s", code, body)
+	}
+	if got := p.Kubectl("root:far", "get", "database", "db0", "-n", "default", "-o", "jsonpath={.spec.size}"); got != "8" {
+		t.Fatalf("root:far's db0 has size %q after mallory's db0, want 8", got)
+	}
 
 	// The view does not reach consumers on other shards yet: refused, not
 	// answered in part, across all consumers and for root:far.
