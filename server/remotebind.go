@@ -9,6 +9,7 @@ import (
 	"github.com/kcpsql/kcp/schema/apis"
 	apibindingadmission "github.com/kcpsql/kcp/server/admission/apibinding"
 	"github.com/kcpsql/kcp/server/boundapis"
+	"github.com/kcpsql/kcp/server/exportview"
 	"github.com/kcpsql/kcp/server/shards"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -17,8 +18,16 @@ import (
 // the shard whose copy holds the export is asked (a SubjectAccessReview
 // of the verb "bind" in the provider's workspace there). An export no
 // shard holds is refused like a missing grant.
-func remoteBind(m *shards.Membership, index *boundapis.Index, local func(logicalcluster.Name) bool) apibindingadmission.RemoteBindFunc {
-	reviewer := shards.NewReviewer(m)
+func remoteBind(reviewer *shards.Reviewer, index *boundapis.Index, local func(logicalcluster.Name) bool) apibindingadmission.RemoteBindFunc {
+	return remoteExportVerb(apis.VerbBind, reviewer, index, local)
+}
+
+// remoteContent decides the verb "content" (an export's view) the same way.
+func remoteContent(reviewer *shards.Reviewer, index *boundapis.Index, local func(logicalcluster.Name) bool) exportview.RemoteFunc {
+	return remoteExportVerb(apis.VerbContent, reviewer, index, local)
+}
+
+func remoteExportVerb(verb string, reviewer *shards.Reviewer, index *boundapis.Index, local func(logicalcluster.Name) bool) func(context.Context, user.Info, logicalcluster.Name, string) (bool, bool, error) {
 	return func(ctx context.Context, who user.Info, provider logicalcluster.Name, export string) (bool, bool, error) {
 		if local(provider) {
 			return false, false, nil
@@ -32,7 +41,7 @@ func remoteBind(m *shards.Membership, index *boundapis.Index, local func(logical
 			return true, false, nil
 		}
 		allowed, err := reviewer.Allowed(ctx, shard, provider, who, authzv1.ResourceAttributes{
-			Verb: apis.VerbBind, Group: apis.Group, Version: apis.Version, Resource: "apiexports", Name: export,
+			Verb: verb, Group: apis.Group, Version: apis.Version, Resource: "apiexports", Name: export,
 		})
 		return true, allowed, err
 	}

@@ -214,7 +214,9 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 		// binding it is decided by that shard's RBAC.
 		local := func(c logicalcluster.Name) bool { exists, _ := clusters.State(c); return exists }
 		boundAPIs.SetLocal(local)
-		apibindingadmission.SetRemoteBind(remoteBind(o.Shards, boundAPIs, local))
+		reviewer := shards.NewReviewer(o.Shards)
+		apibindingadmission.SetRemoteBind(remoteBind(reviewer, boundAPIs, local))
+		exportview.SetRemote(remoteContent(reviewer, boundAPIs, local))
 	}
 	apibindingadmission.SetBound(boundAPIs.Bound)
 	apibindingadmission.SetUsers(apibindingadmission.Users{Consumers: boundAPIs.Consumers, ExportsUsing: boundAPIs.ExportsUsing, ConsumersOutside: boundAPIs.ConsumersOutside})

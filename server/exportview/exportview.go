@@ -36,6 +36,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -56,6 +57,7 @@ import (
 	"github.com/kcpsql/kcp/server/clusterauthz"
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/routing"
+	"github.com/kcpsql/kcp/server/shards"
 	"github.com/kcpsql/kcp/server/viewidentity"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -104,8 +106,24 @@ func New(next http.Handler, authn authenticator.Request, authz authorizer.Author
 			return fmt.Errorf("%q may not use the view of APIExport %s in %s (needs the verb %q on apiexports/%s there)", caller, name, provider, apis.VerbContent, name)
 		},
 		Impersonation: "the view of an APIExport does not take impersonation; authenticate as the user itself",
+		Remote: func(ctx context.Context, u user.Info, provider logicalcluster.Name, name string) (bool, bool, error) {
+			if f := remoteContent.Load(); f != nil {
+				return (*f)(ctx, u, provider, name)
+			}
+			return false, false, nil
+		},
 	}}
 }
+
+// RemoteFunc decides the verb "content" on an APIExport of a workspace on
+// another shard, by that shard's RBAC (handled false: it is on this one).
+type RemoteFunc func(ctx context.Context, u user.Info, provider logicalcluster.Name, export string) (handled, allowed bool, err error)
+
+var remoteContent atomic.Pointer[RemoteFunc]
+
+// SetRemote gives the views the check of exports on other shards: a
+// shard serves the view of such an export for the consumers it holds.
+func SetRemote(f RemoteFunc) { remoteContent.Store(&f) }
 
 func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if !strings.HasPrefix(req.URL.Path, Prefix) {
@@ -127,12 +145,6 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		viewidentity.Refuse(w, apierrors.NewNotFound(exportsGR, name), "")
 		return
 	}
-	if export.Shard != "" {
-		// This shard knows the export from its copy of another shard's
-		// APIs; its view is served by that shard (through the front proxy).
-		viewidentity.Refuse(w, apierrors.NewServiceUnavailable(fmt.Sprintf("APIExport %s of %s is on shard %s; its view is served there (use the front proxy)", name, provider, export.Shard)), "")
-		return
-	}
 	// What it asks for.
 	path := "/" + opened.Rest
 	cluster, apiPath, err := routing.Split(path)
@@ -145,7 +157,9 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		viewidentity.Refuse(w, apierrors.NewBadRequest(err.Error()), "")
 		return
 	}
-	if serr := acrossShards(f.index, provider, name, cluster); serr != nil {
+	part := req.Header.Get(shards.ViewPartHeader) == "true"
+	req.Header.Del(shards.ViewPartHeader)
+	if serr := acrossShards(f.index, export, provider, name, cluster, part); serr != nil {
 		viewidentity.Refuse(w, serr, "")
 		return
 	}
@@ -414,15 +428,17 @@ func applyPatch(gr schema.GroupResource, name, contentType string, stored, patch
 	return out, nil
 }
 
-// acrossShards refuses what the view cannot serve yet: it serves the
-// objects this shard stores, so a request across all consumers while some
-// are on other shards would be a partial answer, and a consumer on another
-// shard is not reachable from here. Refused (501), never answered in part.
-func acrossShards(index *boundapis.Index, provider logicalcluster.Name, name string, cluster logicalcluster.Name) *apierrors.StatusError {
-	remote := index.RemoteConsumers(provider, name)
-	if len(remote) == 0 {
+// acrossShards refuses what this shard cannot answer whole: the view
+// serves the consumers this shard holds. Across all consumers, that is
+// the whole answer only when no consumer is on another shard, or when the
+// front proxy asks for this shard's part (shards.ViewPartHeader) and
+// merges it with the others'. A consumer on another shard is served by
+// that shard. Refused (501), never answered in part.
+func acrossShards(index *boundapis.Index, export *boundapis.Export, provider logicalcluster.Name, name string, cluster logicalcluster.Name, part bool) *apierrors.StatusError {
+	if cluster.IsWildcard() && part {
 		return nil
 	}
+	remote := index.RemoteConsumers(provider, name)
 	var where []string
 	for _, shard := range slices.Sorted(maps.Keys(remote)) {
 		cs := remote[shard]
@@ -431,10 +447,13 @@ func acrossShards(index *boundapis.Index, provider logicalcluster.Name, name str
 		}
 		where = append(where, fmt.Sprintf("%v on shard %s", cs[:min(len(cs), 5)], shard))
 	}
-	if len(where) == 0 {
+	if len(where) == 0 && (export.Shard == "" || !cluster.IsWildcard()) {
 		return nil
 	}
+	if len(where) == 0 {
+		where = append(where, "those on shard "+export.Shard)
+	}
 	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotImplemented, Reason: "NotImplemented",
-		Message: fmt.Sprintf("the view of APIExport %s in %s does not reach workspaces on other shards yet, and these bind it: %s; read their objects in each workspace, or bind from workspaces on the provider's shard (docs/operations.md, \"Shards\")",
+		Message: fmt.Sprintf("this shard serves the view of APIExport %s in %s for the consumers it holds only, and others bind it: %s; use the view through the front proxy, which serves every shard's consumers (docs/operations.md, \"Shards\")",
 			name, provider, strings.Join(where, "; "))}}
 }

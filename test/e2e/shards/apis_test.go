@@ -253,14 +253,73 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: mallory}]
 		t.Fatalf("root:far's db0 has size %q after mallory's db0, want 8", got)
 	}
 
-	// The view does not reach consumers on other shards yet: refused, not
-	// answered in part, across all consumers and for root:far.
-	admin := framework.UserClient(t, root, "admin", "system:masters")
-	for _, c := range []string{"*", "root:far"} {
-		url := p.URL() + "/services/apiexport/root:provider/databases/clusters/" + c + "/apis/platform.example.com/v1/databases"
-		code, body := framework.DoWith(t, admin, http.MethodGet, url, "", nil)
-		if code != http.StatusNotImplemented || !strings.Contains(body, "root:far") {
-			t.Fatalf("the view of %s with a consumer on another shard: %d %s", c, code, body)
+	// The provider's view through the proxy spans the shards: db-operator,
+	// granted the verb content in root:provider, lists and watches the
+	// databases of root:near (root shard), root:far and root:mallory
+	// (shard-1), and writes the status of root:far's on its shard.
+	p.KubectlApply("root:provider", `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: db-operator}
+rules: [{apiGroups: [apis.kcp.io], resources: [apiexports], resourceNames: [databases], verbs: [content]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: db-operator}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: db-operator}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: db-operator}]
+`)
+	operator := framework.UserClient(t, root, "db-operator")
+	viewURL := func(cluster string) string {
+		return p.URL() + "/services/apiexport/root:provider/databases/clusters/" + cluster + "/apis/platform.example.com/v1/"
+	}
+	var listed string
+	framework.Eventually(t, 30*time.Second, "the view across shards", func() (bool, string) {
+		code, body := framework.DoWith(t, operator, http.MethodGet, viewURL("*")+"databases", "", nil)
+		listed = body
+		return code == http.StatusOK, fmt.Sprint(code, body)
+	})
+	for _, want := range []string{`"size":3`, `"size":8`, `"size":99`, `"name":"tiered"`} {
+		framework.MustContain(t, "the view's list across shards", listed, want)
+	}
+	framework.MustContain(t, "the view's list across shards", listed, `"resourceVersion":"shards.`)
+	opCfg := framework.UserConfig(t, root, "db-operator")
+	opCfg.Host = p.URL() + "/services/apiexport/root:provider/databases/clusters/*"
+	opView, err := dynamic.NewForConfig(opCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := opView.Resource(databasesGVR).List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) != 4 {
+		t.Fatalf("the view's list across shards with client-go: %v %d items", err, len(list.Items))
+	}
+	vw, err := opView.Resource(databasesGVR).Watch(ctx, metav1.ListOptions{ResourceVersion: list.GetResourceVersion()})
+	if err != nil {
+		t.Fatalf("watching the view across shards: %v", err)
+	}
+	defer vw.Stop()
+	p.KubectlApply("root:far", database("seen", 5))
+	waitEvent(t, vw, watch.Added, "seen")
+	code, body = framework.DoWith(t, operator, http.MethodPatch, viewURL("root:far")+"namespaces/default/databases/db0/status",
+		`{"status":{"phase":"Provisioned"}}`, map[string]string{"Content-Type": "application/merge-patch+json"})
+	if code != http.StatusOK {
+		t.Fatalf("writing root:far's status through the view: %d %s", code, body)
+	}
+	if got := p.Kubectl("root:far", "get", "database", "db0", "-n", "default", "-o", "jsonpath={.status.phase}"); got != "Provisioned" {
+		t.Fatalf("root:far's db0 status after the view's write: %q", got)
+	}
+	// Without the verb content, mallory is refused on either shard.
+	for _, c := range []string{"*", "root:far", "root:near"} {
+		code, body := framework.DoWith(t, mallory, http.MethodGet, viewURL(c)+"databases", "", nil)
+		if code != http.StatusForbidden {
+			t.Fatalf("mallory read the view of %s: %d %s", c, code, body)
+		}
+	}
+	// A shard asked directly (not through the proxy) answers across all
+	// consumers only if it holds them all: refused, never a part.
+	for _, s := range []*framework.Server{root, other} {
+		code, body := framework.DoWith(t, operator, http.MethodGet, s.URL()+"/services/apiexport/root:provider/databases/clusters/*/apis/platform.example.com/v1/databases", "", nil)
+		if code != http.StatusNotImplemented || !strings.Contains(body, "front proxy") {
+			t.Fatalf("a shard's own view across consumers on several shards: %d %s", code, body)
 		}
 	}
 	// The export cannot be deleted while root:far binds it.
@@ -276,11 +335,11 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: mallory}]
 		}
 	}
 	items, err := far.Resource(databasesGVR).Namespace("default").List(ctx, metav1.ListOptions{})
-	if err != nil || len(items.Items) != 4 {
+	if err != nil || len(items.Items) != 5 {
 		t.Fatalf("listing root:far's databases with the provider's shard down: %v %v", err, items)
 	}
-	code, body = framework.DoWith(t, admin, http.MethodGet, p.URL()+"/services/apiexport/root:provider/databases/clusters/*/apis/platform.example.com/v1/databases", "", nil)
-	if code < 500 {
+	code, body = framework.DoWith(t, operator, http.MethodGet, viewURL("*")+"databases", "", nil)
+	if code != http.StatusServiceUnavailable {
 		t.Fatalf("the view with the provider's shard down answered %d %s", code, body)
 	}
 }
