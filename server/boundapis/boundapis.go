@@ -387,12 +387,6 @@ func (x *Index) resolveOne(r *Binding, b *apis.APIBinding) {
 		r.Reason, r.Message = "InvalidSchema", err.Error()
 		return
 	}
-	if e.Shard != "" && len(r.Claims) > 0 {
-		// The export's view, which uses the claims, serves from the
-		// provider's shard only: accepted claims would not be usable.
-		r.Reason, r.Message = "ClaimsAcrossShards", fmt.Sprintf("APIExport %s:%s is on shard %s and this workspace is not; permission claims of an export on another shard are not supported yet: accept none (spec.permissionClaims) to bind it", ref.Path, ref.Name, e.Shard)
-		return
-	}
 	for _, def := range e.Definitions {
 		r.Definitions = append(r.Definitions, consumerDefinition(def, r.Cluster, b.Name))
 	}

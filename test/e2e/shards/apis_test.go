@@ -25,7 +25,7 @@ var databasesGVR = schema.GroupVersionResource{Group: "platform.example.com", Ve
 // databasesExport is a schema of databases.platform.example.com (named
 // <version>.databases...) with extra spec fields, and the APIExport
 // "databases" serving it.
-func databasesExport(version, extraFields string) string {
+func databasesExport(version, extraFields string, extraSpec ...string) string {
 	return fmt.Sprintf(`apiVersion: apis.kcp.io/v1alpha1
 kind: APIResourceSchema
 metadata: {name: %s.databases.platform.example.com}
@@ -50,7 +50,7 @@ kind: APIExport
 metadata: {name: databases}
 spec:
   latestResourceSchemas: [%s.databases.platform.example.com]
-`, version, extraFields, version)
+`, version, extraFields, version) + strings.Join(extraSpec, "")
 }
 
 func database(name string, size int) string {
@@ -63,9 +63,12 @@ func database(name string, size int) string {
 // served from the export's schema (CRUD, watch, discovery, explain), a new
 // schema version reaching the consumer, the bind permission decided by the
 // provider's shard, a tenant's export of the same name not hijacking the
-// binding, consumers isolated, the view refused rather than partial, the
-// export protected while bound from another shard, and the consumer served
-// while the provider's shard is down.
+// binding, consumers isolated, the provider's view through the proxy
+// across both shards (list, watch, a status write and a claimed resource
+// on the consumer's shard; content decided by the provider's shard), a
+// shard asked directly refusing rather than answering in part, the export
+// protected while bound from another shard, and the consumer served while
+// the provider's shard is down (the view then 503).
 func TestAPISharingAcrossShards(t *testing.T) {
 	in := framework.StartShards(t, []string{"", framework.DatastoreFor(t, framework.Postgres)}, 1)
 	root, other := in.Shards["root"], in.Shards["shard-1"]
@@ -82,7 +85,8 @@ func TestAPISharingAcrossShards(t *testing.T) {
 		})
 	}
 
-	p.KubectlApply("root:provider", databasesExport("v1", ""))
+	claims := "  permissionClaims:\n  - {resource: configmaps, verbs: [get, list]}\n"
+	p.KubectlApply("root:provider", databasesExport("v1", "", claims))
 	var identity string
 	framework.Eventually(t, 30*time.Second, "the export's Ready condition and identity", func() (bool, string) {
 		out, _ := p.KubectlErr("root:provider", "", "get", "apiexport", "databases", "-o", "jsonpath={.status.conditions[0].status} {.status.identityHash}")
@@ -100,7 +104,9 @@ func TestAPISharingAcrossShards(t *testing.T) {
 		return string(out), err
 	}
 	for _, c := range []string{"root:far", "root:near"} {
-		out, err := kubectlKCP(p.Kubeconfig, "kcp", "bind", "export", "root:provider:databases", "--server", p.URL()+"/clusters/"+c)
+		// root:far accepts the claim on its configmaps, root:near not.
+		accept := map[string][]string{"root:far": {"--accept", "configmaps=get,list"}}[c]
+		out, err := kubectlKCP(p.Kubeconfig, append([]string{"kcp", "bind", "export", "root:provider:databases", "--server", p.URL() + "/clusters/" + c}, accept...)...)
 		if err != nil {
 			t.Fatalf("kubectl kcp bind in %s through the proxy: %v\n%s", c, err, out)
 		}
@@ -147,7 +153,7 @@ func TestAPISharingAcrossShards(t *testing.T) {
 	}
 
 	// A new schema version in the provider reaches the consumer on shard-1.
-	p.KubectlApply("root:provider", databasesExport("v2", ", tier: {type: string, description: service tier}"))
+	p.KubectlApply("root:provider", databasesExport("v2", ", tier: {type: string, description: service tier}", claims))
 	framework.Eventually(t, 30*time.Second, "the new schema in root:far", func() (bool, string) {
 		out, err := p.KubectlErr("root:far", "", "explain", "databases.spec.tier")
 		return err == nil && strings.Contains(out, "service tier"), out
@@ -306,6 +312,24 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: db-operator}]
 	}
 	if got := p.Kubectl("root:far", "get", "database", "db0", "-n", "default", "-o", "jsonpath={.status.phase}"); got != "Provisioned" {
 		t.Fatalf("root:far's db0 status after the view's write: %q", got)
+	}
+	// The claim: root:far's configmaps through the view (accepted), not
+	// root:near's (not accepted).
+	p.Kubectl("root:far", "create", "configmap", "claimed", "--from-literal=from=far")
+	p.Kubectl("root:near", "create", "configmap", "claimed", "--from-literal=from=near")
+	cms := func(cluster string) string {
+		return p.URL() + "/services/apiexport/root:provider/databases/clusters/" + cluster + "/api/v1/namespaces/default/configmaps"
+	}
+	if code, body := framework.DoWith(t, operator, http.MethodGet, cms("root:far")+"/claimed", "", nil); code != http.StatusOK || !strings.Contains(body, `"from":"far"`) {
+		t.Fatalf("root:far's claimed configmap through the view: %d %s", code, body)
+	}
+	if code, body := framework.DoWith(t, operator, http.MethodGet, cms("root:near")+"/claimed", "", nil); code == http.StatusOK {
+		t.Fatalf("root:near's configmap through the view without an accepted claim: %s", body)
+	}
+	// As on one server, claimed resources are reached per consumer only.
+	code, body = framework.DoWith(t, operator, http.MethodGet, p.URL()+"/services/apiexport/root:provider/databases/clusters/*/api/v1/configmaps", "", nil)
+	if code != http.StatusForbidden || strings.Contains(body, `"from":`) {
+		t.Fatalf("configmaps across consumers through the view: %d %s", code, body)
 	}
 	// Without the verb content, mallory is refused on either shard.
 	for _, c := range []string{"*", "root:far", "root:near"} {
