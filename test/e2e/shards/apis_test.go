@@ -346,6 +346,21 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: db-operator}]
 			t.Fatalf("a shard's own view across consumers on several shards: %d %s", code, body)
 		}
 	}
+	// A workspace type's default binding of root:provider's export, for a
+	// workspace on shard-1: bound there before the workspace is Ready.
+	p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: WorkspaceType\nmetadata: {name: with-databases}\nspec:\n  defaultAPIBindings: [{path: \"root:provider\", export: databases}]\n")
+	p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: Workspace\nmetadata: {name: typed}\nspec: {shard: shard-1, type: with-databases}\n")
+	framework.Eventually(t, 60*time.Second, "the typed workspace Ready", func() (bool, string) {
+		out, _ := p.KubectlErr("root", "", "get", "workspace", "typed", "-o", "jsonpath={.status.phase}")
+		return out == "Ready", out
+	})
+	framework.Eventually(t, 30*time.Second, "the typed workspace's default binding Bound", func() (bool, string) {
+		out, _ := p.KubectlErr("root:typed", "", "get", "apibindings", "-o", "jsonpath={.items[*].status.phase} {.items[*].status.identityHash}")
+		return out == "Bound "+identity, out
+	})
+	if liveRows(t, other, "root:typed") == 0 {
+		t.Errorf("root:typed is not on shard-1")
+	}
 	// The export cannot be deleted while root:far binds it.
 	if out, err := p.KubectlErr("root:provider", "", "delete", "apiexport", "databases"); err == nil || !strings.Contains(out, "root:far") {
 		t.Fatalf("deleting the export bound from shard-1: %v\n%s", err, out)
