@@ -9,6 +9,7 @@ import (
 	"github.com/kcpsql/kcp/schema/apis"
 	apibindingadmission "github.com/kcpsql/kcp/server/admission/apibinding"
 	"github.com/kcpsql/kcp/server/boundapis"
+	"github.com/kcpsql/kcp/server/clusterauthz"
 	"github.com/kcpsql/kcp/server/exportview"
 	"github.com/kcpsql/kcp/server/shards"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
@@ -40,7 +41,11 @@ func remoteExportVerb(verb string, reviewer *shards.Reviewer, index *boundapis.I
 			// Not on this shard, and no peer's copy has it.
 			return true, false, nil
 		}
-		allowed, err := reviewer.Allowed(ctx, shard, provider, who, authzv1.ResourceAttributes{
+		// As the provider's RBAC sees the user: a service account of the
+		// consumer's workspace under its foreign name (on the provider's
+		// shard it would be a plain user named like the provider's own
+		// service account of that name).
+		allowed, err := reviewer.Allowed(ctx, shard, provider, clusterauthz.SeenIn(provider, who), authzv1.ResourceAttributes{
 			Verb: verb, Group: apis.Group, Version: apis.Version, Resource: "apiexports", Name: export,
 		})
 		return true, allowed, err

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/kcpsql/kcp/test/e2e/framework"
 )
@@ -52,6 +53,12 @@ spec:
   latestResourceSchemas: [%s.databases.platform.example.com]
 `, version, extraFields, version) + strings.Join(extraSpec, "")
 }
+
+const bindRole = `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: bind-databases}
+rules: [{apiGroups: [apis.kcp.io], resources: [apiexports], resourceNames: [databases], verbs: [bind]}]
+`
 
 func database(name string, size int) string {
 	return fmt.Sprintf("apiVersion: platform.example.com/v1\nkind: Database\nmetadata: {name: %s, namespace: default}\nspec: {size: %d}\n", name, size)
@@ -188,6 +195,36 @@ func TestAPISharingAcrossShards(t *testing.T) {
 		t.Fatalf("binding a missing export: %d %s", code, body2)
 	}
 
+	// A service account of root:mallory named like root:provider's service
+	// account that may bind: the provider's shard sees it as root:mallory's
+	// (its foreign name), not as its own, and refuses.
+	p.Kubectl("root:provider", "create", "serviceaccount", "robot", "-n", "default")
+	p.KubectlApply("root:provider", bindRole+`---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: robot-binds}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: bind-databases}
+subjects: [{kind: ServiceAccount, name: robot, namespace: default}]
+`)
+	p.Kubectl("root:mallory", "create", "serviceaccount", "robot", "-n", "default")
+	p.Kubectl("root:mallory", "create", "clusterrolebinding", "robot-admin", "--clusterrole=cluster-admin", "--serviceaccount=default:robot")
+	token := map[string]string{"Authorization": "Bearer " + strings.TrimSpace(p.Kubectl("root:mallory", "create", "token", "robot", "-n", "default"))}
+	anonCfg := p.Config("root")
+	anonCfg.CertData, anonCfg.KeyData, anonCfg.CertFile, anonCfg.KeyFile = nil, nil, "", ""
+	anonTLS, err := rest.TLSConfigFor(anonCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: anonTLS}}
+	framework.Eventually(t, 20*time.Second, "root:mallory's robot's rights", func() (bool, string) {
+		code, body := framework.DoWith(t, anon, http.MethodGet, bindings, "", token)
+		return code == http.StatusOK, fmt.Sprint(code, body)
+	})
+	code, body = framework.DoWith(t, anon, http.MethodPost, bindings, binding("robot", "root:provider"), token)
+	if code != http.StatusForbidden || !strings.Contains(body, "may not bind APIExport databases") {
+		t.Fatalf("root:mallory's service account bound with root:provider's service account's grant: %d %s", code, body)
+	}
+
 	// mallory publishes an export of the same name and resource in its own
 	// workspace on shard-1 (a different schema): root:far's binding keeps
 	// the provider's identity and schema, and mallory's own binding of its
@@ -226,11 +263,7 @@ func TestAPISharingAcrossShards(t *testing.T) {
 		code, body := framework.DoWith(t, mallory, http.MethodGet, bindings+"/databases", "", nil)
 		return code == http.StatusNotFound, fmt.Sprint(code, body)
 	})
-	p.KubectlApply("root:provider", `apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: bind-databases}
-rules: [{apiGroups: [apis.kcp.io], resources: [apiexports], resourceNames: [databases], verbs: [bind]}]
----
+	p.KubectlApply("root:provider", bindRole+`---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
 metadata: {name: mallory-binds}
