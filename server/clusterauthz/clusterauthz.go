@@ -274,12 +274,15 @@ func (a Authorizer) mayAccess(ctx context.Context, cluster logicalcluster.Name, 
 		// service account, by this cluster's RBAC.
 		return true
 	}
-	if a.ParentAccess != nil {
-		if allowed, decided := a.ParentAccess(ctx, cluster, u); decided {
+	parent, ok := cluster.Parent()
+	if a.ParentAccess != nil && ok {
+		// Asked as the parent's RBAC sees the user: a service account of
+		// another cluster under its foreign name (the other shard would
+		// read a plain name as the parent's own service account).
+		if allowed, decided := a.ParentAccess(ctx, cluster, SeenIn(parent, u)); decided {
 			return allowed
 		}
 	}
-	parent, ok := cluster.Parent()
 	if !ok {
 		return false
 	}

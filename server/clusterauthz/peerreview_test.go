@@ -60,3 +60,27 @@ func TestPeerReview(t *testing.T) {
 		})
 	}
 }
+
+// TestParentAccessSeesForeignServiceAccounts: the parent's shard is asked
+// about a service account of another cluster under its foreign name, never
+// under the plain name that the parent's RBAC would read as its own
+// service account's.
+func TestParentAccessSeesForeignServiceAccounts(t *testing.T) {
+	robot := saUser{Info: &user.DefaultInfo{Name: "system:serviceaccount:default:robot", Groups: []string{"system:serviceaccounts"}}, cluster: "root:elsewhere"}
+	var asked user.Info
+	a := Authorizer{
+		Delegate: fixed{d: authorizer.DecisionNoOpinion},
+		Clusters: fixed{d: authorizer.DecisionNoOpinion},
+		State:    func(logicalcluster.Name) (bool, bool) { return true, false },
+		Owner:    func(logicalcluster.Name) string { return "" },
+		ParentAccess: func(_ context.Context, _ logicalcluster.Name, u user.Info) (bool, bool) {
+			asked = u
+			return false, true
+		},
+	}
+	ctx := logicalcluster.WithCluster(context.Background(), "root:p:child")
+	_, _, _ = a.Authorize(ctx, authorizer.AttributesRecord{User: robot, Verb: "get", Resource: "configmaps", ResourceRequest: true})
+	if asked == nil || asked.GetName() != ForeignServiceAccount("root:elsewhere", "default", "robot") || len(asked.GetGroups()) != 1 {
+		t.Fatalf("the parent's shard was asked about %v; want the foreign name in system:authenticated only", asked)
+	}
+}
