@@ -5,8 +5,10 @@
 // view: which definitions an export serves and which clusters bound it.
 //
 // Nothing runs per binding: three shared watches (schemas, exports,
-// bindings across all clusters) and a cache of resolved bindings per
-// consumer cluster, rebuilt when one of its inputs changes.
+// bindings across all clusters), on a shard of several three more per
+// other shard (a read-only copy of its APIs, peers.go), and a cache of
+// resolved bindings per consumer cluster, rebuilt when one of its inputs
+// changes.
 //
 // A binding's export identity is computed here from the export object
 // (apis.Identity), never read from a client-written field.
