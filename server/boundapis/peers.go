@@ -239,3 +239,14 @@ func (x *Index) bindingClusters() []logicalcluster.Name {
 	}
 	return out
 }
+
+// UnsyncedPeers names the peer shards whose copy has not synced yet.
+func (x *Index) UnsyncedPeers() []string {
+	var out []string
+	for _, r := range x.peerList() {
+		if !r.hasSynced() {
+			out = append(out, r.shard)
+		}
+	}
+	return out
+}

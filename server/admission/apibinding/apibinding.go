@@ -59,6 +59,23 @@ type Users struct {
 	// ConsumersOutside are, per export of the workspace tree under root,
 	// the workspaces outside the tree that bind it.
 	ConsumersOutside func(root logicalcluster.Name) map[apis.ExportName][]logicalcluster.Name
+	// Unknown names the other shards whose bindings are not known yet
+	// (not reached since this shard started): who binds an export there
+	// cannot be told.
+	Unknown func() []string
+}
+
+// unknownConsumers refuses deleting what workspaces of a shard not reached
+// yet may bind: deleting it would leave their objects unreachable.
+func unknownConsumers(a admission.Attributes, u *Users, what string) error {
+	if u.Unknown == nil {
+		return nil
+	}
+	if shards := u.Unknown(); len(shards) > 0 {
+		return admission.NewForbidden(a, fmt.Errorf("%s cannot be deleted now: shard(s) %s have not been reached since this shard started, so whether workspaces there bind its APIs is not known; try again once they answer",
+			what, strings.Join(shards, ", ")))
+	}
+	return nil
 }
 
 // Plugin is the admission plugin.
@@ -209,9 +226,16 @@ func (p *Plugin) checkInUse(a admission.Attributes, cluster logicalcluster.Name)
 	case apis.ExportsResource.GroupResource():
 		if consumers := u.Consumers(cluster, name); len(consumers) > 0 {
 			slices.Sort(consumers)
-			return admission.NewForbidden(a, fmt.Errorf("APIExport %s is bound by %s; deleting it would leave their objects stored but unreachable: each must delete its APIBinding first, which deletes its objects",
-				name, someOf(consumers)))
+			more := ""
+			if u.Unknown != nil {
+				if shards := u.Unknown(); len(shards) > 0 {
+					more = fmt.Sprintf(" (and shard(s) %s have not been reached since this shard started: workspaces there may bind it too)", strings.Join(shards, ", "))
+				}
+			}
+			return admission.NewForbidden(a, fmt.Errorf("APIExport %s is bound by %s%s; deleting it would leave their objects stored but unreachable: each must delete its APIBinding first, which deletes its objects",
+				name, someOf(consumers), more))
 		}
+		return unknownConsumers(a, u, "APIExport "+name)
 	case tenancy.WorkspacesResource.GroupResource():
 		if u.ConsumersOutside == nil || (a.GetUserInfo() != nil && a.GetUserInfo().GetName() == user.APIServerUser) {
 			return nil

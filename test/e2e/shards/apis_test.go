@@ -414,6 +414,21 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: db-operator}]
 	if code != http.StatusServiceUnavailable {
 		t.Fatalf("the view with the provider's shard down answered %d %s", code, body)
 	}
+
+	// The provider's shard starts while shard-1 is down: it cannot tell who
+	// binds the export there (root:far, ...), so its refusal to delete the
+	// export says so; with root:near unbound, that alone refuses it.
+	other.Stop()
+	root.Start()
+	out, err := p.KubectlErr("root:provider", "", "delete", "apiexport", "databases")
+	if err == nil || !strings.Contains(out, "root:near") || !strings.Contains(out, "shard(s) shard-1 have not been reached") {
+		t.Fatalf("deleting the export while shard-1 was never reached: %v\n%s", err, out)
+	}
+	p.Kubectl("root:near", "delete", "apibinding", "databases")
+	out, err = p.KubectlErr("root:provider", "", "delete", "apiexport", "databases")
+	if err == nil || !strings.Contains(out, "shard(s) shard-1 have not been reached") {
+		t.Fatalf("deleting the export bound only on shard-1, never reached: %v\n%s", err, out)
+	}
 }
 
 // waitEvent waits for an event of that type about the named object.
