@@ -134,6 +134,22 @@ func addControllers(s *genericapiserver.GenericAPIServer, o *CompletedOptions, r
 		if err := boundAPIs.Start(hc.Context, hc.LoopbackClientConfig); err != nil {
 			return err
 		}
+		if o.Shards.Sharded() {
+			peers := map[string]*rest.Config{}
+			for _, name := range o.Shards.Config.Names() {
+				if name == o.Shards.Self {
+					continue
+				}
+				cfg, err := o.Shards.Peer(name)
+				if err != nil {
+					return err
+				}
+				peers[name] = cfg
+			}
+			if err := boundAPIs.StartPeers(hc.Context, peers); err != nil {
+				return err
+			}
+		}
 		if err := <-registered; err != nil {
 			return err
 		}

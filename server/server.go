@@ -158,14 +158,14 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 	if o.Shards.Sharded() {
 		// References from a workspace to another one that only work
 		// within a shard for now refuse a workspace of another shard with
-		// the reason, not as if it did not exist.
+		// the reason, not as if it did not exist (APIBindings work across
+		// shards: SetRemoteBind below).
 		elsewhere := func(c logicalcluster.Name) string {
 			if exists, _ := clusters.State(c); exists {
 				return ""
 			}
 			return fmt.Sprintf("workspace %s is not on this shard (%s)", c, o.Shards.Self)
 		}
-		apibindingadmission.SetElsewhere(elsewhere)
 		placementadmission.SetElsewhere(elsewhere)
 	}
 	var parentAccess func(context.Context, logicalcluster.Name, user.Info) (bool, bool)
@@ -208,8 +208,18 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 		crds.InvalidateExports()
 	})
 	crds.Listen(boundAPIs.CRDHandler())
+	if o.Shards.Sharded() {
+		// An export of a workspace on another shard is resolved from this
+		// shard's copy of that shard's APIs (boundapis.StartPeers), and
+		// binding it is decided by that shard's RBAC.
+		local := func(c logicalcluster.Name) bool { exists, _ := clusters.State(c); return exists }
+		boundAPIs.SetLocal(local)
+		reviewer := shards.NewReviewer(o.Shards)
+		apibindingadmission.SetRemoteBind(remoteBind(reviewer, boundAPIs, local))
+		exportview.SetRemote(remoteContent(reviewer, boundAPIs, local))
+	}
 	apibindingadmission.SetBound(boundAPIs.Bound)
-	apibindingadmission.SetUsers(apibindingadmission.Users{Consumers: boundAPIs.Consumers, ExportsUsing: boundAPIs.ExportsUsing, ConsumersOutside: boundAPIs.ConsumersOutside})
+	apibindingadmission.SetUsers(apibindingadmission.Users{Consumers: boundAPIs.Consumers, ExportsUsing: boundAPIs.ExportsUsing, ConsumersOutside: boundAPIs.ConsumersOutside, Unknown: boundAPIs.UnsyncedPeers})
 	placementadmission.SetNegotiated(negotiatedAPIs.Resources)
 	placementadmission.SetBuiltInSchemas(negotiatedAPIs.BuiltInSchemas)
 	crdlimits.SetCRDs(crds.LocalCRDs)

@@ -5,8 +5,10 @@
 // view: which definitions an export serves and which clusters bound it.
 //
 // Nothing runs per binding: three shared watches (schemas, exports,
-// bindings across all clusters) and a cache of resolved bindings per
-// consumer cluster, rebuilt when one of its inputs changes.
+// bindings across all clusters), on a shard of several three more per
+// other shard (a read-only copy of its APIs, peers.go), and a cache of
+// resolved bindings per consumer cluster, rebuilt when one of its inputs
+// changes.
 //
 // A binding's export identity is computed here from the export object
 // (apis.Identity), never read from a client-written field.
@@ -14,6 +16,7 @@ package boundapis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -86,6 +89,10 @@ type Index struct {
 	generation uint64
 	onChange   []func(clusters []logicalcluster.Name)
 	onExport   []func(provider logicalcluster.Name, name string)
+	// peers are the copies of the other shards' APIs (peers.go).
+	peers []*replica
+	// isLocal reports whether a workspace is on this shard (nil: all).
+	isLocal func(logicalcluster.Name) bool
 }
 
 // New returns an Index; localCRD tells it about a cluster's own CRDs
@@ -200,42 +207,11 @@ func (x *Index) Start(ctx context.Context, loopback *rest.Config) error {
 			x.Changed(clusterinformer.ClusterOf(u))
 		}
 	}
-	onExport := func(o interface{}) {
-		if u := unwrap(o); u != nil {
-			x.forgetExports(clusterinformer.ClusterOf(u), u.GetName())
-			x.Changed(x.consumers(exportKey(apis.ExportName{Path: string(clusterinformer.ClusterOf(u)), Name: u.GetName()}), byExport)...)
-			x.exportChanged(clusterinformer.ClusterOf(u), u.GetName())
-		}
-	}
-	onSchema := func(o interface{}) {
-		if u := unwrap(o); u != nil {
-			provider := clusterinformer.ClusterOf(u)
-			var names []string
-			if x.exports != nil {
-				objs, _ := x.exports.ByIndex(clusterinformer.ByCluster, string(provider))
-				for _, e := range objs {
-					names = append(names, e.(*unstructured.Unstructured).GetName())
-				}
-			}
-			x.forgetExports(provider, names...)
-			x.Changed(x.consumers(string(provider), byProvider)...)
-			x.exportChanged(provider, names...)
-		}
-	}
-	specChanged := func(f func(interface{})) func(old, o interface{}) {
-		return func(old, o interface{}) {
-			a, b := unwrap(old), unwrap(o)
-			if a == nil || b == nil || fmt.Sprint(a.Object["spec"]) != fmt.Sprint(b.Object["spec"]) || a.GetUID() != b.GetUID() ||
-				(a.GetDeletionTimestamp() == nil) != (b.GetDeletionTimestamp() == nil) {
-				f(o)
-			}
-		}
-	}
+	onExport, onSchema := x.exportHandlers(func() cache.Indexer { return x.exports })
 	var informers []cache.Controller
 	watch := func(gvr schema.GroupVersionResource, idx cache.Indexers, on func(interface{})) cache.Indexer {
 		r := d.Resource(gvr)
-		indexer, inf := clusterinformer.New(clusterinformer.ListWatch(r.List, r.Watch), &unstructured.Unstructured{}, idx,
-			cache.ResourceEventHandlerFuncs{AddFunc: on, UpdateFunc: specChanged(on), DeleteFunc: on})
+		indexer, inf := clusterinformer.New(clusterinformer.ListWatch(r.List, r.Watch), &unstructured.Unstructured{}, idx, x.handlers(on))
 		informers = append(informers, inf)
 		return indexer
 	}
@@ -254,7 +230,49 @@ func (x *Index) Start(ctx context.Context, loopback *rest.Config) error {
 	return nil
 }
 
-// consumers returns the clusters of the bindings with this index value.
+// exportHandlers are the reactions to a change of an export or a schema
+// held by exports() (this shard's or a peer's copy): what was resolved
+// from them is forgotten, for this shard's consumers and views.
+func (x *Index) exportHandlers(exports func() cache.Indexer) (onExport, onSchema func(interface{})) {
+	onExport = func(o interface{}) {
+		if u := unwrap(o); u != nil {
+			x.forgetExports(clusterinformer.ClusterOf(u), u.GetName())
+			x.Changed(x.consumers(exportKey(apis.ExportName{Path: string(clusterinformer.ClusterOf(u)), Name: u.GetName()}), byExport)...)
+			x.exportChanged(clusterinformer.ClusterOf(u), u.GetName())
+		}
+	}
+	onSchema = func(o interface{}) {
+		if u := unwrap(o); u != nil {
+			provider := clusterinformer.ClusterOf(u)
+			var names []string
+			if idx := exports(); idx != nil {
+				objs, _ := idx.ByIndex(clusterinformer.ByCluster, string(provider))
+				for _, e := range objs {
+					names = append(names, e.(*unstructured.Unstructured).GetName())
+				}
+			}
+			x.forgetExports(provider, names...)
+			x.Changed(x.consumers(string(provider), byProvider)...)
+			x.exportChanged(provider, names...)
+		}
+	}
+	return onExport, onSchema
+}
+
+// handlers calls on when an object comes, goes, or changes its spec, UID
+// or deletion.
+func (x *Index) handlers(on func(interface{})) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{AddFunc: on, DeleteFunc: on, UpdateFunc: func(old, o interface{}) {
+		a, b := unwrap(old), unwrap(o)
+		if a == nil || b == nil || fmt.Sprint(a.Object["spec"]) != fmt.Sprint(b.Object["spec"]) || a.GetUID() != b.GetUID() ||
+			(a.GetDeletionTimestamp() == nil) != (b.GetDeletionTimestamp() == nil) {
+			on(o)
+		}
+	}}
+}
+
+// consumers returns the clusters of this shard's bindings with this index
+// value.
 func (x *Index) consumers(value, index string) []logicalcluster.Name {
 	if x.bindings == nil {
 		return nil
@@ -346,7 +364,11 @@ func (x *Index) resolveOne(r *Binding, b *apis.APIBinding) {
 		return
 	}
 	e, err := x.Export(provider, ref.Name)
+	var unavailable *UnavailableError
 	switch {
+	case e == nil && errors.As(err, &unavailable):
+		r.Reason, r.Message = "ExportUnavailable", err.Error()
+		return
 	case e == nil && err == nil:
 		r.Reason, r.Message = "ExportNotFound", fmt.Sprintf("APIExport %s not found in workspace %s", ref.Name, ref.Path)
 		return
@@ -414,12 +436,12 @@ func sameVerbs(a, b []string) bool {
 }
 
 // definitions makes the served definitions of an export's schemas.
-func (x *Index) definitions(provider logicalcluster.Name, e *apis.APIExport, identity string) ([]*apiextensionsv1.CustomResourceDefinition, []apis.BoundResource, error) {
+func (x *Index) definitions(schemas cache.Indexer, provider logicalcluster.Name, e *apis.APIExport, identity string) ([]*apiextensionsv1.CustomResourceDefinition, []apis.BoundResource, error) {
 	var defs []*apiextensionsv1.CustomResourceDefinition
 	var resources []apis.BoundResource
 	seen := map[string]bool{}
 	for _, name := range e.Spec.LatestResourceSchemas {
-		o, ok, _ := x.schemas.GetByKey(clusterinformer.Key(provider, "", name))
+		o, ok, _ := schemas.GetByKey(clusterinformer.Key(provider, "", name))
 		if !ok {
 			return nil, nil, fmt.Errorf("APIResourceSchema %s not found in workspace %s", name, provider)
 		}
@@ -530,7 +552,9 @@ func (x *Index) Definition(cluster logicalcluster.Name, name string) (*apiextens
 
 // Export is an APIExport with its current definitions.
 type Export struct {
-	Name        string
+	Name string
+	// Shard is the peer shard that holds the export ("" this one).
+	Shard       string
 	Identity    string
 	Definitions []*apiextensionsv1.CustomResourceDefinition
 	Resources   []apis.BoundResource
@@ -557,9 +581,9 @@ func (x *Index) Export(provider logicalcluster.Name, name string) (*Export, erro
 	if ok {
 		return entry.export, entry.err
 	}
-	o, ok, _ := x.exports.GetByKey(key)
+	src, o, ok, err := x.locate(provider, name)
 	if !ok {
-		return nil, nil
+		return nil, err
 	}
 	var e apis.APIExport
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.(*unstructured.Unstructured).Object, &e); err != nil {
@@ -568,8 +592,8 @@ func (x *Index) Export(provider logicalcluster.Name, name string) (*Export, erro
 	if e.DeletionTimestamp != nil {
 		return nil, nil
 	}
-	out := &Export{Name: e.Name, Identity: apis.Identity(string(provider), e.Name, e.UID), Claims: e.Spec.PermissionClaims}
-	defs, resources, err := x.definitions(provider, &e, out.Identity)
+	out := &Export{Name: e.Name, Shard: src.shard, Identity: apis.Identity(string(provider), e.Name, e.UID), Claims: e.Spec.PermissionClaims}
+	defs, resources, err := x.definitions(src.schemas, provider, &e, out.Identity)
 	if err == nil {
 		for _, crd := range defs {
 			crd.Annotations[logicalcluster.Annotation] = string(provider)
@@ -591,6 +615,13 @@ func (x *Index) ExportDefinitions(identity string) []*apiextensionsv1.CustomReso
 		return nil
 	}
 	objs, _ := x.exports.ByIndex(byIdentity, identity)
+	if len(objs) == 0 {
+		// An export of another shard that bindings here resolve to.
+		for _, r := range x.peerList() {
+			more, _ := r.exports.ByIndex(byIdentity, identity)
+			objs = append(objs, more...)
+		}
+	}
 	if len(objs) != 1 {
 		return nil
 	}
@@ -629,7 +660,11 @@ func (x *Index) Bound(cluster logicalcluster.Name, name string) (binding string,
 // Consumers returns the workspaces with an APIBinding (bound or not) of
 // the export name of provider.
 func (x *Index) Consumers(provider logicalcluster.Name, name string) []logicalcluster.Name {
-	return x.consumers(exportKey(apis.ExportName{Path: string(provider), Name: name}), byExport)
+	out := x.consumers(exportKey(apis.ExportName{Path: string(provider), Name: name}), byExport)
+	for _, cs := range x.RemoteConsumers(provider, name) {
+		out = append(out, cs...)
+	}
+	return out
 }
 
 // ConsumersOutside returns, for each APIExport of the workspace tree under
@@ -648,7 +683,7 @@ func (x *Index) ConsumersOutside(root logicalcluster.Name) map[apis.ExportName][
 		objs, _ := x.exports.ByIndex(clusterinformer.ByCluster, provider)
 		for _, o := range objs {
 			export := apis.ExportName{Path: provider, Name: o.(*unstructured.Unstructured).GetName()}
-			consumers := slices.DeleteFunc(x.consumers(exportKey(export), byExport), func(c logicalcluster.Name) bool { return c.Within(root) })
+			consumers := slices.DeleteFunc(x.Consumers(logicalcluster.Name(export.Path), export.Name), func(c logicalcluster.Name) bool { return c.Within(root) })
 			if len(consumers) == 0 {
 				continue
 			}

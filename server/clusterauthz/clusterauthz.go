@@ -19,7 +19,8 @@
 //     authorized by the RBAC of that cluster alone (Clusters), so bindings in
 //     root never grant anything in another cluster;
 //   - the verbs "bind" and "content" on an APIExport, when kcp itself asks
-//     (WithExportGrant), need only the provider workspace's RBAC;
+//     (WithExportGrant, or another shard's SubjectAccessReview), need only
+//     the provider workspace's RBAC;
 //   - the creator of a workspace may get, update, patch and delete its
 //     Workspace object in the parent, except when kcp itself asks
 //     WithoutOwnerRule (the workspace's limits are the parent's decision).
@@ -35,6 +36,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/kcpsql/kcp/schema/apis"
 	"github.com/kcpsql/kcp/schema/tenancy"
@@ -166,8 +168,18 @@ func WithExportGrant(ctx context.Context) context.Context {
 
 func exportGrant(ctx context.Context, attr authorizer.Attributes) bool {
 	marked, _ := ctx.Value(exportGrantKey{}).(bool)
-	return marked && attr.IsResourceRequest() && attr.GetAPIGroup() == apis.Group && attr.GetResource() == "apiexports" &&
+	return (marked || peerReview(ctx)) && attr.IsResourceRequest() && attr.GetAPIGroup() == apis.Group && attr.GetResource() == "apiexports" &&
 		attr.GetSubresource() == "" && (attr.GetVerb() == apis.VerbBind || attr.GetVerb() == apis.VerbContent)
+}
+
+// peerReview: the check is asked by another shard of the installation
+// (a SubjectAccessReview it sent, for binding an export of this shard
+// from a workspace of its own, server/shards.Reviewer): kcp itself asks,
+// as with WithExportGrant. Only a holder of the shards' CA is in
+// PeersGroup.
+func peerReview(ctx context.Context) bool {
+	asker, ok := genericapirequest.UserFrom(ctx)
+	return ok && asker != nil && slices.Contains(asker.GetGroups(), shards.PeersGroup)
 }
 
 // selfReview: a SelfSubjectReview, which stores nothing and answers with
@@ -262,12 +274,15 @@ func (a Authorizer) mayAccess(ctx context.Context, cluster logicalcluster.Name, 
 		// service account, by this cluster's RBAC.
 		return true
 	}
-	if a.ParentAccess != nil {
-		if allowed, decided := a.ParentAccess(ctx, cluster, u); decided {
+	parent, ok := cluster.Parent()
+	if a.ParentAccess != nil && ok {
+		// Asked as the parent's RBAC sees the user: a service account of
+		// another cluster under its foreign name (the other shard would
+		// read a plain name as the parent's own service account).
+		if allowed, decided := a.ParentAccess(ctx, cluster, SeenIn(parent, u)); decided {
 			return allowed
 		}
 	}
-	parent, ok := cluster.Parent()
 	if !ok {
 		return false
 	}

@@ -29,12 +29,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -55,6 +57,7 @@ import (
 	"github.com/kcpsql/kcp/server/clusterauthz"
 	"github.com/kcpsql/kcp/server/crdserving"
 	"github.com/kcpsql/kcp/server/routing"
+	"github.com/kcpsql/kcp/server/shards"
 	"github.com/kcpsql/kcp/server/viewidentity"
 	"github.com/kcpsql/kcp/storage/logicalcluster"
 )
@@ -103,8 +106,24 @@ func New(next http.Handler, authn authenticator.Request, authz authorizer.Author
 			return fmt.Errorf("%q may not use the view of APIExport %s in %s (needs the verb %q on apiexports/%s there)", caller, name, provider, apis.VerbContent, name)
 		},
 		Impersonation: "the view of an APIExport does not take impersonation; authenticate as the user itself",
+		Remote: func(ctx context.Context, u user.Info, provider logicalcluster.Name, name string) (bool, bool, error) {
+			if f := remoteContent.Load(); f != nil {
+				return (*f)(ctx, u, provider, name)
+			}
+			return false, false, nil
+		},
 	}}
 }
+
+// RemoteFunc decides the verb "content" on an APIExport of a workspace on
+// another shard, by that shard's RBAC (handled false: it is on this one).
+type RemoteFunc func(ctx context.Context, u user.Info, provider logicalcluster.Name, export string) (handled, allowed bool, err error)
+
+var remoteContent atomic.Pointer[RemoteFunc]
+
+// SetRemote gives the views the check of exports on other shards: a
+// shard serves the view of such an export for the consumers it holds.
+func SetRemote(f RemoteFunc) { remoteContent.Store(&f) }
 
 func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if !strings.HasPrefix(req.URL.Path, Prefix) {
@@ -136,6 +155,12 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	info, err := viewidentity.RequestInfo(req, apiPath)
 	if err != nil {
 		viewidentity.Refuse(w, apierrors.NewBadRequest(err.Error()), "")
+		return
+	}
+	part := req.Header.Get(shards.ViewPartHeader) == "true"
+	req.Header.Del(shards.ViewPartHeader)
+	if serr := acrossShards(f.index, export, provider, name, cluster, part); serr != nil {
+		viewidentity.Refuse(w, serr, "")
 		return
 	}
 	ctx := viewidentity.WithTenant(req.Context(), provider, string(provider))
@@ -401,4 +426,34 @@ func applyPatch(gr schema.GroupResource, name, contentType string, stored, patch
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("the patch does not apply: %v", err))
 	}
 	return out, nil
+}
+
+// acrossShards refuses what this shard cannot answer whole: the view
+// serves the consumers this shard holds. Across all consumers, that is
+// the whole answer only when no consumer is on another shard, or when the
+// front proxy asks for this shard's part (shards.ViewPartHeader) and
+// merges it with the others'. A consumer on another shard is served by
+// that shard. Refused (501), never answered in part.
+func acrossShards(index *boundapis.Index, export *boundapis.Export, provider logicalcluster.Name, name string, cluster logicalcluster.Name, part bool) *apierrors.StatusError {
+	if cluster.IsWildcard() && part {
+		return nil
+	}
+	remote := index.RemoteConsumers(provider, name)
+	var where []string
+	for _, shard := range slices.Sorted(maps.Keys(remote)) {
+		cs := remote[shard]
+		if !cluster.IsWildcard() && !slices.Contains(cs, cluster) {
+			continue
+		}
+		where = append(where, fmt.Sprintf("%v on shard %s", cs[:min(len(cs), 5)], shard))
+	}
+	if len(where) == 0 && (export.Shard == "" || !cluster.IsWildcard()) {
+		return nil
+	}
+	if len(where) == 0 {
+		where = append(where, "those on shard "+export.Shard)
+	}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotImplemented, Reason: "NotImplemented",
+		Message: fmt.Sprintf("this shard serves the view of APIExport %s in %s for the consumers it holds only, and others bind it: %s; use the view through the front proxy, which serves every shard's consumers (docs/operations.md, \"Shards\")",
+			name, provider, strings.Join(where, "; "))}}
 }

@@ -165,10 +165,26 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	if c, ok := viewWorkspace(req.URL.Path); ok {
-		// A syncer's or an export's view: served by the shard of its
-		// location or provider workspace (and it sees that shard's
-		// workspaces only).
+	req.Header.Del(shards.ViewPartHeader)
+	if c, consumer, apiPath, ok := exportViewTarget(req.URL.Path); ok {
+		// An export's view: its consumers are on every shard. A list or
+		// watch across them fans out to every shard as reads across all
+		// workspaces do, each shard serving its own consumers; a request
+		// for one consumer goes to that consumer's shard; the rest
+		// (discovery, OpenAPI) to the provider's shard.
+		cluster = c
+		switch {
+		case consumer.IsWildcard():
+			wildcard = wildcardKind(req, apiPath)
+			if wildcard != "" {
+				req.Header.Set(shards.ViewPartHeader, "true")
+			}
+		case consumer != "":
+			cluster = consumer
+		}
+	} else if c, ok := viewWorkspace(req.URL.Path); ok {
+		// A syncer's view: served by the shard of its location workspace
+		// (and it sees that shard's workspaces only).
 		cluster = c
 	} else if rest == req.URL.EscapedPath() {
 		// No /clusters/ prefix: a pod's in-cluster client reaches the
@@ -289,6 +305,32 @@ func bufferBody(req *http.Request, held *atomic.Int64) (release func(), err erro
 	req.ContentLength = n
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
 	return func() { held.Add(-n) }, nil
+}
+
+// exportViewTarget splits an export's view path
+// (/services/apiexport/<provider>/<export>/clusters/<consumer>/<api path>)
+// into the provider, the consumer ("*" all; "" when the path names none)
+// and the API path.
+func exportViewTarget(path string) (provider, consumer logicalcluster.Name, apiPath string, ok bool) {
+	rest, found := strings.CutPrefix(path, "/services/apiexport/")
+	if !found {
+		return "", "", "", false
+	}
+	ws, rest, _ := strings.Cut(rest, "/")
+	provider, err := logicalcluster.Parse(ws)
+	if err != nil || provider.IsWildcard() {
+		return "", "", "", false
+	}
+	_, rest, _ = strings.Cut(rest, "/") // the export's name
+	inner, found := strings.CutPrefix(rest, "clusters/")
+	if !found {
+		return provider, "", "", true
+	}
+	c, apiPath, _ := strings.Cut(inner, "/")
+	if consumer, err = logicalcluster.Parse(c); err != nil {
+		return provider, "", "", true
+	}
+	return provider, consumer, "/" + apiPath, true
 }
 
 // viewPrefixes start the paths of the views a shard serves for one

@@ -50,6 +50,13 @@ const (
 	ExtraHeaderPrefix = "X-Remote-Extra-"
 )
 
+// ViewPartHeader asks a shard for its part of an APIExport's view across
+// all consumers (the consumers it holds), which the front proxy merges
+// with the other shards' parts. Without it, a shard answers a view request
+// across all consumers only when no consumer is on another shard (a part
+// is never presented as the whole).
+const ViewPartHeader = "X-Kcp-View-Part"
+
 // Shard is one installation.
 type Shard struct {
 	// Name is how Workspaces (spec.shard) and operators name it.

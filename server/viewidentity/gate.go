@@ -38,6 +38,10 @@ type Gate struct {
 	// Impersonation, if set, refuses requests with Impersonate-* headers
 	// with this reason (else Continue drops the headers).
 	Impersonation string
+	// Remote, if set, decides the verb for a view whose workspace is on
+	// another shard (handled false: it is on this one); an error says it
+	// could not be decided now (503).
+	Remote func(ctx context.Context, u user.Info, workspace logicalcluster.Name, name string) (handled, allowed bool, err error)
 }
 
 // Opened is a request the gate let through.
@@ -78,11 +82,23 @@ func (g *Gate) Open(w http.ResponseWriter, req *http.Request) (*Opened, bool) {
 	if g.AuthzContext != nil {
 		ctx = g.AuthzContext(ctx)
 	}
-	d, _, err := g.Authz.Authorize(ctx, authorizer.AttributesRecord{
-		User: resp.User, Verb: g.Verb, APIGroup: g.Resource.Group, APIVersion: g.Resource.Version,
-		Resource: g.Resource.Resource, Name: name, ResourceRequest: true,
-	})
-	if err != nil || d != authorizer.DecisionAllow {
+	allowed, handled := false, false
+	if g.Remote != nil {
+		var err error
+		handled, allowed, err = g.Remote(ctx, resp.User, workspace, name)
+		if handled && err != nil {
+			Refuse(w, apierrors.NewServiceUnavailable(fmt.Sprintf("the %s verb on %s %s of %s cannot be checked now: %v", g.Verb, g.Resource.Resource, name, workspace, err)), "")
+			return nil, false
+		}
+	}
+	if !handled {
+		d, _, err := g.Authz.Authorize(ctx, authorizer.AttributesRecord{
+			User: resp.User, Verb: g.Verb, APIGroup: g.Resource.Group, APIVersion: g.Resource.Version,
+			Resource: g.Resource.Resource, Name: name, ResourceRequest: true,
+		})
+		allowed = err == nil && d == authorizer.DecisionAllow
+	}
+	if !allowed {
 		Refuse(w, apierrors.NewForbidden(g.Resource.GroupResource(), name, g.Denied(resp.User.GetName(), workspace, name)), "")
 		return nil, false
 	}

@@ -59,6 +59,23 @@ type Users struct {
 	// ConsumersOutside are, per export of the workspace tree under root,
 	// the workspaces outside the tree that bind it.
 	ConsumersOutside func(root logicalcluster.Name) map[apis.ExportName][]logicalcluster.Name
+	// Unknown names the other shards whose bindings are not known yet
+	// (not reached since this shard started): who binds an export there
+	// cannot be told.
+	Unknown func() []string
+}
+
+// unknownConsumers refuses deleting what workspaces of a shard not reached
+// yet may bind: deleting it would leave their objects unreachable.
+func unknownConsumers(a admission.Attributes, u *Users, what string) error {
+	if u.Unknown == nil {
+		return nil
+	}
+	if shards := u.Unknown(); len(shards) > 0 {
+		return admission.NewForbidden(a, fmt.Errorf("%s cannot be deleted now: shard(s) %s have not been reached since this shard started, so whether workspaces there bind its APIs is not known; try again once they answer",
+			what, strings.Join(shards, ", ")))
+	}
+	return nil
 }
 
 // Plugin is the admission plugin.
@@ -124,13 +141,17 @@ func (p *Plugin) checkSchemaGroup(a admission.Attributes) error {
 // SetBound gives the plugin the bound definitions of each cluster.
 func SetBound(f BoundFunc) { instance.bound.Store(&f) }
 
-// elsewhere, when set, says why a workspace is not on this shard ("" when
-// it is): in an installation of several shards, an APIExport of another
-// shard cannot be bound yet.
-var elsewhere atomic.Pointer[func(logicalcluster.Name) string]
+// RemoteBindFunc decides the verb "bind" on an APIExport of a workspace
+// on another shard, by that shard's RBAC (handled false: the workspace is
+// on this one). allowed false without an error is a refusal; an error says
+// it could not be decided now.
+type RemoteBindFunc func(ctx context.Context, who user.Info, provider logicalcluster.Name, export string) (handled, allowed bool, err error)
 
-// SetElsewhere gives the plugin the check of workspaces on other shards.
-func SetElsewhere(f func(logicalcluster.Name) string) { elsewhere.Store(&f) }
+// remoteBind, when set, decides binding an export of another shard.
+var remoteBind atomic.Pointer[RemoteBindFunc]
+
+// SetRemoteBind gives the plugin the check of exports on other shards.
+func SetRemoteBind(f RemoteBindFunc) { remoteBind.Store(&f) }
 
 // SetUsers gives the plugin who depends on exports and schemas.
 func SetUsers(u Users) { instance.users.Store(&u) }
@@ -205,9 +226,16 @@ func (p *Plugin) checkInUse(a admission.Attributes, cluster logicalcluster.Name)
 	case apis.ExportsResource.GroupResource():
 		if consumers := u.Consumers(cluster, name); len(consumers) > 0 {
 			slices.Sort(consumers)
-			return admission.NewForbidden(a, fmt.Errorf("APIExport %s is bound by %s; deleting it would leave their objects stored but unreachable: each must delete its APIBinding first, which deletes its objects",
-				name, someOf(consumers)))
+			more := ""
+			if u.Unknown != nil {
+				if shards := u.Unknown(); len(shards) > 0 {
+					more = fmt.Sprintf(" (and shard(s) %s have not been reached since this shard started: workspaces there may bind it too)", strings.Join(shards, ", "))
+				}
+			}
+			return admission.NewForbidden(a, fmt.Errorf("APIExport %s is bound by %s%s; deleting it would leave their objects stored but unreachable: each must delete its APIBinding first, which deletes its objects",
+				name, someOf(consumers), more))
 		}
+		return unknownConsumers(a, u, "APIExport "+name)
 	case tenancy.WorkspacesResource.GroupResource():
 		if u.ConsumersOutside == nil || (a.GetUserInfo() != nil && a.GetUserInfo().GetName() == user.APIServerUser) {
 			return nil
@@ -270,21 +298,28 @@ func MayBind(ctx context.Context, authz authorizer.Authorizer, u user.Info, path
 	if err != nil || provider.IsWildcard() {
 		return fmt.Errorf("%q is not a workspace path (like root:platform)", path)
 	}
-	if f := elsewhere.Load(); f != nil {
-		if why := (*f)(provider); why != "" {
-			return fmt.Errorf("APIExport %s of workspace %s cannot be bound here: %s, and binding an API from a workspace on another shard is not supported yet (docs/operations.md, \"Shards\")", name, path, why)
-		}
-	}
 	// Checked in the provider's workspace for the identity the request
 	// acts as and, when it impersonates, the one it proved (impersonation
-	// was authorized in the requester's workspace only).
+	// was authorized in the requester's workspace only); by the shard
+	// that holds the provider's workspace when it is another.
 	for _, who := range requester.Both(ctx, u) {
 		attr := authorizer.AttributesRecord{
 			User: who, Verb: apis.VerbBind, APIGroup: apis.Group, APIVersion: apis.Version,
 			Resource: "apiexports", Name: name, ResourceRequest: true,
 		}
-		d, _, err := authz.Authorize(clusterauthz.WithExportGrant(logicalcluster.WithCluster(ctx, provider)), attr)
-		if err != nil || d != authorizer.DecisionAllow {
+		allowed, handled := false, false
+		if f := remoteBind.Load(); f != nil && who != nil {
+			var err error
+			handled, allowed, err = (*f)(ctx, who, provider, name)
+			if handled && err != nil {
+				return fmt.Errorf("binding APIExport %s of workspace %s cannot be checked now: %v", name, path, err)
+			}
+		}
+		if !handled {
+			d, _, err := authz.Authorize(clusterauthz.WithExportGrant(logicalcluster.WithCluster(ctx, provider)), attr)
+			allowed = err == nil && d == authorizer.DecisionAllow
+		}
+		if !allowed {
 			name := ""
 			if who != nil {
 				name = who.GetName()
