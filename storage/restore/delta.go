@@ -1,7 +1,6 @@
 package restore
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -154,15 +153,7 @@ func (s Source) PlanDelta(ctx context.Context, c logicalcluster.Name, d *Delta) 
 		return nil, err
 	}
 	plan := &Plan{Cluster: c}
-	for key, v := range want {
-		l, isLive := lives[key]
-		switch {
-		case !isLive:
-			plan.Changes = append(plan.Changes, Change{Key: key, Action: Create, Value: v})
-		case !bytes.Equal(l.value, v):
-			plan.Changes = append(plan.Changes, Change{Key: key, Action: Update, Value: v, Revision: l.rev})
-		}
-	}
+	plan.writeWanted(want, lives)
 	for key := range gone {
 		if l, isLive := lives[key]; isLive {
 			plan.Changes = append(plan.Changes, Change{Key: key, Action: Delete, Revision: l.rev})

@@ -1,7 +1,6 @@
 package restore
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -44,15 +43,7 @@ func (s Source) PlanInto(ctx context.Context, state map[string][]byte, from, int
 		want[k] = v
 	}
 	plan := &Plan{Cluster: into}
-	for key, v := range want {
-		l, isLive := lives[key]
-		switch {
-		case !isLive:
-			plan.Changes = append(plan.Changes, Change{Key: key, Action: Create, Value: v})
-		case !bytes.Equal(l.value, v):
-			plan.Changes = append(plan.Changes, Change{Key: key, Action: Update, Value: v, Revision: l.rev})
-		}
-	}
+	plan.writeWanted(want, lives)
 	for key, l := range lives {
 		if _, ok := want[key]; !ok && !skipped(into, key) {
 			plan.Changes = append(plan.Changes, Change{Key: key, Action: Delete, Revision: l.rev})

@@ -249,6 +249,20 @@ type live struct {
 	value []byte
 }
 
+// writeWanted adds a create for every key of want that is not live and an
+// update for every one whose live value differs.
+func (p *Plan) writeWanted(want map[string][]byte, lives map[string]live) {
+	for key, v := range want {
+		l, isLive := lives[key]
+		switch {
+		case !isLive:
+			p.Changes = append(p.Changes, Change{Key: key, Action: Create, Value: v})
+		case !bytes.Equal(l.value, v):
+			p.Changes = append(p.Changes, Change{Key: key, Action: Update, Value: v, Revision: l.rev})
+		}
+	}
+}
+
 type first struct {
 	rev, prev int64
 	op        string

@@ -264,10 +264,7 @@ func TestMoveWorkspace(t *testing.T) {
 		})
 		p.Kubectl("root:home", "delete", "workspace", "kid", "--wait=true", "--timeout=60s")
 		p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: WorkspaceMove\nmetadata: {name: home-to-1}\nspec: {workspace: home, toShard: shard-1}\n")
-		framework.Eventually(t, 60*time.Second, "WorkspaceMove home-to-1 to end", func() (bool, string) {
-			out, _ := p.KubectlErr("root", "", "get", "workspacemove", "home-to-1", "-o", "jsonpath={.status.phase} {.status.message}")
-			return strings.HasPrefix(out, "Succeeded ") || strings.HasPrefix(out, "Failed "), out
-		})
+		moveEnded(t, p, "home-to-1", 60*time.Second)
 		if out := p.Kubectl("root", "get", "workspacemove", "home-to-1", "-o", "jsonpath={.status.phase} {.status.message}"); !strings.HasPrefix(out, "Succeeded ") {
 			t.Fatalf("moving home from the parent's shard: %s", out)
 		}
@@ -483,11 +480,7 @@ func TestMoveWorkspaceResumesAfterKill(t *testing.T) {
 	t.Logf("a write while the move is stopped: %v", err)
 
 	root.Start()
-	var status string
-	framework.Eventually(t, 120*time.Second, "WorkspaceMove big-to-2 to end", func() (bool, string) {
-		status, _ = p.KubectlErr("root", "", "get", "workspacemove", "big-to-2", "-o", "jsonpath={.status.phase} {.status.message}")
-		return strings.HasPrefix(status, "Succeeded ") || strings.HasPrefix(status, "Failed "), status
-	})
+	status := moveEnded(t, p, "big-to-2", 120*time.Second)
 	if !strings.HasPrefix(status, "Succeeded ") {
 		t.Fatalf("the resumed move: %s", status)
 	}
@@ -596,11 +589,7 @@ func TestMoveWorkspaceTargetKilled(t *testing.T) {
 	}
 
 	target.Start()
-	var status string
-	framework.Eventually(t, 180*time.Second, "WorkspaceMove tk-to-2 to end", func() (bool, string) {
-		status, _ = p.KubectlErr("root", "", "get", "workspacemove", "tk-to-2", "-o", "jsonpath={.status.phase} {.status.message}")
-		return strings.HasPrefix(status, "Succeeded ") || strings.HasPrefix(status, "Failed "), status
-	})
+	status := moveEnded(t, p, "tk-to-2", 180*time.Second)
 	if !strings.HasPrefix(status, "Succeeded ") {
 		t.Fatalf("the move after the new shard came back: %s\nnew shard log:\n%s", status, target.LogTail(40))
 	}
@@ -639,6 +628,18 @@ func TestMoveWorkspaceTargetKilled(t *testing.T) {
 }
 
 // fillConfigMaps creates n ConfigMaps cm-0000... of 500 bytes in default.
+// moveEnded waits up to timeout for the WorkspaceMove name in root to
+// succeed or fail, and returns its "<phase> <message>".
+func moveEnded(t *testing.T, p *framework.FrontProxy, name string, timeout time.Duration) string {
+	t.Helper()
+	var status string
+	framework.Eventually(t, timeout, "WorkspaceMove "+name+" to end", func() (bool, string) {
+		status, _ = p.KubectlErr("root", "", "get", "workspacemove", name, "-o", "jsonpath={.status.phase} {.status.message}")
+		return strings.HasPrefix(status, "Succeeded ") || strings.HasPrefix(status, "Failed "), status
+	})
+	return status
+}
+
 func fillConfigMaps(t *testing.T, cs kubernetes.Interface, n int) {
 	t.Helper()
 	ctx := context.Background()

@@ -128,11 +128,7 @@ func TestMoveWorkspaceUndone(t *testing.T) {
 		source.Start()
 		p.Kubectl(c, "create", "configmap", "before", "-n", "default", "--from-literal=k=v")
 		p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: WorkspaceMove\nmetadata: {name: hist-to-2}\nspec: {workspace: hist, toShard: shard-2}\n")
-		var out string
-		framework.Eventually(t, 60*time.Second, "WorkspaceMove hist-to-2 to end", func() (bool, string) {
-			out, _ = p.KubectlErr("root", "", "get", "workspacemove", "hist-to-2", "-o", "jsonpath={.status.phase} {.status.message}")
-			return strings.HasPrefix(out, "Succeeded ") || strings.HasPrefix(out, "Failed "), out
-		})
+		out := moveEnded(t, p, "hist-to-2", 60*time.Second)
 		if !strings.HasPrefix(out, "Failed ") || !strings.Contains(out, "change history") {
 			t.Errorf("moving a workspace whose shard records the change history: %q, want Failed naming the change history", out)
 		}
