@@ -219,7 +219,7 @@ func Run(ctx context.Context, o *CompletedOptions) error {
 		exportview.SetRemote(remoteContent(reviewer, boundAPIs, local))
 	}
 	apibindingadmission.SetBound(boundAPIs.Bound)
-	apibindingadmission.SetUsers(apibindingadmission.Users{Consumers: boundAPIs.Consumers, ExportsUsing: boundAPIs.ExportsUsing, ConsumersOutside: boundAPIs.ConsumersOutside, Unknown: boundAPIs.UnsyncedPeers})
+	apibindingadmission.SetUsers(apibindingadmission.Users{Consumers: boundAPIs.Consumers, ExportsUsing: boundAPIs.ExportsUsing, ConsumersOutside: boundAPIs.ConsumersOutside, HoldsExports: boundAPIs.HoldsExports, Unknown: boundAPIs.UnsyncedPeers})
 	placementadmission.SetNegotiated(negotiatedAPIs.Resources)
 	placementadmission.SetBuiltInSchemas(negotiatedAPIs.BuiltInSchemas)
 	crdlimits.SetCRDs(crds.LocalCRDs)

@@ -697,6 +697,23 @@ func (x *Index) ConsumersOutside(root logicalcluster.Name) map[apis.ExportName][
 	return out
 }
 
+// HoldsExports reports whether a workspace of the tree under root (root
+// and every workspace below it) on this shard holds an APIExport.
+func (x *Index) HoldsExports(root logicalcluster.Name) bool {
+	if x.exports == nil {
+		return false
+	}
+	for _, provider := range x.exports.ListIndexFuncValues(clusterinformer.ByCluster) {
+		if !logicalcluster.Name(provider).Within(root) {
+			continue
+		}
+		if objs, _ := x.exports.ByIndex(clusterinformer.ByCluster, provider); len(objs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // ExportsUsing returns the names of provider's APIExports that list the
 // schema in spec.latestResourceSchemas.
 func (x *Index) ExportsUsing(provider logicalcluster.Name, schema string) []string {

@@ -59,6 +59,9 @@ type Users struct {
 	// ConsumersOutside are, per export of the workspace tree under root,
 	// the workspaces outside the tree that bind it.
 	ConsumersOutside func(root logicalcluster.Name) map[apis.ExportName][]logicalcluster.Name
+	// HoldsExports reports whether the workspace tree under root holds an
+	// APIExport (on this shard).
+	HoldsExports func(root logicalcluster.Name) bool
 	// Unknown names the other shards whose bindings are not known yet
 	// (not reached since this shard started): who binds an export there
 	// cannot be told.
@@ -243,6 +246,11 @@ func (p *Plugin) checkInUse(a admission.Attributes, cluster logicalcluster.Name)
 		tree := cluster.Join(name)
 		used := u.ConsumersOutside(tree)
 		if len(used) == 0 {
+			// Workspaces on a shard not reached yet may bind the tree's
+			// exports: deleting it could strand their objects.
+			if u.HoldsExports != nil && u.HoldsExports(tree) {
+				return unknownConsumers(a, u, fmt.Sprintf("workspace %s, which holds APIExports,", tree))
+			}
 			return nil
 		}
 		exports := slices.SortedFunc(maps.Keys(used), func(x, y apis.ExportName) int {

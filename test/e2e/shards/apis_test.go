@@ -429,6 +429,11 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: db-operator}]
 	if err == nil || !strings.Contains(out, "shard(s) shard-1 have not been reached") {
 		t.Fatalf("deleting the export bound only on shard-1, never reached: %v\n%s", err, out)
 	}
+	// Nor can the provider's workspace, which holds the export, be deleted.
+	out, err = p.KubectlErr("root", "", "delete", "workspace", "provider", "--wait=false")
+	if err == nil || !strings.Contains(out, "root:provider, which holds APIExports,") || !strings.Contains(out, "shard(s) shard-1 have not been reached") {
+		t.Fatalf("deleting the provider's workspace while shard-1 was never reached: %v\n%s", err, out)
+	}
 }
 
 // waitEvent waits for an event of that type about the named object.
