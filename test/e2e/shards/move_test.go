@@ -423,11 +423,7 @@ func TestMoveWorkspaceResumesAfterKill(t *testing.T) {
 	ctx := context.Background()
 	const c, n = "root:big", 3000
 
-	p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: Workspace\nmetadata: {name: big}\nspec: {shard: shard-1}\n")
-	framework.Eventually(t, 60*time.Second, "workspace big Ready", func() (bool, string) {
-		out, _ := p.KubectlErr("root", "", "get", "workspace", "big", "-o", "jsonpath={.status.phase}")
-		return out == "Ready", out
-	})
+	readyWorkspaceOn(t, p, "big", "shard-1")
 	cs := p.Client(c)
 	work := make(chan int)
 	var wg sync.WaitGroup
@@ -528,11 +524,7 @@ func TestMoveWorkspaceTargetKilled(t *testing.T) {
 	ctx := context.Background()
 	const c, n = "root:tk", 3000
 
-	p.KubectlApply("root", "apiVersion: tenancy.kcp.io/v1alpha1\nkind: Workspace\nmetadata: {name: tk}\nspec: {shard: shard-1}\n")
-	framework.Eventually(t, 60*time.Second, "workspace tk Ready", func() (bool, string) {
-		out, _ := p.KubectlErr("root", "", "get", "workspace", "tk", "-o", "jsonpath={.status.phase}")
-		return out == "Ready", out
-	})
+	readyWorkspaceOn(t, p, "tk", "shard-1")
 	fillConfigMaps(t, p.Client(c), n)
 
 	writers, stopWriters := context.WithCancel(ctx)
@@ -628,6 +620,17 @@ func TestMoveWorkspaceTargetKilled(t *testing.T) {
 }
 
 // fillConfigMaps creates n ConfigMaps cm-0000... of 500 bytes in default.
+// readyWorkspaceOn creates the workspace name in root on shard and waits
+// until it is Ready.
+func readyWorkspaceOn(t *testing.T, p *framework.FrontProxy, name, shard string) {
+	t.Helper()
+	p.KubectlApply("root", fmt.Sprintf("apiVersion: tenancy.kcp.io/v1alpha1\nkind: Workspace\nmetadata: {name: %s}\nspec: {shard: %s}\n", name, shard))
+	framework.Eventually(t, 60*time.Second, "workspace "+name+" Ready", func() (bool, string) {
+		out, _ := p.KubectlErr("root", "", "get", "workspace", name, "-o", "jsonpath={.status.phase}")
+		return out == "Ready", out
+	})
+}
+
 // moveEnded waits up to timeout for the WorkspaceMove name in root to
 // succeed or fail, and returns its "<phase> <message>".
 func moveEnded(t *testing.T, p *framework.FrontProxy, name string, timeout time.Duration) string {
